@@ -1,0 +1,48 @@
+# Sluice — see README.md. Needs only Go (1.26+).
+GO       ?= go
+CONFIG   ?= examples/quickstart.yaml
+BIN      := bin/sluice
+PKGS     := ./...
+
+.PHONY: all build run test lint vet fmt-check bench fuzz clean check-go
+
+all: build
+
+check-go:
+	@command -v $(GO) >/dev/null 2>&1 || { echo "make: Go is not installed (need Go 1.26 or newer: https://go.dev/dl/)"; exit 1; }
+
+build: check-go
+	$(GO) build -o $(BIN) ./cmd/sluice
+
+# Serve the quickstart config on the embedded default (SQLite next to the
+# config). On first run a demo key is created and printed once.
+run: build
+	$(BIN) serve --config $(CONFIG) --demo-key
+
+# Every test, with the race detector, plus the lint checks and one
+# iteration of every benchmark (so benchmarks keep compiling and running).
+test: check-go lint
+	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -run='^$$' -bench=. -benchtime=1x $(PKGS)
+
+lint: vet fmt-check
+
+vet: check-go
+	$(GO) vet $(PKGS)
+
+fmt-check: check-go
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+# Benchmarks with allocations; compare runs with benchstat.
+bench: check-go
+	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+# Run each fuzz target for FUZZTIME (new interesting inputs land in the
+# Go cache; copy regressions into the package's testdata/fuzz).
+FUZZTIME ?= 30s
+fuzz: check-go
+	$(GO) test -run='^$$' -fuzz=FuzzFromHeaders -fuzztime=$(FUZZTIME) ./apikey
+
+clean:
+	rm -rf bin examples/quickstart.db examples/quickstart.db-wal examples/quickstart.db-shm

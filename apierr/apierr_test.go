@@ -1,0 +1,50 @@
+package apierr
+
+import "testing"
+
+func TestDialectFor(t *testing.T) {
+	for path, want := range map[string]Dialect{
+		"/v1/chat/completions":         OpenAI,
+		"/v1/completions":              OpenAI,
+		"/v1/embeddings":               OpenAI,
+		"/v1/responses":                OpenAI,
+		"/v1/messages":                 Anthropic,
+		"/v1/messages?beta=true":       Anthropic,
+		"/v1/messages/count_tokens":    Anthropic,
+		"/v1/complete":                 Anthropic,
+		"/v1/messagesX":                OpenAI,
+		"/":                            OpenAI,
+		"":                             OpenAI,
+		"/openai/deployments/x/chat":   OpenAI,
+		"/v1/chat/completions?x=/v1/m": OpenAI,
+	} {
+		if got := DialectFor(path); got != want {
+			t.Errorf("DialectFor(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func TestBody(t *testing.T) {
+	tests := []struct {
+		d      Dialect
+		status int
+		code   string
+		msg    string
+		want   string
+	}{
+		{OpenAI, 401, "unknown_key", "unknown API key sk-sluice-abc123", `{"error":{"message":"unknown API key sk-sluice-abc123","type":"authentication_error","param":null,"code":"unknown_key"}}`},
+		{OpenAI, 429, "rate_limited", `a "quoted" <message>`, `{"error":{"message":"a \"quoted\" \u003cmessage\u003e","type":"rate_limit_error","param":null,"code":"rate_limited"}}`},
+		{OpenAI, 403, "revoked_key", "m", `{"error":{"message":"m","type":"permission_error","param":null,"code":"revoked_key"}}`},
+		{OpenAI, 500, "internal_error", "m", `{"error":{"message":"m","type":"server_error","param":null,"code":"internal_error"}}`},
+		{Anthropic, 401, "unknown_key", "m", `{"type":"error","error":{"type":"authentication_error","message":"m"}}`},
+		{Anthropic, 403, "expired_key", "m", `{"type":"error","error":{"type":"permission_error","message":"m"}}`},
+		{Anthropic, 429, "rate_limited", "m", `{"type":"error","error":{"type":"rate_limit_error","message":"m"}}`},
+		{Anthropic, 413, "body_too_large", "m", `{"type":"error","error":{"type":"request_too_large","message":"m"}}`},
+		{Anthropic, 502, "upstream", "m", `{"type":"error","error":{"type":"api_error","message":"m"}}`},
+	}
+	for _, tt := range tests {
+		if got := string(Body(tt.d, tt.status, tt.code, tt.msg)); got != tt.want {
+			t.Errorf("Body(%v, %d) =\n %s\nwant\n %s", tt.d, tt.status, got, tt.want)
+		}
+	}
+}

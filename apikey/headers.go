@@ -1,0 +1,110 @@
+package apikey
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Error codes. They are stable: they double as the `reason` label of
+// metrics and as the `code` of the client-facing error body.
+const (
+	CodeMissing     = "missing_credential"
+	CodeMalformed   = "malformed_credential"
+	CodeConflicting = "conflicting_credentials"
+)
+
+// Error is a credential that could not be extracted. Message is safe to
+// show the client and to log: it never contains any part of the secret.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func malformed(format string, args ...any) error {
+	return &Error{Code: CodeMalformed, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrMissing is returned when the request carries no credential at all.
+var ErrMissing = &Error{Code: CodeMissing, Message: `no API key: send "Authorization: Bearer sk-sluice-…" or "x-api-key: sk-sluice-…"`}
+
+// Credential headers, lower-case as Envoy presents them. `api-key` is what
+// Azure OpenAI clients send.
+const (
+	HeaderAuthorization = "authorization"
+	HeaderXAPIKey       = "x-api-key"
+	HeaderAPIKey        = "api-key"
+)
+
+// CredentialHeaders lists every header a caller's key may arrive in; all of
+// them are removed before a request goes upstream.
+var CredentialHeaders = []string{HeaderAuthorization, HeaderXAPIKey, HeaderAPIKey}
+
+// maxHeaderLen bounds how much of a header value is examined; anything
+// longer is refused without scanning it.
+const maxHeaderLen = len("Bearer ") + len(Prefix) + MaxSecretLen + 64
+
+// FromHeaders extracts the caller's key from request headers. get returns a
+// header's value by lower-case name, with duplicates already comma-joined
+// (as Envoy builds a CheckRequest). It accepts `authorization: Bearer <key>`,
+// `x-api-key: <key>` and `api-key: <key>`; if several are present they must
+// carry the same key. The returned secret has a valid format (see Validate);
+// errors are *Error with a stable Code.
+func FromHeaders(get func(name string) (string, bool)) (Secret, error) {
+	var found Secret
+	var foundIn string
+	for _, h := range CredentialHeaders {
+		v, ok := get(h)
+		if !ok {
+			continue
+		}
+		s, err := parse(h, v)
+		if err != nil {
+			return "", err
+		}
+		if foundIn != "" && s != found {
+			return "", &Error{Code: CodeConflicting, Message: fmt.Sprintf("the %s and %s headers carry different API keys; send one", foundIn, h)}
+		}
+		found, foundIn = s, h
+	}
+	if foundIn == "" {
+		return "", ErrMissing
+	}
+	return found, nil
+}
+
+func parse(header, v string) (Secret, error) {
+	if len(v) > maxHeaderLen {
+		return "", malformed("the %s header is too long (%d bytes)", header, len(v))
+	}
+	v = strings.Trim(v, " \t")
+	if strings.IndexByte(v, ',') >= 0 {
+		return "", malformed("more than one %s header (or a comma in it); send exactly one API key", header)
+	}
+	if header == HeaderAuthorization {
+		scheme, rest, _ := strings.Cut(v, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			if scheme == "" {
+				return "", malformed(`the authorization header is empty; send "Bearer sk-sluice-…"`)
+			}
+			return "", malformed(`the authorization header must use the Bearer scheme: "Bearer sk-sluice-…"`)
+		}
+		v = strings.TrimLeft(rest, " \t")
+		if v == "" {
+			return "", malformed(`the authorization header says "Bearer" but carries no API key`)
+		}
+	}
+	if v == "" {
+		return "", malformed("the %s header is empty", header)
+	}
+	if err := Validate(v); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return "", &Error{Code: e.Code, Message: e.Message + " (in the " + header + " header)"}
+		}
+		return "", err
+	}
+	return Secret(v), nil
+}

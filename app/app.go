@@ -1,0 +1,150 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+
+	"github.com/sluicegw/sluice/policies"
+)
+
+// Env looks up an environment variable (os.LookupEnv in main).
+type Env = policies.LookupEnv
+
+// errUsage marks a command-line mistake; the usage has been printed.
+var errUsage = errors.New("usage error")
+
+// exitError carries an exit status without extra text (the command has
+// already said what went wrong).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// ExitCode maps an error returned by Run to a process exit status.
+func ExitCode(err error) int {
+	var e exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `sluice — an LLM gateway inside Envoy.
+
+Usage:
+  sluice <command> [flags]
+
+Commands:
+  serve          run the ext_authz gRPC service and the admin HTTP server
+  check-config   validate a sluice.yaml and print every problem
+  keys           create, list and revoke API keys
+  version        print the version
+
+Run "sluice <command> --help" for a command's flags.
+`
+
+// Run runs the sluice command line with args (without the program name).
+// stdout gets a command's output; stderr gets logs and problems.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return runServe(ctx, rest, stdout, stderr, env)
+	case "check-config":
+		return runCheckConfig(rest, stdout, stderr, env)
+	case "keys":
+		return runKeys(ctx, rest, stdout, stderr, env)
+	case "version":
+		fs := newFlags("version", "", "Print the version of this sluice binary.", stderr)
+		if err := fs.Parse(rest); err != nil {
+			return flagErr(err)
+		}
+		fmt.Fprintln(stdout, Version())
+		return nil
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
+		return errUsage
+	}
+}
+
+// Version describes the binary: module version and VCS revision when the
+// build recorded them.
+func Version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "sluice (unknown build)"
+	}
+	v := info.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "dev"
+	}
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+modified"
+			}
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	out := "sluice " + v + " (" + info.GoVersion
+	if rev != "" {
+		out += ", " + rev + modified
+	}
+	return out + ")"
+}
+
+// newFlags returns a FlagSet that reports to stderr and never exits.
+func newFlags(name, args, summary string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: sluice %s [flags] %s\n\n%s\n", name, args, summary)
+		var hasFlags bool
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintln(stderr, "\nFlags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// flagErr turns a FlagSet.Parse error into Run's result: --help (usage
+// already printed) is success, anything else a usage error.
+func flagErr(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return errUsage
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

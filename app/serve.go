@@ -1,0 +1,279 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicegw/sluice/admin"
+	"github.com/sluicegw/sluice/apikey"
+	"github.com/sluicegw/sluice/authz"
+	"github.com/sluicegw/sluice/keyring"
+	"github.com/sluicegw/sluice/limits"
+	"github.com/sluicegw/sluice/policies"
+	"github.com/sluicegw/sluice/store"
+	"github.com/sluicegw/sluice/store/sqlite"
+)
+
+// Intervals of the background loops. The store poll bounds how long a key
+// revoked by another process keeps working (<= 1 s promised).
+const (
+	configPoll    = 250 * time.Millisecond
+	storePoll     = 250 * time.Millisecond
+	counterSweep  = time.Minute
+	shutdownGrace = 10 * time.Second
+)
+
+type serveFlags struct {
+	config    string
+	demoKey   bool
+	logLevel  string
+	logFormat string
+	grpcAddr  string
+	adminAddr string
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
+	fs := newFlags("serve", "", "Run the ext_authz gRPC service (with gRPC health) and the admin HTTP server\n(/healthz, /readyz, /metrics). The config file is reloaded when it changes.", stderr)
+	var f serveFlags
+	fs.StringVar(&f.config, "config", "sluice.yaml", "config `file`")
+	fs.BoolVar(&f.demoKey, "demo-key", false, "if the store has no keys yet, create one for the first team and print it once (quickstart)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.grpcAddr, "grpc-addr", "", "override listen.grpc (host:port; port 0 picks a free one)")
+	fs.StringVar(&f.adminAddr, "admin-addr", "", "override listen.admin (host:port; port 0 picks a free one)")
+	if err := fs.Parse(args); err != nil {
+		return flagErr(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return errUsage
+	}
+	return serve(ctx, f, stdout, log, env)
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: want debug, info, warn or error, got %q", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: want text or json, got %q", format)
+}
+
+// serveMetrics are the process-level series the app owns.
+type serveMetrics struct {
+	reloads    *prometheus.CounterVec
+	storeSyncs prometheus.Counter
+}
+
+func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger, env Env) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := serveMetrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Config reload attempts by result (ok|failed). A failed reload keeps the last good config.",
+		}, []string{"result"}),
+		storeSyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_store_sync_errors_total",
+			Help: "Failed polls of the key store's change feed. The last good key replica stays in force.",
+		}),
+	}
+	reg.MustRegister(m.reloads, m.storeSyncs)
+
+	ring := keyring.New(log)
+	var current atomic.Pointer[policies.Snapshot]
+	watcher := policies.NewWatcher(f.config, policies.WatcherOptions{
+		Interval: configPoll,
+		Env:      env,
+		Logger:   log,
+		OnReload: func(s *policies.Snapshot, err error) {
+			if err != nil {
+				m.reloads.WithLabelValues("failed").Inc()
+				return
+			}
+			m.reloads.WithLabelValues("ok").Inc()
+			if old := current.Swap(s); old != nil && old.Listen() != s.Listen() {
+				log.Warn("listen addresses changed in the config; restart sluice to apply them")
+			}
+			ring.SetPolicy(s)
+		},
+	})
+	snap, err := watcher.Load()
+	if err != nil {
+		var ps policies.Problems
+		if errors.As(err, &ps) {
+			var b strings.Builder
+			for _, p := range ps {
+				b.WriteString("\n  " + p.String())
+			}
+			return fmt.Errorf("%s has %d problem(s):%s", f.config, len(ps), b.String())
+		}
+		return err
+	}
+	current.Store(snap)
+	ring.SetPolicy(snap)
+
+	st, err := sqlite.Open(ctx, snap.SQLitePath())
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if f.demoKey {
+		if err := createDemoKey(ctx, st, snap, stdout); err != nil {
+			return err
+		}
+	}
+	if err := ring.Sync(ctx, st); err != nil {
+		return err
+	}
+
+	counters := limits.New(limits.Options{})
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys_cached", Help: "API keys in the in-memory replica (config-declared and stored, revoked included)."},
+			func() float64 { return float64(ring.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_rate_counters", Help: "Live request-rate counters."},
+			func() float64 { return float64(counters.Len()) }),
+	)
+	checker := authz.NewChecker(ring, counters, nil)
+	authzServer := authz.NewServer(checker, authz.NewMetrics(reg), log)
+
+	listen := snap.Listen()
+	grpcAddr, adminAddr := or(f.grpcAddr, listen.GRPC), or(f.adminAddr, listen.Admin)
+	var lc net.ListenConfig
+	grpcLn, err := lc.Listen(ctx, "tcp", grpcAddr)
+	if err != nil {
+		return fmt.Errorf("listen.grpc: %w", err)
+	}
+	adminLn, err := lc.Listen(ctx, "tcp", adminAddr)
+	if err != nil {
+		grpcLn.Close()
+		return fmt.Errorf("listen.admin: %w", err)
+	}
+
+	gs := grpc.NewServer()
+	authv3.RegisterAuthorizationServer(gs, authzServer)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	ready := func() error {
+		if current.Load() == nil {
+			return errors.New("config not loaded")
+		}
+		if !ring.Synced() {
+			return errors.New("key store not loaded")
+		}
+		return nil
+	}
+	adminServer := admin.New(reg, ready, log)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := gs.Serve(grpcLn); err != nil {
+			return fmt.Errorf("grpc: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return adminServer.Serve(gctx, adminLn) })
+	g.Go(func() error { return watcher.Run(gctx) })
+	g.Go(func() error {
+		return ring.Follow(gctx, st, storePoll, func(error) { m.storeSyncs.Inc() })
+	})
+	g.Go(func() error { return counters.Run(gctx, counterSweep) })
+	g.Go(func() error {
+		<-gctx.Done()
+		hs.Shutdown()
+		stopGRPC(gs, shutdownGrace)
+		return nil
+	})
+	if ready() == nil {
+		hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	}
+	log.Info("sluice serving",
+		"grpc", grpcLn.Addr().String(), "admin", adminLn.Addr().String(),
+		"config", f.config, "config_version", snap.Version(), "keys", ring.Len(), "version", Version())
+	err = g.Wait()
+	log.Info("sluice stopped")
+	return err
+}
+
+// stopGRPC stops gs gracefully, forcing it after grace.
+func stopGRPC(gs *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		gs.Stop()
+		<-done
+	}
+}
+
+// createDemoKey creates a key for the config's first team when the store
+// has none, and prints it once.
+func createDemoKey(ctx context.Context, st store.Store, snap *policies.Snapshot, stdout io.Writer) error {
+	keys, err := st.ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	if len(keys) > 0 {
+		fmt.Fprintf(stdout, "The store already has %d key(s); no demo key created (list them with `sluice keys list`).\n", len(keys))
+		return nil
+	}
+	teams := snap.Teams()
+	if len(teams) == 0 {
+		return errors.New("--demo-key: the config declares no team to create the demo key for")
+	}
+	secret, err := apikey.Generate(nil)
+	if err != nil {
+		return err
+	}
+	id, err := apikey.NewID(nil)
+	if err != nil {
+		return err
+	}
+	k := store.Key{
+		ID: id, Prefix: apikey.PublicPrefix(secret.Reveal()), Hash: apikey.Hash(secret.Reveal()),
+		Team: teams[0].Name, Name: "demo", CreatedAt: time.Now().UTC(),
+	}
+	if err := st.CreateKey(ctx, k); err != nil {
+		return fmt.Errorf("create demo key: %w", err)
+	}
+	fmt.Fprintf(stdout, "Demo API key %s for team %q (shown once; only its SHA-256 is stored):\n\n    %s\n\n", k.ID, k.Team, secret.Reveal())
+	return nil
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

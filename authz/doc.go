@@ -1,0 +1,18 @@
+// Package authz owns Sluice's answer to Envoy's ext_authz filter: the
+// envoy.service.auth.v3.Authorization server.
+//
+// Checker is transport-free — a CheckRequest in, a Decision out — so every
+// decision is tested without gRPC: it extracts the caller's key
+// (apikey.FromHeaders), resolves it in memory (keyring), refuses revoked
+// and expired keys, and admits the request against the key's and team's
+// request-rate limits (limits). Server is the thin gRPC adapter; Response
+// is the one place where a Decision becomes an Envoy CheckResponse, and it
+// follows envoy-protocol.md §2: header values in `value`, deny headers
+// never `append` (Envoy drops those), credential headers removed on OK, the
+// principal returned as dynamic metadata (namespace
+// envoy.filters.http.ext_authz, fields documented in docs/architecture.md
+// and encoded once per key by keyring.Principal.Metadata).
+//
+// It must not read the request body or know about providers; that is
+// extproc's job. It never logs a key beyond its public prefix.
+package authz

@@ -1,0 +1,428 @@
+package limits
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// base is midnight UTC, so it is aligned to minute, hour and day buckets.
+var base = time.Unix(1_700_006_400, 0)
+
+func dm(key string, period time.Duration, limit, amount int64) Demand {
+	return Demand{Key: key, Period: period, Limit: limit, Amount: amount}
+}
+
+func admitted(remaining ...int64) Decision {
+	return Decision{Admitted: true, Remaining: remaining}
+}
+
+func denied(idx int, retry time.Duration, remaining ...int64) Decision {
+	return Decision{Denied: idx, RetryAfter: retry, Remaining: remaining}
+}
+
+func impossible(idx int, remaining ...int64) Decision {
+	return Decision{Denied: idx, Impossible: true, Remaining: remaining}
+}
+
+type step struct {
+	at      time.Duration // offset from the case's base
+	demands []Demand
+	want    Decision
+}
+
+func TestAdmit(t *testing.T) {
+	const (
+		sec  = time.Second
+		min  = time.Minute
+		hour = time.Hour
+		day  = 24 * time.Hour
+	)
+	k := func(limit, amount int64) Demand { return dm("k", min, limit, amount) }
+	tests := []struct {
+		name    string
+		buckets int
+		base    time.Time // zero: base
+		steps   []step
+	}{
+		{
+			name: "fills, denies until the oldest bucket leaves the span",
+			steps: []step{
+				{0, []Demand{k(3, 1)}, admitted(2)},
+				{10 * sec, []Demand{k(3, 1)}, admitted(1)},
+				{20 * sec, []Demand{k(3, 1)}, admitted(0)},
+				// Bucket 0 is counted until index 60 and leaves at 61s.
+				{30 * sec, []Demand{k(3, 1)}, denied(0, 31*sec, 0)},
+				{60 * sec, []Demand{k(3, 1)}, denied(0, sec, 0)},
+				{61*sec - 1, []Demand{k(3, 1)}, denied(0, 1, 0)},
+				{61 * sec, []Demand{k(3, 1)}, admitted(0)},
+			},
+		},
+		{
+			name: "excess spanning two buckets",
+			steps: []step{
+				{0, []Demand{k(3, 1)}, admitted(2)},
+				{10 * sec, []Demand{k(3, 1)}, admitted(1)},
+				{20 * sec, []Demand{k(3, 1)}, admitted(0)},
+				{30 * sec, []Demand{k(3, 2)}, denied(0, 41*sec, 0)},
+				{61 * sec, []Demand{k(3, 2)}, denied(0, 10*sec, 1)},
+				{71*sec - 1, []Demand{k(3, 2)}, denied(0, 1, 1)},
+				{71 * sec, []Demand{k(3, 2)}, admitted(0)},
+			},
+		},
+		{
+			name: "sub-bucket times",
+			steps: []step{
+				{500 * time.Millisecond, []Demand{k(3, 3)}, admitted(0)},
+				{59900 * time.Millisecond, []Demand{k(3, 1)}, denied(0, 1100*time.Millisecond, 0)},
+				{60500 * time.Millisecond, []Demand{k(3, 1)}, denied(0, 500*time.Millisecond, 0)},
+				{61 * sec, []Demand{k(3, 1)}, admitted(2)},
+			},
+		},
+		{
+			name: "amount above the limit is impossible and counts nothing",
+			steps: []step{
+				{0, []Demand{k(3, 4)}, impossible(0, 3)},
+				{sec, []Demand{k(3, 3)}, admitted(0)},
+			},
+		},
+		{
+			name: "amount zero only checks",
+			steps: []step{
+				{0, []Demand{k(3, 0)}, admitted(3)},
+				{0, []Demand{k(3, 3)}, admitted(0)},
+				{sec, []Demand{k(3, 0)}, admitted(0)},
+				// The limit was lowered below the count: over by one.
+				{2 * sec, []Demand{k(2, 0)}, denied(0, 59*sec, 0)},
+				{3 * sec, []Demand{k(5, 0)}, admitted(2)},
+				{61 * sec, []Demand{k(2, 0)}, admitted(2)},
+			},
+		},
+		{
+			name: "all or nothing across key and team limits",
+			steps: []step{
+				{0, []Demand{dm("key", min, 10, 1), dm("team", min, 3, 1)}, admitted(9, 2)},
+				{sec, []Demand{dm("key", min, 10, 1), dm("team", min, 3, 2)}, admitted(8, 0)},
+				{2 * sec, []Demand{dm("key", min, 10, 1), dm("team", min, 3, 1)}, denied(1, 59*sec, 8, 0)},
+				// The denied call added nothing to "key".
+				{3 * sec, []Demand{dm("key", min, 10, 0), dm("team", min, 3, 0)}, admitted(8, 0)},
+				{61 * sec, []Demand{dm("key", min, 10, 1), dm("team", min, 3, 1)}, admitted(8, 0)},
+			},
+		},
+		{
+			// The binding demand is the one that frees last (whatever its
+			// position), or an impossible one, which beats any wait.
+			name: "the binding demand is reported",
+			steps: []step{
+				{0, []Demand{dm("a", min, 1, 1), dm("b", hour, 1, 1)}, admitted(0, 0)},
+				{30 * sec, []Demand{dm("a", min, 1, 1), dm("b", hour, 1, 1)}, denied(1, 61*min-30*sec, 0, 0)},
+				{30 * sec, []Demand{dm("b", hour, 1, 1), dm("a", min, 1, 1)}, denied(0, 61*min-30*sec, 0, 0)},
+				{30 * sec, []Demand{dm("c", min, 5, 1), dm("b", hour, 1, 1), dm("a", min, 1, 2)}, impossible(2, 5, 0, 0)},
+				{30 * sec, []Demand{dm("c", min, 5, 1), dm("a", min, 1, 2), dm("b", hour, 1, 1)}, impossible(1, 5, 0, 0)},
+			},
+		},
+		{
+			name: "duplicate keys add up against one counter",
+			steps: []step{
+				{0, []Demand{k(3, 1), k(3, 1)}, admitted(1, 1)},
+				// 2 counted + 1 + 1 = 4: one over, freed when bucket 0 leaves.
+				{sec, []Demand{k(3, 1), k(3, 1)}, denied(1, 60*sec, 1, 1)},
+				// The call wants 4 of a limit of 3: it can never fit.
+				{2 * sec, []Demand{k(3, 2), k(3, 2)}, impossible(1, 1, 1)},
+				{2 * sec, []Demand{k(3, 2)}, denied(0, 59*sec, 1)},
+				{2 * sec, []Demand{dm("j", min, 3, 2), dm("j", min, 3, 2)}, impossible(1, 3, 3)},
+				{3 * sec, []Demand{k(10, 2), k(3, 2)}, impossible(1, 8, 1)},
+				{4 * sec, []Demand{k(3, 1)}, admitted(0)},
+				{5 * sec, []Demand{k(3, 0), k(3, 0), k(3, 0)}, admitted(0, 0, 0)},
+			},
+		},
+		{
+			name: "an hour has one-minute buckets",
+			steps: []step{
+				{0, []Demand{dm("h", hour, 2, 1)}, admitted(1)},
+				{30 * min, []Demand{dm("h", hour, 2, 1)}, admitted(0)},
+				{45 * min, []Demand{dm("h", hour, 2, 1)}, denied(0, 16*min, 0)},
+				{61 * min, []Demand{dm("h", hour, 2, 1)}, admitted(0)},
+			},
+		},
+		{
+			name: "a day has 24-minute buckets",
+			steps: []step{
+				// 1h falls in bucket 2 ([48m, 72m)), counted until 25h12m.
+				{hour, []Demand{dm("d", day, 1, 1)}, admitted(0)},
+				{23 * hour, []Demand{dm("d", day, 1, 1)}, denied(0, 2*hour+12*min, 0)},
+				{25 * hour, []Demand{dm("d", day, 1, 1)}, denied(0, 12*min, 0)},
+				{25*hour + 12*min, []Demand{dm("d", day, 1, 1)}, admitted(0)},
+			},
+		},
+		{
+			name: "minute, hour and day together",
+			steps: []step{
+				{0, []Demand{dm("m", min, 2, 1), dm("h", hour, 3, 1), dm("d", day, 4, 1)}, admitted(1, 2, 3)},
+				{sec, []Demand{dm("m", min, 2, 1), dm("h", hour, 3, 1), dm("d", day, 4, 1)}, admitted(0, 1, 2)},
+				{2 * sec, []Demand{dm("m", min, 2, 1), dm("h", hour, 3, 1), dm("d", day, 4, 1)}, denied(0, 59*sec, 0, 1, 2)},
+				{2 * min, []Demand{dm("m", min, 2, 1), dm("h", hour, 3, 1), dm("d", day, 4, 1)}, admitted(1, 0, 1)},
+				{3 * min, []Demand{dm("m", min, 2, 1), dm("h", hour, 3, 1), dm("d", day, 4, 1)}, denied(1, 58*min, 1, 0, 1)},
+				{61 * min, []Demand{dm("m", min, 2, 1), dm("h", hour, 3, 1), dm("d", day, 4, 1)}, admitted(1, 1, 0)},
+				{62 * min, []Demand{dm("m", min, 2, 1), dm("h", hour, 3, 1), dm("d", day, 4, 1)}, denied(2, 23*hour+22*min, 1, 1, 0)},
+			},
+		},
+		{
+			name:    "custom bucket count",
+			buckets: 4,
+			steps: []step{
+				{200 * time.Millisecond, []Demand{dm("k", 4*sec, 2, 1)}, admitted(1)},
+				{1500 * time.Millisecond, []Demand{dm("k", 4*sec, 2, 1)}, admitted(0)},
+				{3900 * time.Millisecond, []Demand{dm("k", 4*sec, 2, 1)}, denied(0, 1100*time.Millisecond, 0)},
+				{5 * sec, []Demand{dm("k", 4*sec, 2, 1)}, admitted(0)},
+			},
+		},
+		{
+			name:    "one bucket",
+			buckets: 1,
+			steps: []step{
+				{900 * time.Millisecond, []Demand{dm("k", sec, 1, 1)}, admitted(0)},
+				// Buckets [0s,1s) and [1s,2s) are both counted at 1.5s.
+				{1500 * time.Millisecond, []Demand{dm("k", sec, 1, 1)}, denied(0, 500*time.Millisecond, 0)},
+				{2 * sec, []Demand{dm("k", sec, 1, 1)}, admitted(0)},
+			},
+		},
+		{
+			name: "idle for longer than the ring reuses every slot",
+			steps: []step{
+				{0, []Demand{k(3, 3)}, admitted(0)},
+				{10 * min, []Demand{k(3, 3)}, admitted(0)},
+				{10*min + 30*sec, []Demand{k(3, 1)}, denied(0, 31*sec, 0)},
+				{11*min + 30*sec, []Demand{k(3, 1)}, admitted(2)},
+			},
+		},
+		{
+			name: "a clock going backwards is treated as the newest time seen",
+			steps: []step{
+				{30 * sec, []Demand{k(3, 3)}, admitted(0)},
+				{10 * sec, []Demand{k(3, 1)}, denied(0, 81*sec, 0)},
+				{10 * sec, []Demand{dm("other", min, 1, 1)}, admitted(0)},
+				{91 * sec, []Demand{k(3, 1)}, admitted(2)},
+			},
+		},
+		{
+			name: "times before 1970",
+			base: time.Unix(-3600, 0),
+			steps: []step{
+				{0, []Demand{k(3, 1)}, admitted(2)},
+				{10 * sec, []Demand{k(3, 2)}, admitted(0)},
+				{30 * sec, []Demand{k(3, 1)}, denied(0, 31*sec, 0)},
+				{61 * sec, []Demand{k(3, 1)}, admitted(0)},
+			},
+		},
+		{
+			name: "no demands",
+			steps: []step{
+				{0, nil, admitted()},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New(Options{Buckets: tt.buckets})
+			b := tt.base
+			if b.IsZero() {
+				b = base
+			}
+			for i, s := range tt.steps {
+				got := c.Admit(b.Add(s.at), s.demands)
+				if diff := cmp.Diff(s.want, got); diff != "" {
+					t.Errorf("step %d (at +%v): Admit() mismatch (-want +got):\n%s", i, s.at, diff)
+				}
+			}
+		})
+	}
+}
+
+func TestAdmitIntoReusesRemaining(t *testing.T) {
+	c := New(Options{})
+	buf := make([]int64, 4)
+	got := c.AdmitInto(base, []Demand{dm("a", time.Minute, 5, 1), dm("b", time.Minute, 7, 2)}, buf)
+	if diff := cmp.Diff(admitted(4, 5), got); diff != "" {
+		t.Fatalf("AdmitInto() mismatch (-want +got):\n%s", diff)
+	}
+	if &got.Remaining[0] != &buf[0] {
+		t.Error("AdmitInto() did not write into the caller's slice")
+	}
+	// Too small a slice is replaced, not overrun.
+	small := make([]int64, 1)
+	got = c.AdmitInto(base, []Demand{dm("a", time.Minute, 5, 0), dm("b", time.Minute, 7, 0)}, small)
+	if diff := cmp.Diff(admitted(4, 5), got); diff != "" {
+		t.Fatalf("AdmitInto() with a short slice mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestAdmitIntoDoesNotAllocate(t *testing.T) {
+	for _, n := range []int{1, 2, 4, 8} {
+		c := New(Options{})
+		demands := make([]Demand, n)
+		for i := range demands {
+			// Reverse key order so sorting has work to do.
+			demands[i] = dm(string(rune('z'-i)), time.Minute, 1<<40, 1)
+		}
+		remaining := make([]int64, n)
+		now := base
+		c.AdmitInto(now, demands, remaining) // create the counters
+		allocs := testing.AllocsPerRun(100, func() {
+			now = now.Add(time.Second)
+			c.AdmitInto(now, demands, remaining)
+		})
+		if allocs != 0 {
+			t.Errorf("%d demands: AdmitInto allocated %v times per call, want 0", n, allocs)
+		}
+	}
+}
+
+func TestManyDemands(t *testing.T) {
+	// More demands than fit the stack scratch space, with duplicates.
+	c := New(Options{})
+	var demands []Demand
+	want := admitted()
+	for i := range 20 {
+		key := string(rune('a' + i%7))
+		demands = append(demands, dm(key, time.Minute, 100, 1))
+	}
+	for i := range 20 {
+		n := int64(3) // keys a..f appear 3 times, g twice
+		if i%7 == 6 {
+			n = 2
+		}
+		want.Remaining = append(want.Remaining, 100-n)
+	}
+	got := c.Admit(base, demands)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("Admit() mismatch (-want +got):\n%s", diff)
+	}
+	if got := c.Len(); got != 7 {
+		t.Errorf("Len() = %d, want 7", got)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	c := New(Options{})
+	// "m" counts 1 in the bucket of base+10s, index j; it is counted up to
+	// index j+60 and empty from base+71s.
+	c.Admit(base.Add(10*time.Second), []Demand{dm("m", time.Minute, 5, 1)})
+	// "h" counts in the bucket of base (one-minute buckets): empty from base+61m.
+	c.Admit(base, []Demand{dm("h", time.Hour, 5, 1)})
+	// "z" only checked, so it counts nothing.
+	c.Admit(base, []Demand{dm("z", time.Minute, 5, 0)})
+	if got := c.Len(); got != 3 {
+		t.Fatalf("Len() = %d, want 3", got)
+	}
+
+	steps := []struct {
+		at       time.Duration
+		dropped  int
+		wantLive int
+	}{
+		{0, 1, 2}, // "z"
+		{71*time.Second - 1, 0, 2},
+		{71 * time.Second, 1, 1}, // "m"
+		{61*time.Minute - 1, 0, 1},
+		{61 * time.Minute, 1, 0}, // "h"
+		{62 * time.Minute, 0, 0},
+	}
+	for _, s := range steps {
+		if got := c.Sweep(base.Add(s.at)); got != s.dropped {
+			t.Errorf("Sweep(+%v) = %d, want %d", s.at, got, s.dropped)
+		}
+		if got := c.Len(); got != s.wantLive {
+			t.Errorf("after Sweep(+%v): Len() = %d, want %d", s.at, got, s.wantLive)
+		}
+	}
+
+	// A swept key starts again from zero.
+	got := c.Admit(base.Add(62*time.Minute), []Demand{dm("m", time.Minute, 5, 2)})
+	if diff := cmp.Diff(admitted(3), got); diff != "" {
+		t.Errorf("Admit() after sweep mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestSweepKeepsCountsOfAClockAhead(t *testing.T) {
+	// A Sweep whose clock lags the callers' must not drop live counts.
+	c := New(Options{})
+	c.Admit(base.Add(10*time.Minute), []Demand{dm("k", time.Minute, 1, 1)})
+	if got := c.Sweep(base); got != 0 {
+		t.Fatalf("Sweep() = %d, want 0", got)
+	}
+	got := c.Admit(base.Add(10*time.Minute), []Demand{dm("k", time.Minute, 1, 1)})
+	if diff := cmp.Diff(denied(0, 61*time.Second, 0), got); diff != "" {
+		t.Errorf("Admit() mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestInvalidDemandsPanic(t *testing.T) {
+	tests := []struct {
+		name    string
+		buckets int
+		demands []Demand
+		want    string
+	}{
+		{"zero period", 0, []Demand{dm("k", 0, 1, 1)}, "period must be positive"},
+		{"negative period", 0, []Demand{dm("k", -time.Minute, 1, 1)}, "period must be positive"},
+		{"zero limit", 0, []Demand{dm("k", time.Minute, 0, 1)}, "limit must be positive"},
+		{"negative amount", 0, []Demand{dm("k", time.Minute, 1, -1)}, "amount must not be negative"},
+		{"period not divisible", 0, []Demand{dm("k", 61, 1, 1)}, "does not divide into 60 buckets"},
+		{"period shorter than buckets", 0, []Demand{dm("k", 30, 1, 1)}, "does not divide into 60 buckets"},
+		{"second demand invalid", 0, []Demand{dm("a", time.Minute, 1, 1), dm("b", time.Minute, -1, 1)}, `demands[1] "b"`},
+		{"one key, two periods in a call", 0, []Demand{dm("k", time.Minute, 1, 1), dm("k", time.Hour, 1, 1)}, "but the key is used with period"},
+		{"custom buckets", 7, []Demand{dm("k", time.Minute, 1, 1)}, "does not divide into 7 buckets"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New(Options{Buckets: tt.buckets})
+			msg := catchPanic(func() { c.Admit(base, tt.demands) })
+			if !strings.Contains(msg, tt.want) {
+				t.Errorf("Admit() panicked with %q, want it to contain %q", msg, tt.want)
+			}
+			if got := c.Len(); got > 1 {
+				t.Errorf("Len() = %d after a panic, want at most 1", got)
+			}
+		})
+	}
+
+	t.Run("one key, two periods across calls", func(t *testing.T) {
+		c := New(Options{})
+		c.Admit(base, []Demand{dm("k", time.Minute, 1, 1)})
+		msg := catchPanic(func() { c.Admit(base, []Demand{dm("k", time.Hour, 1, 1)}) })
+		if want := "period 1h0m0s, but the key is used with period 1m0s"; !strings.Contains(msg, want) {
+			t.Errorf("Admit() panicked with %q, want it to contain %q", msg, want)
+		}
+		// No lock was left held.
+		got := c.Admit(base, []Demand{dm("k", time.Minute, 1, 0)})
+		if diff := cmp.Diff(admitted(0), got); diff != "" {
+			t.Errorf("Admit() after the panic mismatch (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("negative buckets", func(t *testing.T) {
+		msg := catchPanic(func() { New(Options{Buckets: -1}) })
+		if want := "Options.Buckets -1 must not be negative"; !strings.Contains(msg, want) {
+			t.Errorf("New() panicked with %q, want it to contain %q", msg, want)
+		}
+	})
+}
+
+// catchPanic runs f and returns the message it panicked with, or "" if it
+// did not panic.
+func catchPanic(f func()) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, ok := r.(string)
+			if !ok {
+				s = "non-string panic"
+			}
+			msg = s
+		}
+	}()
+	f()
+	return ""
+}

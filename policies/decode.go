@@ -1,0 +1,600 @@
+package policies
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// maxDecodeSteps bounds the work of decoding one document, so that a file
+// full of nested aliases ("billion laughs") fails instead of hanging.
+const maxDecodeSteps = 1_000_000
+
+// expansion records what ${ENV} expansion did to one scalar.
+type expansion struct {
+	orig   string // as written in the file
+	value  string // after expansion
+	failed bool   // a reference could not be expanded (and was reported)
+}
+
+// decoder decodes a yaml.Node tree into a Config, expanding ${ENV}
+// references in scalar values, and collects every problem it meets.
+type decoder struct {
+	env      LookupEnv
+	problems Problems
+	expanded map[*yaml.Node]*expansion
+	order    []*yaml.Node // the keys of expanded, in the order expanded
+	steps    int
+	maxSteps int
+}
+
+func newDecoder(env LookupEnv, maxSteps int) *decoder {
+	if env == nil {
+		env = func(string) (string, bool) { return "", false }
+	}
+	return &decoder{env: env, maxSteps: maxSteps, expanded: make(map[*yaml.Node]*expansion)}
+}
+
+func (d *decoder) add(path string, at *yaml.Node, msg string) {
+	p := Problem{Path: path, Msg: msg}
+	if at != nil {
+		p.Line, p.Column = at.Line, at.Column
+	}
+	d.problems = append(d.problems, p)
+}
+
+var timeType = reflect.TypeFor[time.Time]()
+
+// decode decodes n, found at path under the mapping key node key (nil for a
+// list item or the document), into v. A null value leaves v as it is, so
+// that omitted and empty fields keep their defaults.
+func (d *decoder) decode(path string, key, n *yaml.Node, v reflect.Value) {
+	d.steps++
+	if d.steps == d.maxSteps {
+		d.add("", nil, fmt.Sprintf("document too large: more than %d values after alias expansion", d.maxSteps))
+	}
+	if d.steps >= d.maxSteps {
+		return
+	}
+	at := position(key, n)
+	n = deref(n)
+	if v.Type() == timeType {
+		d.decodeTime(path, at, n, v)
+		return
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		if isNull(n) {
+			return
+		}
+		elem := reflect.New(v.Type().Elem())
+		if !v.IsNil() {
+			elem.Elem().Set(v.Elem())
+		}
+		d.decode(path, key, n, elem.Elem())
+		v.Set(elem)
+	case reflect.Struct:
+		d.decodeStruct(path, at, n, v)
+	case reflect.Slice:
+		if isNull(n) {
+			return
+		}
+		if n.Kind != yaml.SequenceNode {
+			d.add(path, at, "must be a list, got "+describe(n))
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			d.decode(indexPath(path, i), nil, item, s.Index(i))
+		}
+		v.Set(s)
+	case reflect.Map:
+		d.decodeMap(path, at, n, v)
+	case reflect.String:
+		s, ok := d.scalar(path, at, n, "a string")
+		if ok {
+			v.SetString(s)
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		d.decodeInt(path, at, n, v)
+	default:
+		// Programmer error: a Config field of a kind this decoder does not know.
+		d.add(path, at, fmt.Sprintf("internal error: cannot decode into %s", v.Type()))
+	}
+}
+
+func (d *decoder) decodeStruct(path string, at, n *yaml.Node, v reflect.Value) {
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.add(path, at, "must be a mapping, got "+describe(n))
+		return
+	}
+	if v.Type() == reflect.TypeFor[Store]() {
+		// A store section replaces the default store entirely: writing
+		// postgres must not leave the default sqlite path behind.
+		v.SetZero()
+	}
+	fields, names := yamlFields(v.Type())
+	for _, p := range d.pairs(path, n, fieldPath) {
+		if p.key.Kind != yaml.ScalarNode {
+			d.add(path, p.key, "mapping keys must be strings, got "+describe(p.key))
+			continue
+		}
+		name := p.key.Value
+		fpath := fieldPath(path, name)
+		i, ok := fields[name]
+		if !ok {
+			hint := didYouMean(name, names)
+			if hint == "" {
+				hint = " (expected one of: " + strings.Join(names, ", ") + ")"
+			}
+			d.add(fpath, p.key, "unknown field"+hint)
+			continue
+		}
+		d.decode(fpath, p.key, p.value, v.Field(i))
+	}
+}
+
+func (d *decoder) decodeMap(path string, at, n *yaml.Node, v reflect.Value) {
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.add(path, at, "must be a mapping, got "+describe(n))
+		return
+	}
+	m := reflect.MakeMap(v.Type())
+	for _, p := range d.pairs(path, n, keyPath) {
+		if p.key.Kind != yaml.ScalarNode {
+			d.add(path, p.key, "mapping keys must be strings, got "+describe(p.key))
+			continue
+		}
+		elem := reflect.New(v.Type().Elem()).Elem()
+		d.decode(keyPath(path, p.key.Value), p.key, p.value, elem)
+		m.SetMapIndex(reflect.ValueOf(p.key.Value).Convert(v.Type().Key()), elem)
+	}
+	v.Set(m)
+}
+
+// pairs lists the key/value pairs of mapping n, reporting duplicate keys
+// and malformed merge keys.
+func (d *decoder) pairs(path string, n *yaml.Node, sub func(parent, key string) string) []pair {
+	ps, bad := mappingPairs(n, func(first, again *yaml.Node) {
+		d.add(sub(path, again.Value), again, fmt.Sprintf("duplicate key (first at line %d)", first.Line))
+	})
+	for _, b := range bad {
+		d.add(fieldPath(path, "<<"), b, "a merge key must refer to a mapping or a list of mappings")
+	}
+	return ps
+}
+
+// scalar returns the string value of the scalar n after ${ENV} expansion.
+// ok is false when n is null (the field keeps its value) or a problem was
+// reported.
+func (d *decoder) scalar(path string, at, n *yaml.Node, want string) (s string, ok bool) {
+	if n.Kind != yaml.ScalarNode {
+		d.add(path, at, "must be "+want+", got "+describe(n))
+		return "", false
+	}
+	if e := d.expand(path, at, n); e != nil {
+		return e.value, !e.failed
+	}
+	if isNull(n) {
+		return "", false
+	}
+	return n.Value, true
+}
+
+// expand expands the ${ENV} references of the scalar n once (an anchored
+// scalar can be reached through several aliases) and returns what it did,
+// or nil when n has nothing to expand.
+func (d *decoder) expand(path string, at, n *yaml.Node) *expansion {
+	if e, ok := d.expanded[n]; ok {
+		return e
+	}
+	if !strings.Contains(n.Value, "$") {
+		return nil
+	}
+	value, problems := expandEnv(n.Value, d.env)
+	e := &expansion{orig: n.Value, value: value, failed: len(problems) > 0}
+	d.expanded[n] = e
+	d.order = append(d.order, n)
+	for _, msg := range problems {
+		d.add(path, at, msg)
+	}
+	return e
+}
+
+func (d *decoder) decodeInt(path string, at, n *yaml.Node, v reflect.Value) {
+	if n.Kind != yaml.ScalarNode {
+		d.add(path, at, "must be an integer"+intHint(path)+", got "+describe(n))
+		return
+	}
+	s := n.Value
+	e := d.expand(path, at, n)
+	switch {
+	case e != nil && e.failed:
+		return
+	case e != nil:
+		s = e.value
+	case isNull(n):
+		return
+	case n.ShortTag() != "!!int":
+		d.add(path, at, "must be an integer"+intHint(path)+", got "+literal(n))
+		return
+	}
+	i, err := strconv.ParseInt(strings.TrimSpace(s), 0, 64)
+	if err == nil && v.OverflowInt(i) {
+		err = strconv.ErrRange
+	}
+	if err != nil {
+		got := literal(n)
+		if e != nil {
+			got = "the expansion of " + strconv.Quote(e.orig)
+		}
+		d.add(path, at, "must be an integer"+intHint(path)+", got "+got)
+		return
+	}
+	v.SetInt(i)
+}
+
+// intHint explains the unit of prices, the only integers that people are
+// tempted to write as decimals.
+func intHint(path string) string {
+	if strings.HasPrefix(path, "pricing") {
+		return " (micro-dollars per 1M tokens: $2.50 is 2500000)"
+	}
+	return ""
+}
+
+var timeLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02"}
+
+func (d *decoder) decodeTime(path string, at, n *yaml.Node, v reflect.Value) {
+	const want = "a timestamp (RFC 3339 such as 2026-01-02T15:04:05Z, or a date such as 2026-01-02)"
+	if n.Kind != yaml.ScalarNode {
+		d.add(path, at, "must be "+want+", got "+describe(n))
+		return
+	}
+	s := n.Value
+	e := d.expand(path, at, n)
+	switch {
+	case e != nil && e.failed:
+		return
+	case e != nil:
+		s = e.value
+	case isNull(n):
+		return
+	case n.ShortTag() != "!!timestamp" && n.ShortTag() != "!!str":
+		d.add(path, at, "must be "+want+", got "+literal(n))
+		return
+	}
+	for _, layout := range timeLayouts {
+		if t, err := time.Parse(layout, strings.TrimSpace(s)); err == nil {
+			v.Set(reflect.ValueOf(t))
+			return
+		}
+	}
+	got := literal(n)
+	if e != nil {
+		got = "the expansion of " + strconv.Quote(e.orig)
+	}
+	d.add(path, at, "must be "+want+", got "+got)
+}
+
+// yamlFields maps the YAML names of a struct's fields to field indexes, and
+// lists the names in declaration order.
+func yamlFields(t reflect.Type) (map[string]int, []string) {
+	fields := make(map[string]int, t.NumField())
+	var names []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		fields[name] = i
+		names = append(names, name)
+	}
+	return fields, names
+}
+
+// pair is one key/value pair of a YAML mapping.
+type pair struct{ key, value *yaml.Node }
+
+// mappingPairs lists the pairs of mapping n with merge keys (<<) applied:
+// keys written in n win over merged ones, and among merged mappings the
+// first wins. dup, if not nil, is called for every key written twice in n
+// itself. bad lists the merge keys whose value is not a mapping or a list
+// of mappings.
+func mappingPairs(n *yaml.Node, dup func(first, again *yaml.Node)) (ps []pair, bad []*yaml.Node) {
+	seen := make(map[string]*yaml.Node)
+	var merged []pair
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			m, ok := mergeSources(v)
+			if !ok {
+				bad = append(bad, k)
+			}
+			merged = append(merged, m...)
+			continue
+		}
+		if k.Kind == yaml.ScalarNode {
+			if first, ok := seen[k.Value]; ok {
+				if dup != nil {
+					dup(first, k)
+				}
+				continue
+			}
+			seen[k.Value] = k
+		}
+		ps = append(ps, pair{k, v})
+	}
+	for _, p := range merged {
+		if _, ok := seen[p.key.Value]; ok {
+			continue
+		}
+		seen[p.key.Value] = p.key
+		ps = append(ps, p)
+	}
+	return ps, bad
+}
+
+func mergeSources(v *yaml.Node) ([]pair, bool) {
+	v = deref(v)
+	switch v.Kind {
+	case yaml.MappingNode:
+		ps, bad := mappingPairs(v, nil)
+		return ps, len(bad) == 0
+	case yaml.SequenceNode:
+		var all []pair
+		ok := true
+		for _, item := range v.Content {
+			item = deref(item)
+			if item.Kind != yaml.MappingNode {
+				ok = false
+				continue
+			}
+			ps, bad := mappingPairs(item, nil)
+			all = append(all, ps...)
+			ok = ok && len(bad) == 0
+		}
+		return all, ok
+	}
+	return nil, false
+}
+
+func deref(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || n.Kind == 0 || n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// position is the node to point at for the value n found under key: the
+// value itself when it is a scalar written out, else its key (a block
+// mapping or list starts on the line after its key; an empty value has no
+// position of its own).
+func position(key, n *yaml.Node) *yaml.Node {
+	if key == nil || n.Kind == yaml.AliasNode {
+		return n
+	}
+	if n.Kind == yaml.ScalarNode && !(isNull(n) && n.Value == "") {
+		return n
+	}
+	return key
+}
+
+// describe names the kind of value n holds, for type errors.
+func describe(n *yaml.Node) string {
+	n = deref(n)
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return "null"
+		case "!!bool":
+			return "a boolean"
+		case "!!int":
+			return "an integer"
+		case "!!float":
+			return "a number"
+		case "!!timestamp":
+			return "a timestamp"
+		}
+		return "a string"
+	}
+	return "nothing"
+}
+
+// literal shows a scalar as written: strings quoted, other scalars bare.
+func literal(n *yaml.Node) string {
+	if n.ShortTag() == "!!str" {
+		return strconv.Quote(n.Value)
+	}
+	return n.Value
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// expandEnv replaces every ${NAME} in s with the value of the environment
+// variable NAME and every $$ with $. A $ followed by anything else is kept.
+// The problems never include a variable's value.
+func expandEnv(s string, env LookupEnv) (string, []string) {
+	var b strings.Builder
+	var problems []string
+	for i := 0; i < len(s); {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			i++
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i += 2
+		case '{':
+			end := strings.IndexByte(s[i+2:], '}')
+			if end < 0 {
+				problems = append(problems, `unterminated "${" (write "$$" for a literal "$")`)
+				return "", problems
+			}
+			name := s[i+2 : i+2+end]
+			switch {
+			case name == "":
+				problems = append(problems, `empty environment variable reference "${}"`)
+			case !envName.MatchString(name):
+				problems = append(problems, fmt.Sprintf("invalid environment variable name %q", name))
+			default:
+				value, ok := env(name)
+				if !ok {
+					problems = append(problems, fmt.Sprintf("environment variable %s is not set", name))
+				}
+				b.WriteString(value)
+			}
+			i += 2 + end + 1
+		default:
+			b.WriteByte('$')
+			i++
+		}
+	}
+	if len(problems) > 0 {
+		return "", problems
+	}
+	return b.String(), nil
+}
+
+// find follows path from root. It returns the value node reached, the
+// node to point at for it (see position), and whether the whole path
+// exists; when it does not, n and at are those of the deepest part that
+// does, or nil when not even the first step does.
+func find(root *yaml.Node, path string) (n, at *yaml.Node, ok bool) {
+	segs, valid := splitPath(path)
+	if !valid || len(segs) == 0 || root == nil {
+		return nil, nil, false
+	}
+	cur := deref(root)
+	for _, s := range segs {
+		var key, next *yaml.Node
+		switch {
+		case s.index >= 0 && cur.Kind == yaml.SequenceNode && s.index < len(cur.Content):
+			next = cur.Content[s.index]
+		case s.index < 0 && cur.Kind == yaml.MappingNode:
+			ps, _ := mappingPairs(cur, nil)
+			for _, p := range ps {
+				if p.key.Kind == yaml.ScalarNode && p.key.Value == s.key {
+					key, next = p.key, p.value
+					break
+				}
+			}
+		}
+		if next == nil {
+			return n, at, false
+		}
+		at = position(key, next)
+		cur = deref(next)
+		n = cur
+	}
+	return n, at, true
+}
+
+// locate returns the position of the value at path (see find), or 0, 0.
+func locate(root *yaml.Node, path string) (line, col int) {
+	if _, at, _ := find(root, path); at != nil {
+		return at.Line, at.Column
+	}
+	return 0, 0
+}
+
+// parseDocuments parses every YAML document in data.
+func parseDocuments(data []byte) ([]*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var docs []*yaml.Node
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, &n)
+	}
+}
+
+var unknownAnchor = regexp.MustCompile(`^unknown anchor '(.*)' referenced$`)
+
+var yamlLinePrefix = regexp.MustCompile(`^line [0-9]+: `)
+
+// syntaxMessage strips the "yaml: line N: " prefix from a parse error.
+func syntaxMessage(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	return yamlLinePrefix.ReplaceAllString(msg, "")
+}
+
+// locateSyntaxError finds where the YAML syntax error msg is. The YAML
+// library reports a line only, often the line where the enclosing block
+// starts rather than where the mistake is; so this finds the shortest
+// prefix of the document that fails with the same message, first by whole
+// lines, then by characters within the last line. It returns 0, 0 when it
+// cannot tell.
+func locateSyntaxError(data []byte, msg string) (line, col int) {
+	fails := func(prefix []byte) bool {
+		_, err := parseDocuments(prefix)
+		return err != nil && syntaxMessage(err) == msg
+	}
+	var starts []int // the offset of each line
+	for off := 0; off < len(data); {
+		starts = append(starts, off)
+		nl := bytes.IndexByte(data[off:], '\n')
+		if nl < 0 {
+			break
+		}
+		off += nl + 1
+	}
+	end := func(i int) int { // the end of line i, including its newline
+		if i+1 < len(starts) {
+			return starts[i+1]
+		}
+		return len(data)
+	}
+	i := sort.Search(len(starts), func(i int) bool { return fails(data[:end(i)]) })
+	if i == len(starts) {
+		return 0, 0
+	}
+	text := bytes.TrimRight(data[starts[i]:end(i)], "\r\n")
+	j := sort.Search(len(text), func(j int) bool { return fails(data[:starts[i]+j+1]) })
+	if m := unknownAnchor.FindStringSubmatch(msg); m != nil {
+		if k := bytes.Index(text, []byte("*"+m[1])); k >= 0 {
+			j = k // point at the alias rather than past it
+		}
+	}
+	if j == len(text) {
+		j = len(text) - len(bytes.TrimLeft(text, " \t"))
+	}
+	return i + 1, utf8.RuneCount(text[:j]) + 1
+}

@@ -1,0 +1,11 @@
+// Package policies owns Sluice's policy model and its lifecycle: the
+// sluice.yaml types (Config), loading them with ${ENV} expansion (Load,
+// Parse), validation that reports every problem with its path and position
+// (Validate, Problems), compilation into the immutable Snapshot that the
+// hot path reads (Compile), and reloading on file change (Watcher).
+//
+// It must not touch stores, databases or the network, and never reads the
+// environment itself: the caller passes a LookupEnv. Keys, teams and orgs
+// managed at runtime live in the stores; only the ones declared in the file
+// appear here.
+package policies

@@ -1,0 +1,263 @@
+package policies
+
+import (
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func compileFile(t *testing.T, file string) *Snapshot {
+	t.Helper()
+	cfg, err := Load(file, lookupTestEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Compile(cfg, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestCompile(t *testing.T) {
+	s := compileFile(t, "testdata/good/full.yaml")
+
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.SQLitePath(), filepath.Join(wd, "testdata/good/data/sluice.db"); got != want {
+		t.Errorf("SQLitePath() = %q, want %q", got, want)
+	}
+	if got, want := s.Listen(), (Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "0.0.0.0:10000"}); got != want {
+		t.Errorf("Listen() = %+v, want %+v", got, want)
+	}
+	if !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(s.Version()) {
+		t.Errorf("Version() = %q, want 16 hex characters", s.Version())
+	}
+
+	openai, ok := s.Provider("openai")
+	if !ok || openai.BaseURL != "https://api.openai.com/v1" || openai.APIKey.Reveal() != "sk-test-SECRET-openai" {
+		t.Errorf("Provider(openai) = %+v, %v", openai, ok)
+	}
+	if p, ok := s.Provider("nope"); ok || p != nil {
+		t.Errorf("Provider(nope) = %v, %v; want nil, false", p, ok)
+	}
+
+	modelTests := []struct {
+		ask  string
+		want *ModelRoute
+	}{
+		{"gpt-4o", &ModelRoute{Name: "gpt-4o", Aliases: []string{"gpt4o", "gpt-4o-latest"}, Upstream: "gpt-4o", Provider: openai,
+			Price: Price{Input: 2500000, CachedInput: 1250000, Output: 10000000}, Priced: true}},
+		{"gpt-4o-latest", &ModelRoute{Name: "gpt-4o", Aliases: []string{"gpt4o", "gpt-4o-latest"}, Upstream: "gpt-4o", Provider: openai,
+			Price: Price{Input: 2500000, CachedInput: 1250000, Output: 10000000}, Priced: true}},
+		{"sonnet", &ModelRoute{Name: "claude-sonnet-4", Aliases: []string{"sonnet"}, Upstream: "claude-sonnet-4-20250514",
+			Provider: &Provider{Name: "anthropic", Kind: KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-test-SECRET-anthropic", AnthropicVersion: "2023-06-01"},
+			Price:    Price{Input: 3000000, CachedInput: 300000, Output: 15000000}, Priced: true}},
+		{"azure/gpt-4o", &ModelRoute{Name: "azure/gpt-4o", Upstream: "gpt4o-deployment",
+			Provider: &Provider{Name: "azure-eu", Kind: KindAzureOpenAI, BaseURL: "https://contoso-eu.openai.azure.com", APIKey: "SECRET-azure-key", APIVersion: "2024-10-21"}}},
+		{"llama3.1:8b", &ModelRoute{Name: "meta-llama/Llama-3.1-8B-Instruct", Aliases: []string{"llama3.1:8b"}, Upstream: "meta-llama/Llama-3.1-8B-Instruct",
+			Provider: &Provider{Name: "vllm", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000/v1"}}},
+		{"GPT-4o", nil},
+		{"upstream-only", nil},
+	}
+	for _, tt := range modelTests {
+		got, ok := s.Model(tt.ask)
+		if ok != (tt.want != nil) {
+			t.Errorf("Model(%q) ok = %v", tt.ask, ok)
+		}
+		if diff := cmp.Diff(tt.want, got, cmpEmpty); diff != "" {
+			t.Errorf("Model(%q) (-want +got):\n%s", tt.ask, diff)
+		}
+	}
+	if r, _ := s.Model("gpt4o"); r.Provider != openai {
+		t.Error("routes do not share the snapshot's provider")
+	}
+
+	if diff := cmp.Diff([]string{"azure/gpt-4o", "claude-sonnet-4", "gpt-4o", "gpt-4o-mini", "meta-llama/Llama-3.1-8B-Instruct"}, s.ModelNames()); diff != "" {
+		t.Errorf("ModelNames (-want +got):\n%s", diff)
+	}
+	if !s.Org("acme") || s.Org("globex") {
+		t.Errorf("Org(acme), Org(globex) = %v, %v; want true, false", s.Org("acme"), s.Org("globex"))
+	}
+
+	platformModels, _ := NewModelSet([]string{"gpt-4o*", "sonnet", "meta-llama/*"})
+	wantTeams := []TeamPolicy{
+		{Name: "platform", Org: "acme", Models: platformModels, Limits: Limits{Requests: RateLimits{PerMinute: 600, PerDay: 100000}}},
+		{Name: "research"},
+	}
+	cmpSets := cmp.Comparer(func(a, b ModelSet) bool { return cmp.Equal(a.Patterns(), b.Patterns()) })
+	if diff := cmp.Diff(wantTeams, s.Teams(), cmpSets); diff != "" {
+		t.Errorf("Teams (-want +got):\n%s", diff)
+	}
+	if team, ok := s.Team("research"); !ok || team.Name != "research" || !team.Models.Unrestricted() {
+		t.Errorf("Team(research) = %+v, %v", team, ok)
+	}
+	if _, ok := s.Team("nope"); ok {
+		t.Error("Team(nope) found")
+	}
+
+	ciModels, _ := NewModelSet([]string{"gpt-4o-mini"})
+	wantKeys := []KeyPolicy{
+		{ID: "config:ci-bot", Name: "ci-bot", Team: "platform", Prefix: "sk-sluice-ci", Hash: sha256Bytes(t, hashFoo),
+			Models: ciModels, Limits: Limits{Requests: RateLimits{PerMinute: 60}}, ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{ID: "config:notebook", Name: "notebook", Team: "research", Hash: sha256Bytes(t, hashBar)},
+	}
+	if diff := cmp.Diff(wantKeys, s.DeclaredKeys(), cmpSets); diff != "" {
+		t.Errorf("DeclaredKeys (-want +got):\n%s", diff)
+	}
+}
+
+func sha256Bytes(t *testing.T, hexHash string) [32]byte {
+	t.Helper()
+	var h [32]byte
+	if n, err := hex.Decode(h[:], []byte(hexHash)); err != nil || n != 32 {
+		t.Fatalf("bad hash %q: %v", hexHash, err)
+	}
+	return h
+}
+
+func TestModelRouteAllowedBy(t *testing.T) {
+	s := compileFile(t, "testdata/good/full.yaml")
+	team, _ := s.Team("platform") // gpt-4o*, sonnet, meta-llama/*
+	tests := []struct {
+		model string
+		want  bool
+	}{
+		{"gpt-4o", true},
+		{"gpt4o", true},           // an alias of an allowed model
+		{"claude-sonnet-4", true}, // allowed through its alias "sonnet"
+		{"llama3.1:8b", true},     // alias of meta-llama/...
+		{"azure/gpt-4o", false},
+	}
+	for _, tt := range tests {
+		r, ok := s.Model(tt.model)
+		if !ok {
+			t.Fatalf("Model(%q) not found", tt.model)
+		}
+		if got := r.AllowedBy(team.Models); got != tt.want {
+			t.Errorf("Model(%q).AllowedBy(platform) = %v, want %v", tt.model, got, tt.want)
+		}
+		if !r.AllowedBy(ModelSet{}) {
+			t.Errorf("Model(%q).AllowedBy(zero set) = false", tt.model)
+		}
+	}
+}
+
+func TestCompileInvalid(t *testing.T) {
+	c := validConfig()
+	c.Models[0].Provider = "opnai"
+	_, err := Compile(c, "sluice.yaml")
+	var ps Problems
+	if !errors.As(err, &ps) {
+		t.Fatalf("Compile = %v, want Problems", err)
+	}
+	if got, want := err.Error(), `sluice.yaml: models[0].provider: unknown provider "opnai" (did you mean "openai"?)`; got != want {
+		t.Errorf("Compile error = %q, want %q", got, want)
+	}
+	if _, err := Compile(nil, ""); err == nil {
+		t.Error("Compile(nil) succeeded")
+	}
+}
+
+func TestSnapshotIsIsolatedFromItsSource(t *testing.T) {
+	c := validConfig()
+	s, err := Compile(c, "sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := s.Version()
+	c.Providers[0].BaseURL = "https://changed"
+	c.Models[0].Aliases[0] = "changed"
+	c.Teams[0].Models[0] = "changed"
+	c.Pricing["gpt-4o"] = Price{}
+	if p, _ := s.Provider("openai"); p.BaseURL != "https://api.openai.com/v1" {
+		t.Errorf("provider changed with its source: %q", p.BaseURL)
+	}
+	if _, ok := s.Model("gpt4o"); !ok {
+		t.Error("alias changed with its source")
+	}
+	if diff := cmp.Diff(validConfig(), s.Config()); diff != "" {
+		t.Errorf("Config() changed with its source (-want +got):\n%s", diff)
+	}
+	if s.Version() != version {
+		t.Error("version changed")
+	}
+	names := s.ModelNames()
+	names[0] = "changed"
+	if s.ModelNames()[0] == "changed" {
+		t.Error("ModelNames returns the snapshot's own slice")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	version := func(change func(c *Config)) string {
+		t.Helper()
+		c := validConfig()
+		change(c)
+		s, err := Compile(c, "sluice.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Version()
+	}
+	v0 := version(func(*Config) {})
+	if got := version(func(*Config) {}); got != v0 {
+		t.Errorf("equal configs have versions %s and %s", v0, got)
+	}
+	if got := version(func(c *Config) { c.Orgs = []Org{{Name: "acme"}} }); got != v0 {
+		t.Errorf("an equal copy has version %s, want %s", got, v0)
+	}
+	changes := map[string]func(c *Config){
+		"rotated credential": func(c *Config) { c.Providers[0].APIKey = "sk-y" },
+		"price":              func(c *Config) { c.Pricing["gpt-4o"] = Price{Input: 1} },
+		"limit":              func(c *Config) { c.Keys[0].Limits.Requests.PerHour = 5 },
+		"expiry":             func(c *Config) { e := time.Unix(0, 0); c.Keys[0].ExpiresAt = &e },
+		"listen":             func(c *Config) { c.Listen.Admin = "127.0.0.1:9091" },
+		"moved string":       func(c *Config) { c.Models[0].Aliases = []string{"gpt", "4o"} },
+	}
+	seen := map[string]string{v0: "original"}
+	for name, change := range changes {
+		v := version(change)
+		if other, ok := seen[v]; ok {
+			t.Errorf("%s: version %s equals that of %s", name, v, other)
+		}
+		seen[v] = name
+	}
+}
+
+func TestSQLitePath(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		sqlite, file, want string
+	}{
+		{"sluice.db", "/etc/sluice/sluice.yaml", "/etc/sluice/sluice.db"},
+		{"../data/s.db", "/etc/sluice/sluice.yaml", "/etc/data/s.db"},
+		{"/var/lib/s.db", "/etc/sluice/sluice.yaml", "/var/lib/s.db"},
+		{"sluice.db", "sluice.yaml", filepath.Join(wd, "sluice.db")},
+		{"sluice.db", "", filepath.Join(wd, "sluice.db")},
+		{":memory:", "/etc/sluice.yaml", ":memory:"},
+		{"file:x.db?mode=memory", "/etc/sluice.yaml", "file:x.db?mode=memory"},
+	}
+	for _, tt := range tests {
+		c := validConfig()
+		c.Store.SQLite = tt.sqlite
+		s, err := Compile(c, tt.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.SQLitePath(); got != tt.want {
+			t.Errorf("SQLite %q in %q: SQLitePath() = %q, want %q", tt.sqlite, tt.file, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,364 @@
+package policies
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Validate checks the configuration and returns every problem it finds,
+// each addressed by its path ("providers[2].base_url"). The problems have
+// no positions; Parse adds them. A valid configuration returns nil.
+func (c *Config) Validate() Problems {
+	var ps Problems
+	for _, is := range c.check() {
+		ps = append(ps, is.Problem)
+	}
+	ps.sort()
+	return ps
+}
+
+// issue is a problem found by Validate and, for a problem about a
+// reference (an unknown provider, model, org or team), the list it refers
+// to. When that list could not be decoded, Parse drops the issue: it is a
+// consequence of the decoding problem, not a problem of its own.
+type issue struct {
+	Problem
+	refersTo string
+}
+
+// check finds every problem of c, unsorted.
+func (c *Config) check() []issue {
+	v := &validator{}
+	v.listen(c.Listen)
+	v.store(c.Store)
+	providers := v.providers(c.Providers)
+	owners, known := v.models(c.Models, providers)
+	v.pricing(c.Pricing, c.Models, owners)
+	orgs := v.names("orgs", len(c.Orgs), func(i int) string { return c.Orgs[i].Name })
+	teams := v.teams(c, orgs, owners, known)
+	v.keys(c, teams, owners, known)
+	return v.issues
+}
+
+type validator struct{ issues []issue }
+
+func (v *validator) add(path, format string, args ...any) {
+	v.issues = append(v.issues, issue{Problem: Problem{Path: path, Msg: fmt.Sprintf(format, args...)}})
+}
+
+// addRef adds a problem with a reference to the list named list.
+func (v *validator) addRef(list, path, format string, args ...any) {
+	v.add(path, format, args...)
+	v.issues[len(v.issues)-1].refersTo = list
+}
+
+func (v *validator) listen(l Listen) {
+	for _, a := range []struct{ name, addr string }{
+		{"grpc", l.GRPC}, {"xds", l.XDS}, {"admin", l.Admin}, {"envoy", l.Envoy},
+	} {
+		path := "listen." + a.name
+		if a.addr == "" {
+			v.add(path, "required (host:port)")
+			continue
+		}
+		_, port, err := net.SplitHostPort(a.addr)
+		if err != nil {
+			v.add(path, "must be host:port, got %q", a.addr)
+			continue
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			v.add(path, "port must be a number from 0 to 65535, got %q", port)
+		}
+	}
+}
+
+func (v *validator) store(s Store) {
+	sqlite, postgres := s.SQLite != "", s.Postgres != ""
+	if sqlite == postgres {
+		v.add("store", "set exactly one of sqlite or postgres")
+	}
+	if postgres {
+		v.add("store.postgres", "the PostgreSQL store is not available yet; use store.sqlite")
+	}
+}
+
+var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+var kinds = []string{KindOpenAI, KindAnthropic, KindAzureOpenAI, KindOpenAICompatible}
+
+// names checks that the n items of a list have a name and that names are
+// unique, and returns the index of the first item of each name.
+func (v *validator) names(list string, n int, name func(i int) string) map[string]int {
+	first := make(map[string]int, n)
+	for i := range n {
+		path := indexPath(list, i) + ".name"
+		switch s := name(i); {
+		case s == "":
+			v.add(path, "required")
+		case hasKey(first, s):
+			v.add(path, "duplicate name %q (first at %s)", s, indexPath(list, first[s]))
+		default:
+			first[s] = i
+		}
+	}
+	return first
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// providers checks the providers and returns the index of each name.
+func (v *validator) providers(ps []Provider) map[string]int {
+	if len(ps) == 0 {
+		v.add("providers", "at least one provider is required")
+	}
+	names := v.names("providers", len(ps), func(i int) string { return ps[i].Name })
+	for i, p := range ps {
+		path := indexPath("providers", i)
+		if p.Name != "" && !providerName.MatchString(p.Name) {
+			v.add(path+".name", "must match %s (it becomes an Envoy cluster name), got %q", providerName, p.Name)
+		}
+		v.baseURL(path+".base_url", p.BaseURL)
+		switch {
+		case p.Kind == "":
+			v.add(path+".kind", "required (one of %s)", strings.Join(kinds, ", "))
+			continue
+		case !slices.Contains(kinds, p.Kind):
+			hint := didYouMean(p.Kind, kinds)
+			if hint == "" {
+				hint = " (must be one of " + strings.Join(kinds, ", ") + ")"
+			}
+			v.add(path+".kind", "unknown kind %q%s", p.Kind, hint)
+			continue
+		}
+		if p.APIKey == "" && p.Kind != KindOpenAICompatible {
+			v.add(path+".api_key", "required for kind %q", p.Kind)
+		}
+		switch {
+		case p.Kind == KindAzureOpenAI && p.APIVersion == "":
+			v.add(path+".api_version", "required for kind %q", p.Kind)
+		case p.Kind != KindAzureOpenAI && p.APIVersion != "":
+			v.add(path+".api_version", "only allowed for kind %q", KindAzureOpenAI)
+		}
+		if p.Kind != KindAnthropic && p.AnthropicVersion != "" {
+			v.add(path+".anthropic_version", "only allowed for kind %q", KindAnthropic)
+		}
+	}
+	return names
+}
+
+func (v *validator) baseURL(path, s string) {
+	if s == "" {
+		v.add(path, "required")
+		return
+	}
+	got := strconv.Quote(s)
+	if strings.Contains(s, "@") {
+		got = "a value with an @ (not shown: it may hold a credential)"
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil || !u.IsAbs() || u.Scheme != "http" && u.Scheme != "https" || u.Hostname() == "" || u.Opaque != "":
+		v.add(path, "must be an absolute http(s) URL, got %s", got)
+	case u.User != nil:
+		v.add(path, "must not contain credentials (put the provider's key in api_key)")
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.HasSuffix(s, "#"):
+		v.add(path, "must not have a query or fragment, got %s", got)
+	}
+}
+
+// models checks the models and returns, for every model name and alias,
+// the index of the model that owns it, and the names and aliases in the
+// order they are declared.
+func (v *validator) models(ms []Model, providers map[string]int) (owners map[string]int, known []string) {
+	if len(ms) == 0 {
+		v.add("models", "at least one model is required")
+	}
+	providerNames := sortedByIndex(providers)
+	owners = make(map[string]int)
+	claim := func(path, name string, i int, isName bool) {
+		j, taken := owners[name]
+		switch {
+		case taken && isName && ms[j].Name == name:
+			v.add(path, "duplicate name %q (first at %s)", name, indexPath("models", j))
+		case taken:
+			v.add(path, "%q is already the name or alias of %s", name, indexPath("models", j))
+		default:
+			owners[name] = i
+			known = append(known, name)
+		}
+	}
+	for i, m := range ms {
+		path := indexPath("models", i)
+		switch msg := checkModelName(m.Name); {
+		case m.Name == "":
+			v.add(path+".name", "required")
+		case msg != "":
+			v.add(path+".name", "%s", msg)
+		default:
+			claim(path+".name", m.Name, i, true)
+		}
+		for k, a := range m.Aliases {
+			apath := indexPath(path+".aliases", k)
+			switch msg := checkModelName(a); {
+			case a == "":
+				v.add(apath, "must not be empty")
+			case msg != "":
+				v.add(apath, "%s", msg)
+			default:
+				claim(apath, a, i, false)
+			}
+		}
+		switch {
+		case m.Provider == "":
+			v.add(path+".provider", "required")
+		case !hasKey(providers, m.Provider):
+			v.addRef("providers", path+".provider", "unknown provider %q%s", m.Provider, didYouMean(m.Provider, providerNames))
+		}
+	}
+	return owners, known
+}
+
+// sortedByIndex returns the keys of m ordered by their index values, so that
+// suggestions prefer what comes first in the file.
+func sortedByIndex(m map[string]int) []string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int { return m[a] - m[b] })
+	return keys
+}
+
+func (v *validator) pricing(prices map[string]Price, ms []Model, owners map[string]int) {
+	var canonical []string
+	for _, m := range ms {
+		if m.Name != "" {
+			canonical = append(canonical, m.Name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(prices)) {
+		path := keyPath("pricing", name)
+		i, ok := owners[name]
+		switch {
+		case !ok:
+			v.addRef("models", path, "unknown model %q%s", name, didYouMean(name, canonical))
+		case ms[i].Name != name:
+			v.addRef("models", path, "%q is an alias of %q; price the model by its name", name, ms[i].Name)
+		}
+		p := prices[name]
+		v.nonNegative(fieldPath(path, "input"), p.Input)
+		v.nonNegative(fieldPath(path, "cached_input"), p.CachedInput)
+		v.nonNegative(fieldPath(path, "output"), p.Output)
+	}
+}
+
+func (v *validator) nonNegative(path string, n int64) {
+	if n < 0 {
+		v.add(path, "must not be negative, got %d", n)
+	}
+}
+
+func (v *validator) limits(path string, l Limits) {
+	v.nonNegative(path+".requests.per_minute", l.Requests.PerMinute)
+	v.nonNegative(path+".requests.per_hour", l.Requests.PerHour)
+	v.nonNegative(path+".requests.per_day", l.Requests.PerDay)
+}
+
+// allowList checks a model allow-list against the configured models.
+func (v *validator) allowList(path string, patterns []string, owners map[string]int, known []string) {
+	for i, p := range patterns {
+		ppath := indexPath(path, i)
+		if msg := checkPattern(p); msg != "" {
+			v.add(ppath, "%s", msg)
+			continue
+		}
+		matches := hasKey(owners, p)
+		if !matches && strings.Contains(p, "*") {
+			g := compileGlob(p)
+			matches = slices.ContainsFunc(known, g.match)
+		}
+		if !matches {
+			v.addRef("models", ppath, "%q matches no configured model%s", p, didYouMean(p, known))
+		}
+	}
+}
+
+// teams checks the teams and returns the index of each name.
+func (v *validator) teams(c *Config, orgs, owners map[string]int, known []string) map[string]int {
+	names := v.names("teams", len(c.Teams), func(i int) string { return c.Teams[i].Name })
+	orgNames := sortedByIndex(orgs)
+	for i, t := range c.Teams {
+		path := indexPath("teams", i)
+		if t.Org != "" && !hasKey(orgs, t.Org) {
+			v.addRef("orgs", path+".org", "unknown org %q%s", t.Org, didYouMean(t.Org, orgNames))
+		}
+		v.allowList(path+".models", t.Models, owners, known)
+		v.limits(path+".limits", t.Limits)
+	}
+	return names
+}
+
+func (v *validator) keys(c *Config, teams, owners map[string]int, known []string) {
+	v.names("keys", len(c.Keys), func(i int) string { return c.Keys[i].Name })
+	teamNames := sortedByIndex(teams)
+	hashes := make(map[string]int)
+	for i, k := range c.Keys {
+		path := indexPath("keys", i)
+		switch {
+		case k.Team == "":
+			v.add(path+".team", "required")
+		case !hasKey(teams, k.Team):
+			v.addRef("teams", path+".team", "unknown team %q%s", k.Team, didYouMean(k.Team, teamNames))
+		}
+		// Neither the hash field nor the prefix is ever echoed: an operator
+		// who pastes the key itself in the wrong place must not see it
+		// printed and logged.
+		switch {
+		case k.SHA256 == "":
+			v.add(path+".sha256", `required (printf %%s "$KEY" | sha256sum)`)
+		case strings.HasPrefix(k.SHA256, keyPrefix):
+			v.add(path+".sha256", `looks like a key, not its SHA-256 (printf %%s "$KEY" | sha256sum)`)
+		case len(k.SHA256) != 64:
+			v.add(path+".sha256", "must be 64 lower-case hex characters, got %d characters", len(k.SHA256))
+		case isSHA256Hex(strings.ToLower(k.SHA256)) && !isSHA256Hex(k.SHA256):
+			v.add(path+".sha256", "must be lower-case")
+		case !isSHA256Hex(k.SHA256):
+			v.add(path+".sha256", "must be 64 lower-case hex characters (0-9, a-f)")
+		case hasKey(hashes, k.SHA256):
+			v.add(path+".sha256", "same hash as %s", indexPath("keys", hashes[k.SHA256]))
+		default:
+			hashes[k.SHA256] = i
+		}
+		switch {
+		case k.Prefix == "":
+		case !strings.HasPrefix(k.Prefix, keyPrefix):
+			v.add(path+".prefix", "must start with %q", keyPrefix)
+		case fmt.Sprintf("%x", sha256.Sum256([]byte(k.Prefix))) == k.SHA256:
+			v.add(path+".prefix", "is the whole key; keep only its first characters")
+		}
+		v.allowList(path+".models", k.Models, owners, known)
+		v.limits(path+".limits", k.Limits)
+	}
+}
+
+// keyPrefix starts every Sluice API key.
+const keyPrefix = "sk-sluice-"
+
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,93 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicegw/sluice/policies"
+)
+
+// Sentinel errors every backend returns (wrapped is fine; test with errors.Is).
+var (
+	// ErrNotFound: no record with that id or name.
+	ErrNotFound = errors.New("not found")
+	// ErrExists: a record with that id, name or hash already exists.
+	ErrExists = errors.New("already exists")
+)
+
+// Key is an API key managed at runtime. The secret is never stored: only its
+// SHA-256 hash and its public prefix.
+type Key struct {
+	ID     string   // "key_" + random base62, stable, safe to log
+	Prefix string   // public prefix of the secret, safe to log
+	Hash   [32]byte // SHA-256 of the whole secret
+	Team   string
+	Name   string
+	// Models is the key's own allow-list (patterns); empty means the team's.
+	Models    []string
+	Limits    policies.Limits
+	CreatedAt time.Time
+	ExpiresAt time.Time // zero: never expires
+	RevokedAt time.Time // zero: not revoked
+	// Rev is the store revision of the key's last change (set by the store).
+	Rev int64
+}
+
+// Revoked reports whether the key has been revoked.
+func (k Key) Revoked() bool { return !k.RevokedAt.IsZero() }
+
+// Expired reports whether the key has expired at now.
+func (k Key) Expired(now time.Time) bool { return !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt) }
+
+// Team is a team managed at runtime (teams can also be declared in config).
+type Team struct {
+	Name   string
+	Org    string
+	Models []string
+	Limits policies.Limits
+	Rev    int64
+}
+
+// Org is an org managed at runtime.
+type Org struct {
+	Name string
+	Rev  int64
+}
+
+// Changes is every record whose revision is greater than the one asked for,
+// and the store revision they bring the reader up to.
+type Changes struct {
+	Keys  []Key
+	Teams []Team
+	Orgs  []Org
+	// Rev is the highest revision included; pass it to the next Changes
+	// call. It never goes backwards.
+	Rev int64
+}
+
+// Store is the contract every key-store backend satisfies (store/sqlite now,
+// PostgreSQL later). Every write assigns the changed record a new,
+// store-wide, strictly increasing revision, which is what Changes follows:
+// that is how a running server learns of a key revoked by another process.
+type Store interface {
+	// CreateKey inserts k. ErrExists if its ID or Hash is taken. CreatedAt
+	// is kept as given; Rev is assigned.
+	CreateKey(ctx context.Context, k Key) error
+	// RevokeKey marks the key revoked at `at` and returns it. Revoking a
+	// revoked key keeps the first revocation time and succeeds.
+	// ErrNotFound if there is no such key.
+	RevokeKey(ctx context.Context, id string, at time.Time) (Key, error)
+	// ListKeys returns every key, revoked ones included, ordered by
+	// creation time then ID.
+	ListKeys(ctx context.Context) ([]Key, error)
+	// PutTeam creates or replaces a team.
+	PutTeam(ctx context.Context, t Team) error
+	// PutOrg creates or replaces an org.
+	PutOrg(ctx context.Context, o Org) error
+	// Changes returns every key, team and org changed after revision
+	// `since` (0: everything). Records are returned in their latest state.
+	Changes(ctx context.Context, since int64) (Changes, error)
+	// Close releases the store.
+	Close() error
+}
