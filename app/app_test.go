@@ -179,7 +179,8 @@ func within(t *testing.T, limit time.Duration, what string, cond func() bool) ti
 // the running server within a second; health, readiness and metrics answer.
 func TestServeQuickstart(t *testing.T) {
 	config := quickstart(t)
-	s := startServe(t, config, "--demo-key")
+	// Debug logging: denials are logged, and still no secret may appear.
+	s := startServe(t, config, "--demo-key", "--log-level", "debug")
 	if s.demoKey == "" {
 		t.Fatalf("no demo key printed; stdout:\n%s", s.stdout.String())
 	}

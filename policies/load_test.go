@@ -140,10 +140,10 @@ func TestLoadFull(t *testing.T) {
 		Listen: Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "0.0.0.0:10000"},
 		Store:  Store{SQLite: "data/sluice.db"},
 		Providers: []Provider{
-			{Name: "openai", Kind: KindOpenAI, BaseURL: "https://api.openai.com/v1", APIKey: "sk-test-SECRET-openai"},
+			{Name: "openai", Kind: KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-test-SECRET-openai"},
 			{Name: "anthropic", Kind: KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-test-SECRET-anthropic", AnthropicVersion: "2023-06-01"},
 			{Name: "azure-eu", Kind: KindAzureOpenAI, BaseURL: "https://contoso-eu.openai.azure.com", APIKey: "SECRET-azure-key", APIVersion: "2024-10-21"},
-			{Name: "vllm", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000/v1"},
+			{Name: "vllm", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
 		},
 		Models: []Model{
 			{Name: "gpt-4o", Aliases: []string{"gpt4o", "gpt-4o-latest"}, Provider: "openai"},
@@ -205,7 +205,7 @@ const base = `
 providers:
   - name: local
     kind: openai-compatible
-    base_url: http://127.0.0.1:8000/v1
+    base_url: http://127.0.0.1:8000
 models:
   - name: llama3
     provider: local
@@ -244,7 +244,7 @@ func TestParse(t *testing.T) {
 providers:
   - name: local
     kind: openai-compatible
-    base_url: http://127.0.0.1:8000/v1
+    base_url: http://127.0.0.1:8000
     api_key: ${KEY}
 models:
   - name: llama3
@@ -254,7 +254,7 @@ models:
 providers:
   - name: local
     kind: openai-compatible
-    base_url: http://127.0.0.1:8000/v1
+    base_url: http://127.0.0.1:8000
     api_key: "a$$b$c$"
 models:
   - name: llama3
@@ -294,7 +294,7 @@ keys:
 providers:
   - name: local
     kind: openai-compatible
-    base_url: http://127.0.0.1:8000/v1
+    base_url: http://127.0.0.1:8000
   - {name: az, kind: azure-openai, base_url: "https://x.openai.azure.com", api_key: 12345, api_version: 2024-10-21}
   - {name: an, kind: anthropic, base_url: "https://api.anthropic.com", api_key: true, anthropic_version: 2023-06-01}
 models:
@@ -312,7 +312,7 @@ providers:
   - &p
     name: a
     kind: openai-compatible
-    base_url: http://127.0.0.1:8000/v1
+    base_url: http://127.0.0.1:8000
   - <<: *p
     name: b
 models:
@@ -322,8 +322,8 @@ teams:
   - {name: t, models: *al}
 `, func(c *Config) {
 			c.Providers = []Provider{
-				{Name: "a", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000/v1"},
-				{Name: "b", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000/v1"},
+				{Name: "a", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
+				{Name: "b", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
 			}
 			c.Models = []Model{{Name: "m", Provider: "a", Aliases: []string{"x", "y"}}, {Name: "n", Provider: "b"}}
 			c.Teams = []Team{{Name: "t", Models: []string{"x", "y"}}}
@@ -336,7 +336,7 @@ teams:
 				t.Fatalf("Parse: %v", err)
 			}
 			want := Default()
-			want.Providers = []Provider{{Name: "local", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000/v1"}}
+			want.Providers = []Provider{{Name: "local", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"}}
 			want.Models = []Model{{Name: "llama3", Provider: "local"}}
 			tt.want(want)
 			if diff := cmp.Diff(want, got, cmpEmpty); diff != "" {

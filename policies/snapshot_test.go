@@ -43,7 +43,7 @@ func TestCompile(t *testing.T) {
 	}
 
 	openai, ok := s.Provider("openai")
-	if !ok || openai.BaseURL != "https://api.openai.com/v1" || openai.APIKey.Reveal() != "sk-test-SECRET-openai" {
+	if !ok || openai.BaseURL != "https://api.openai.com" || openai.APIKey.Reveal() != "sk-test-SECRET-openai" {
 		t.Errorf("Provider(openai) = %+v, %v", openai, ok)
 	}
 	if p, ok := s.Provider("nope"); ok || p != nil {
@@ -64,7 +64,7 @@ func TestCompile(t *testing.T) {
 		{"azure/gpt-4o", &ModelRoute{Name: "azure/gpt-4o", Upstream: "gpt4o-deployment",
 			Provider: &Provider{Name: "azure-eu", Kind: KindAzureOpenAI, BaseURL: "https://contoso-eu.openai.azure.com", APIKey: "SECRET-azure-key", APIVersion: "2024-10-21"}}},
 		{"llama3.1:8b", &ModelRoute{Name: "meta-llama/Llama-3.1-8B-Instruct", Aliases: []string{"llama3.1:8b"}, Upstream: "meta-llama/Llama-3.1-8B-Instruct",
-			Provider: &Provider{Name: "vllm", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000/v1"}}},
+			Provider: &Provider{Name: "vllm", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"}}},
 		{"GPT-4o", nil},
 		{"upstream-only", nil},
 	}
@@ -178,7 +178,7 @@ func TestSnapshotIsIsolatedFromItsSource(t *testing.T) {
 	c.Models[0].Aliases[0] = "changed"
 	c.Teams[0].Models[0] = "changed"
 	c.Pricing["gpt-4o"] = Price{}
-	if p, _ := s.Provider("openai"); p.BaseURL != "https://api.openai.com/v1" {
+	if p, _ := s.Provider("openai"); p.BaseURL != "https://api.openai.com" {
 		t.Errorf("provider changed with its source: %q", p.BaseURL)
 	}
 	if _, ok := s.Model("gpt4o"); !ok {

@@ -16,7 +16,7 @@ const (
 func validConfig() *Config {
 	c := Default()
 	c.Providers = []Provider{
-		{Name: "openai", Kind: KindOpenAI, BaseURL: "https://api.openai.com/v1", APIKey: "sk-x"},
+		{Name: "openai", Kind: KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-x"},
 		{Name: "anthropic", Kind: KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-x"},
 		{Name: "azure", Kind: KindAzureOpenAI, BaseURL: "https://contoso.openai.azure.com", APIKey: "az", APIVersion: "2024-10-21"},
 		{Name: "local", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},

@@ -19,7 +19,7 @@ func watcherFile(model string) string {
 	return `providers:
   - name: openai
     kind: openai
-    base_url: https://api.openai.com/v1
+    base_url: https://api.openai.com
     api_key: ${OPENAI_API_KEY}
 models:
   - name: ` + model + `
@@ -30,7 +30,7 @@ models:
 const badWatcherFile = `providers:
   - name: openai
     kind: opneai
-    base_url: https://api.openai.com/v1
+    base_url: https://api.openai.com
     api_key: ${OPENAI_API_KEY}
 models:
   - name: gpt-4o
