@@ -118,25 +118,13 @@ func runKeysCreate(ctx context.Context, args []string, stdout, stderr io.Writer,
 		}
 	}
 
-	secret, err := apikey.Generate(nil)
+	k, secret, err := mintKey(*team, *name, now)
 	if err != nil {
 		return err
 	}
-	id, err := apikey.NewID(nil)
-	if err != nil {
-		return err
-	}
-	k := store.Key{
-		ID:        id,
-		Prefix:    apikey.PublicPrefix(secret.Reveal()),
-		Hash:      apikey.Hash(secret.Reveal()),
-		Team:      *team,
-		Name:      *name,
-		Models:    patterns,
-		Limits:    policies.Limits{Requests: policies.RateLimits{PerMinute: *rpm, PerHour: *rph, PerDay: *rpd}},
-		CreatedAt: now,
-		ExpiresAt: expiresAt,
-	}
+	k.Models = patterns
+	k.Limits = policies.Limits{Requests: policies.RateLimits{PerMinute: *rpm, PerHour: *rph, PerDay: *rpd}}
+	k.ExpiresAt = expiresAt
 	if err := st.CreateKey(ctx, k); err != nil {
 		return fmt.Errorf("create key: %w", err)
 	}
@@ -172,22 +160,41 @@ func checkTeam(ctx context.Context, snap *policies.Snapshot, st store.Store, tea
 	return fmt.Errorf("--team: unknown team %q (teams: %s)", team, strings.Join(names, ", "))
 }
 
+// matchesAnyModel reports whether an allow-list pattern admits at least
+// one configured model (by name or alias), as config validation requires
+// of declared allow-lists.
 func matchesAnyModel(snap *policies.Snapshot, pattern string) bool {
 	set, err := policies.NewModelSet([]string{pattern})
 	if err != nil {
 		return false
 	}
-	for _, m := range snap.Config().Models {
-		if set.Allows(m.Name) {
+	for _, name := range snap.ModelNames() {
+		if r, ok := snap.Model(name); ok && r.AllowedBy(set) {
 			return true
-		}
-		for _, a := range m.Aliases {
-			if set.Allows(a) {
-				return true
-			}
 		}
 	}
 	return false
+}
+
+// mintKey generates a secret and the store record for it. The secret is
+// returned once for the caller to show; the record holds only its hash.
+func mintKey(team, name string, now time.Time) (store.Key, apikey.Secret, error) {
+	secret, err := apikey.Generate(nil)
+	if err != nil {
+		return store.Key{}, "", err
+	}
+	id, err := apikey.NewID(nil)
+	if err != nil {
+		return store.Key{}, "", err
+	}
+	return store.Key{
+		ID:        id,
+		Prefix:    apikey.PublicPrefix(secret.Reveal()),
+		Hash:      apikey.Hash(secret.Reveal()),
+		Team:      team,
+		Name:      name,
+		CreatedAt: now,
+	}, secret, nil
 }
 
 // parseExpiry accepts a duration from now, a date, or an RFC 3339 time.

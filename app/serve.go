@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -20,7 +19,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicegw/sluice/admin"
-	"github.com/sluicegw/sluice/apikey"
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/keyring"
 	"github.com/sluicegw/sluice/limits"
@@ -108,7 +106,7 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 	reg.MustRegister(m.reloads, m.storeSyncs)
 
 	ring := keyring.New(log)
-	var current atomic.Pointer[policies.Snapshot]
+	var bound policies.Listen // the addresses listened on; set before Run starts the watcher
 	watcher := policies.NewWatcher(f.config, policies.WatcherOptions{
 		Interval: configPoll,
 		Env:      env,
@@ -119,7 +117,7 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 				return
 			}
 			m.reloads.WithLabelValues("ok").Inc()
-			if old := current.Swap(s); old != nil && old.Listen() != s.Listen() {
+			if s.Listen() != bound {
 				log.Warn("listen addresses changed in the config; restart sluice to apply them")
 			}
 			ring.SetPolicy(s)
@@ -137,7 +135,7 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 		}
 		return err
 	}
-	current.Store(snap)
+	bound = snap.Listen()
 	ring.SetPolicy(snap)
 
 	st, err := sqlite.Open(ctx, snap.SQLitePath())
@@ -182,7 +180,7 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	ready := func() error {
-		if current.Load() == nil {
+		if watcher.Current() == nil {
 			return errors.New("config not loaded")
 		}
 		if !ring.Synced() {
@@ -252,17 +250,9 @@ func createDemoKey(ctx context.Context, st store.Store, snap *policies.Snapshot,
 	if len(teams) == 0 {
 		return errors.New("--demo-key: the config declares no team to create the demo key for")
 	}
-	secret, err := apikey.Generate(nil)
+	k, secret, err := mintKey(teams[0].Name, "demo", time.Now().UTC())
 	if err != nil {
 		return err
-	}
-	id, err := apikey.NewID(nil)
-	if err != nil {
-		return err
-	}
-	k := store.Key{
-		ID: id, Prefix: apikey.PublicPrefix(secret.Reveal()), Hash: apikey.Hash(secret.Reveal()),
-		Team: teams[0].Name, Name: "demo", CreatedAt: time.Now().UTC(),
 	}
 	if err := st.CreateKey(ctx, k); err != nil {
 		return fmt.Errorf("create demo key: %w", err)
