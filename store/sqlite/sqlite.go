@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 
 	sqlitedrv "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -70,7 +71,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	s, err := open(ctx, db)
+	s, err := openRetrying(ctx, db)
 	if err != nil {
 		if notADatabase(err) {
 			err = fmt.Errorf("not a SQLite database: %w", err)
@@ -86,6 +87,32 @@ func dsn(abs string) string {
 	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: pragmas}
 	return u.String()
 }
+
+// openRetrying is open, retried while SQLite answers SQLITE_BUSY. Switching
+// a new file to WAL takes an exclusive lock, and SQLite returns BUSY for it
+// without consulting busy_timeout; two processes opening a fresh file at
+// once (serve and keys create on first run) would otherwise fail.
+func openRetrying(ctx context.Context, db *sql.DB) (*Store, error) {
+	deadline := time.Now().Add(busyWait)
+	backoff := time.Millisecond
+	for {
+		s, err := open(ctx, db)
+		if err == nil || sqliteCode(err)&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return s, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+// busyWait bounds openRetrying, matching busy_timeout.
+const busyWait = 5 * time.Second
 
 func open(ctx context.Context, db *sql.DB) (*Store, error) {
 	// Connect now: the pragmas run here, and a file that is not a
