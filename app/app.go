@@ -47,6 +47,9 @@ Commands:
   keys           create, list and revoke API keys
   version        print the version
 
+Development and test tools (never for production traffic):
+  dev-envoy      run the Envoy emulator from an Envoy bootstrap file
+
 Run "sluice <command> --help" for a command's flags.
 `
 
@@ -65,6 +68,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) 
 		return runCheckConfig(rest, stdout, stderr, env)
 	case "keys":
 		return runKeys(ctx, rest, stdout, stderr, env)
+	case "dev-envoy":
+		return runDevEnvoy(ctx, rest, stdout, stderr)
 	case "version":
 		fs := newFlags("version", "", "Print the version of this sluice binary.", stderr)
 		if err := fs.Parse(rest); err != nil {

@@ -1,0 +1,458 @@
+package envoytest
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+)
+
+// Options configure an Emulator.
+type Options struct {
+	// Logger receives the emulator's own logs; nil discards them.
+	Logger *slog.Logger
+	// AccessLog receives one line per request; nil writes none.
+	AccessLog io.Writer
+	// AccessLogMetadata lists dynamic metadata to print in access log
+	// lines, as "namespace:key".
+	AccessLogMetadata []string
+	// KeepExchanges is how many finished exchanges Exchanges keeps (the
+	// newest); 0 means 10,000.
+	KeepExchanges int
+}
+
+// Banner is printed by the dev-envoy command and logged at start-up: the
+// emulator must never be mistaken for a proxy.
+const Banner = "envoytest: an Envoy EMULATOR for tests and demos — not a production proxy"
+
+// Emulator plays Envoy's role on the wire for one listener: an HTTP front,
+// the ext_authz and ext_proc filters, and the router. See the package
+// documentation for what is and is not emulated.
+type Emulator struct {
+	opts  Options
+	log   *slog.Logger
+	conns *connPool
+	cfg   atomic.Pointer[config]
+
+	nextID atomic.Uint64
+
+	mu        sync.Mutex
+	exchanges []*Exchange
+}
+
+// New builds an emulator from a bootstrap's static resources (exactly one
+// listener whose only network filter is an http_connection_manager, and
+// the clusters it names). It starts nothing.
+func New(b *bootstrapv3.Bootstrap, opts Options) (*Emulator, error) {
+	e := &Emulator{opts: opts, conns: newConnPool()}
+	e.log = opts.Logger
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	e.log = e.log.With("component", "envoytest")
+	if e.opts.KeepExchanges <= 0 {
+		e.opts.KeepExchanges = 10000
+	}
+	cfg, err := e.buildConfig(b)
+	if err != nil {
+		e.conns.close()
+		return nil, err
+	}
+	e.cfg.Store(cfg)
+	return e, nil
+}
+
+// ListenAddr is the listener address of the configuration in force.
+func (e *Emulator) ListenAddr() string { return e.cfg.Load().listenAddr }
+
+// Listen opens the configured listener address.
+func (e *Emulator) Listen(ctx context.Context) (net.Listener, error) {
+	var lc net.ListenConfig
+	return lc.Listen(ctx, "tcp", e.ListenAddr())
+}
+
+// Serve serves HTTP/1.1 and cleartext HTTP/2 on ln until ctx ends, then
+// shuts down (in-flight requests get 5 s) and closes its gRPC connections.
+func (e *Emulator) Serve(ctx context.Context, ln net.Listener) error {
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(e.serveHTTP),
+		Protocols:         &protos,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(e.log.Handler(), slog.LevelDebug),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+	}
+	e.log.Info(Banner, "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err = srv.Shutdown(sctx)
+		cancel()
+		if e := <-errc; !errors.Is(e, http.ErrServerClosed) && err == nil {
+			err = e
+		}
+	}
+	for _, c := range e.cfg.Load().clusters {
+		c.close()
+	}
+	e.conns.close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+type connKey struct{}
+
+// Exchanges returns the finished exchanges, oldest first.
+func (e *Emulator) Exchanges() []*Exchange {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]*Exchange(nil), e.exchanges...)
+}
+
+// ResetExchanges forgets every finished exchange.
+func (e *Emulator) ResetExchanges() {
+	e.mu.Lock()
+	e.exchanges = nil
+	e.mu.Unlock()
+}
+
+func (e *Emulator) keep(x *Exchange) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.exchanges = append(e.exchanges, x)
+	if n := len(e.exchanges) - e.opts.KeepExchanges; n > 0 {
+		e.exchanges = append([]*Exchange(nil), e.exchanges[n:]...)
+	}
+}
+
+// serveHTTP runs one request through the filter chain. Every filter stage
+// runs in its own goroutine, joined by channels, so that body data keeps
+// arriving while a filter waits on its server, as in Envoy; the handler
+// goroutine writes the response and waits for every stage to finish.
+func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	cfg := e.cfg.Load()
+	ctx, cancel := context.WithCancel(r.Context())
+	s := &stream{
+		id:        e.nextID.Add(1),
+		e:         e,
+		cfg:       cfg,
+		start:     time.Now(),
+		ctx:       ctx,
+		clientCtx: r.Context(),
+		cancel:    cancel,
+		replies:   make(chan localReply, 1),
+	}
+	s.downstream = peerOf(r)
+	s.reqHeaders = fromRequest(r, s.downstream.scheme)
+	// What Envoy's connection manager adds before any filter runs.
+	if _, ok := s.reqHeaders.Get("x-request-id"); !ok {
+		s.reqHeaders.Add("x-request-id", newUUID())
+	}
+	s.reqHeaders.Set("x-forwarded-proto", s.downstream.scheme)
+	s.rec = &Exchange{StreamID: s.id, Method: r.Method, Path: r.URL.RequestURI()}
+
+	var wg sync.WaitGroup
+	run := func(st stage, in <-chan frame, out chan<- frame) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st(s, in, out)
+		}()
+	}
+	// Decode: source → filters → router; encode: router → filters
+	// reversed → downstream writer.
+	decIn := make(chan frame, 16)
+	next := decIn
+	instances := make([]filterInstance, len(cfg.filters))
+	for i, f := range cfg.filters {
+		instances[i] = f.instance(s)
+		out := make(chan frame, 16)
+		st := instances[i].decode
+		if st == nil {
+			st = passThrough
+		}
+		run(st, next, out)
+		next = out
+	}
+	encIn := make(chan frame, 16)
+	run(e.routerStage, next, encIn)
+	enc := encIn
+	for i := len(instances) - 1; i >= 0; i-- {
+		out := make(chan frame, 16)
+		st := instances[i].encode
+		if st == nil {
+			st = passThrough
+		}
+		run(st, enc, out)
+		enc = out
+	}
+
+	hasBody := r.Body != nil && r.Body != http.NoBody
+	go e.readDownstream(s, r, decIn, hasBody) // not waited for: a blocked body read ends when the handler returns
+
+	e.writeDownstream(s, w, enc)
+	cancel()
+	wg.Wait()
+	s.rec.Duration = time.Since(s.start)
+	s.rec.Metadata = s.allMetadata()
+	e.keep(s.rec)
+	e.accessLog(s)
+	if s.rec.Reset {
+		// Abort the response so the client sees a reset, not a clean end.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// passThrough is the stage of a filter that does nothing in a direction.
+func passThrough(s *stream, in <-chan frame, out chan<- frame) {
+	defer close(out)
+	pump(s, in, out)
+}
+
+// pump forwards frames from in to out until end of stream or reset. It
+// does not close out.
+func pump(s *stream, in <-chan frame, out chan<- frame) {
+	for {
+		select {
+		case f, ok := <-in:
+			if !ok || !s.send(out, f) || f.end {
+				return
+			}
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// readDownstream turns the client's request into frames.
+func (e *Emulator) readDownstream(s *stream, r *http.Request, out chan<- frame, hasBody bool) {
+	if !s.send(out, frame{headers: s.reqHeaders, end: !hasBody}) || !hasBody {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Body.Read(buf)
+		if n > 0 {
+			atomic.AddInt64(&s.rec.BytesReceived, int64(n))
+			chunk := append([]byte(nil), buf[:n]...)
+			if err == io.EOF && len(r.Trailer) == 0 {
+				s.send(out, frame{data: chunk, end: true})
+				return
+			}
+			if !s.send(out, frame{data: chunk}) {
+				return
+			}
+		}
+		if err == io.EOF {
+			if len(r.Trailer) > 0 {
+				t := &Headers{}
+				for k, vs := range r.Trailer {
+					for _, v := range vs {
+						t.Add(k, v)
+					}
+				}
+				s.send(out, frame{trailers: t, end: true})
+				return
+			}
+			s.send(out, frame{end: true})
+			return
+		}
+		if err != nil {
+			// The client went away mid-body: no end of stream.
+			s.cancel()
+			return
+		}
+	}
+}
+
+// writeDownstream writes what the encode chain produces, or a local reply,
+// to the client. It returns when the response is complete or the stream
+// was reset.
+func (e *Emulator) writeDownstream(s *stream, w http.ResponseWriter, in <-chan frame) {
+	rc := http.NewResponseController(w)
+	for {
+		select {
+		case lr := <-s.replies:
+			if lr.reset || s.respSent.Load() {
+				s.rec.Reset = true
+				s.rec.setDetails(or(lr.details, "reset"))
+				return
+			}
+			e.writeLocalReply(s, w, lr)
+			return
+		case f, ok := <-in:
+			if !ok {
+				// The chain ended without end of stream: a reset. A pending
+				// local reply wins if response headers have not gone yet.
+				select {
+				case lr := <-s.replies:
+					if !lr.reset && !s.respSent.Load() {
+						e.writeLocalReply(s, w, lr)
+						return
+					}
+					s.rec.setDetails(or(lr.details, "reset"))
+				default:
+					s.rec.defaultDetails("upstream_reset_after_response_started")
+				}
+				s.rec.Reset = true
+				return
+			}
+			if f.headers != nil {
+				s.freezeRoute()
+				s.respSent.Store(true)
+				status, _ := strconv.Atoi(f.headers.Value(":status"))
+				f.headers.toHTTP(w.Header())
+				if _, ok := f.headers.Get("content-length"); !ok && !f.end {
+					w.Header().Del("Content-Length")
+				}
+				w.WriteHeader(status)
+				s.rec.Status = status
+				s.rec.defaultDetails("via_upstream")
+				rc.Flush()
+			}
+			if len(f.data) > 0 {
+				n, err := w.Write(f.data)
+				s.rec.BytesSent += int64(n)
+				if err != nil {
+					s.rec.Reset = true
+					s.rec.setDetails("downstream_remote_disconnect")
+					s.cancel()
+					return
+				}
+				rc.Flush()
+			}
+			if f.trailers != nil {
+				for _, t := range f.trailers.Entries() {
+					w.Header().Set(http.TrailerPrefix+t.Key, t.Value)
+				}
+			}
+			if f.end {
+				return
+			}
+		case <-s.ctx.Done():
+			// Client gone, or a filter ended the stream. A local reply
+			// that raced with it still wins.
+			select {
+			case lr := <-s.replies:
+				if !lr.reset && !s.respSent.Load() && s.clientCtx.Err() == nil {
+					e.writeLocalReply(s, w, lr)
+					return
+				}
+				s.rec.setDetails(or(lr.details, "reset"))
+			default:
+				s.rec.defaultDetails("downstream_remote_disconnect")
+			}
+			s.rec.Reset = true
+			return
+		}
+	}
+}
+
+func (e *Emulator) writeLocalReply(s *stream, w http.ResponseWriter, lr localReply) {
+	s.freezeRoute()
+	s.respSent.Store(true)
+	h := w.Header()
+	if lr.headers != nil {
+		lr.headers.toHTTP(h)
+	}
+	if len(lr.body) > 0 && h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "text/plain")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(lr.body)))
+	w.WriteHeader(lr.status)
+	n, _ := w.Write(lr.body)
+	s.rec.Status = lr.status
+	s.rec.setDetails(lr.details)
+	s.rec.BytesSent += int64(n)
+}
+
+func (e *Emulator) accessLog(s *stream) {
+	if e.opts.AccessLog == nil {
+		return
+	}
+	x := s.rec
+	status := strconv.Itoa(x.Status)
+	if x.Reset {
+		status += "(reset)"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "[%s] %q %s %s cluster=%q rx=%d tx=%d %dms",
+		s.start.UTC().Format(time.RFC3339Nano), x.Method+" "+x.Path+" "+s.downstream.protocol,
+		status, x.Details, x.Cluster, atomic.LoadInt64(&x.BytesReceived), x.BytesSent, x.Duration.Milliseconds())
+	for _, nk := range e.opts.AccessLogMetadata {
+		ns, key, _ := strings.Cut(nk, ":")
+		v := "-"
+		if m := x.Metadata[ns]; m != nil {
+			if f, ok := m.GetFields()[key]; ok {
+				v = metadataString(f.AsInterface())
+			}
+		}
+		fmt.Fprintf(&b, " %s=%s", nk, v)
+	}
+	b.WriteByte('\n')
+	io.WriteString(e.opts.AccessLog, b.String())
+}
+
+func metadataString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return strconv.Quote(x)
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
+}
+
+func peerOf(r *http.Request) streamPeer {
+	p := streamPeer{protocol: r.Proto, scheme: "http"}
+	if r.ProtoMajor == 2 {
+		p.protocol = "HTTP/2"
+	}
+	if h, port, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		n, _ := strconv.Atoi(port)
+		p.remoteIP, p.remotePort = h, uint32(n)
+	}
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+		if h, port, err := net.SplitHostPort(c.LocalAddr().String()); err == nil {
+			n, _ := strconv.Atoi(port)
+			p.localIP, p.localPort = h, uint32(n)
+		}
+	}
+	return p
+}
+
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,265 @@
+package envoytest
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// TestRouterMatching covers the route features Sluice's routes need:
+// prefix and exact paths, header exact/present matchers, cluster_header,
+// direct_response, and the 404 for no route.
+func TestRouterMatching(t *testing.T) {
+	a, b := &echoUpstream{}, &echoUpstream{}
+	aAddr, bAddr := startHTTP(t, a), startHTTP(t, b)
+	route := func(m *routev3.RouteMatch, act any) *routev3.Route {
+		r := &routev3.Route{Match: m}
+		switch a := act.(type) {
+		case *routev3.Route_Route:
+			r.Action = a
+		case *routev3.Route_DirectResponse:
+			r.Action = a
+		}
+		return r
+	}
+	toCluster := func(c string) *routev3.Route_Route {
+		return &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c}}}
+	}
+	rc := &routev3.RouteConfiguration{Name: "r", VirtualHosts: []*routev3.VirtualHost{{
+		Name: "all", Domains: []string{"*"},
+		Routes: []*routev3.Route{
+			route(&routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}, Headers: []*routev3.HeaderMatcher{{
+				Name: "x-sluice-provider", HeaderMatchSpecifier: &routev3.HeaderMatcher_ExactMatch{ExactMatch: "b"},
+			}}}, toCluster("b")),
+			route(&routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}, Headers: []*routev3.HeaderMatcher{{
+				Name: "x-by-header", HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
+			}}}, &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_ClusterHeader{ClusterHeader: "x-by-header"}}}),
+			route(&routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Path{Path: "/v1/exact"}}, toCluster("a")),
+			route(&routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/v1/"}}, toCluster("a")),
+			route(&routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/direct"}}, &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{
+				Status: 418, Body: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: "no provider for this path"}},
+			}}),
+		},
+	}}}
+	e, base := startEmulator(t, testBootstrap(t, rc, []*clusterv3.Cluster{testCluster(t, "a", aAddr, false), testCluster(t, "b", bAddr, true)}), Options{})
+	for _, tc := range []struct {
+		name, path   string
+		headers      map[string]string
+		status       int
+		body         string
+		cluster      string
+		aHits, bHits int
+	}{
+		{"prefix", "/v1/chat/completions?x=1", nil, 200, "", "a", 1, 0},
+		{"exact path", "/v1/exact", nil, 200, "", "a", 1, 0},
+		{"header exact match wins over prefix (b over h2c)", "/v1/chat/completions", map[string]string{"x-sluice-provider": "b"}, 200, "", "b", 0, 1},
+		{"header exact mismatch falls through", "/v1/chat/completions", map[string]string{"x-sluice-provider": "c"}, 200, "", "a", 1, 0},
+		{"cluster_header names the cluster", "/anything", map[string]string{"x-by-header": "b"}, 200, "", "b", 0, 1},
+		{"cluster_header naming no cluster is 503", "/anything", map[string]string{"x-by-header": "nope"}, 503, "", "nope", 0, 0},
+		{"direct_response", "/direct/x", nil, 418, "no provider for this path", "", 0, 0},
+		{"no route is 404", "/nothing", nil, 404, "", "", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			aBefore, bBefore := len(a.received()), len(b.received())
+			e.ResetExchanges()
+			req, _ := http.NewRequest("GET", base+tc.path, nil)
+			for k, v := range tc.headers {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := readAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || (tc.body != "" && body != tc.body) {
+				t.Errorf("got %d %q, want %d %q", resp.StatusCode, body, tc.status, tc.body)
+			}
+			if got := len(a.received()) - aBefore; got != tc.aHits {
+				t.Errorf("a hits %d, want %d", got, tc.aHits)
+			}
+			if got := len(b.received()) - bBefore; got != tc.bHits {
+				t.Errorf("b hits %d, want %d", got, tc.bHits)
+			}
+			if x := waitExchanges(t, e, 1)[0]; x.Cluster != tc.cluster {
+				t.Errorf("cluster %q, want %q", x.Cluster, tc.cluster)
+			}
+		})
+	}
+	if got := a.received()[0].Header.Get("X-Envoy-Expected-Rq-Timeout-Ms"); got != "15000" {
+		t.Errorf("default route timeout header %q, want 15000", got)
+	}
+}
+
+// TestRouterStreamsChunkByChunk proves the response is streamed: the
+// client reads the first chunk while the upstream is still holding back
+// the second.
+func TestRouterStreamsChunkByChunk(t *testing.T) {
+	release := make(chan struct{})
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("content-type", "text/event-stream")
+		io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "data: two\n\n")
+	})
+	_, base := startEmulator(t, testBootstrap(t, routeAll("up"), []*clusterv3.Cluster{testCluster(t, "up", startHTTP(t, up), false)}), Options{})
+	resp, err := http.Get(base + "/v1/chat/completions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "data: one\n" {
+		t.Fatalf("first line %q %v", line, err)
+	}
+	close(release)
+	rest, err := io.ReadAll(br)
+	if err != nil || string(rest) != "\ndata: two\n\n" {
+		t.Fatalf("rest %q %v", rest, err)
+	}
+	if resp.Header.Get("Content-Length") != "" {
+		t.Error("a streamed response must not carry content-length")
+	}
+}
+
+// TestRouterUpstreamResetMidBody: the client sees a reset, not a clean end.
+func TestRouterUpstreamResetMidBody(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("content-type", "text/event-stream")
+		io.WriteString(w, "data: partial\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	e, base := startEmulator(t, testBootstrap(t, routeAll("up"), []*clusterv3.Cluster{testCluster(t, "up", startHTTP(t, up), false)}), Options{})
+	resp, err := http.Get(base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := readAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Fatalf("body %q ended cleanly; want a reset", got)
+	}
+	if got != "data: partial\n\n" {
+		t.Errorf("got %q before the reset", got)
+	}
+	x := waitExchanges(t, e, 1)[0]
+	if !x.Reset || x.Status != 200 {
+		t.Errorf("exchange reset=%v status=%d details=%q", x.Reset, x.Status, x.Details)
+	}
+}
+
+// TestRouterClientDisconnect: the upstream request is cancelled when the
+// client goes away mid-stream.
+func TestRouterClientDisconnect(t *testing.T) {
+	upstreamDone := make(chan error, 1)
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("content-type", "text/event-stream")
+		for i := 0; ; i++ {
+			if _, err := io.WriteString(w, "data: tick\n\n"); err != nil {
+				upstreamDone <- err
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				upstreamDone <- r.Context().Err()
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	})
+	e, base := startEmulator(t, testBootstrap(t, routeAll("up"), []*clusterv3.Cluster{testCluster(t, "up", startHTTP(t, up), false)}), Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	resp.Body.Close()
+	select {
+	case err := <-upstreamDone:
+		if err == nil {
+			t.Error("upstream ended without an error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream request was not cancelled")
+	}
+	if x := waitExchanges(t, e, 1)[0]; !x.Reset {
+		t.Errorf("exchange not marked reset: %+v", x.Details)
+	}
+}
+
+func TestRouterFailures(t *testing.T) {
+	// A port with nothing listening: connect failure.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	slow := startHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	rc := &routev3.RouteConfiguration{Name: "r", VirtualHosts: []*routev3.VirtualHost{{
+		Name: "all", Domains: []string{"*"},
+		Routes: []*routev3.Route{
+			{Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/dead"}},
+				Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "dead"}}}},
+			{Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/slow"}},
+				Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "slow"}, Timeout: durationpb.New(50 * time.Millisecond)}}},
+		},
+	}}}
+	e, base := startEmulator(t, testBootstrap(t, rc, []*clusterv3.Cluster{testCluster(t, "dead", dead, false), testCluster(t, "slow", slow, false)}), Options{})
+	for _, tc := range []struct {
+		path, details string
+		status        int
+	}{
+		{"/dead", "upstream_reset_before_response_started{connection_failure}", 503},
+		{"/slow", "upstream_response_timeout", 504},
+	} {
+		e.ResetExchanges()
+		resp, err := http.Get(base + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: status %d, want %d", tc.path, resp.StatusCode, tc.status)
+		}
+		if x := waitExchanges(t, e, 1)[0]; x.Details != tc.details {
+			t.Errorf("%s: details %q, want %q", tc.path, x.Details, tc.details)
+		}
+	}
+}
+
+func TestConfigRefusesWhatItCannotEmulate(t *testing.T) {
+	up := startHTTP(t, &echoUpstream{})
+	rc := routeAll("missing")
+	_, err := New(testBootstrap(t, rc, []*clusterv3.Cluster{testCluster(t, "up", up, false)}), Options{})
+	if err == nil || !strings.Contains(err.Error(), `names cluster "missing", which is not defined`) {
+		t.Errorf("missing cluster: %v", err)
+	}
+	rc = routeAll("up")
+	rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &routev3.RouteMatch_SafeRegex{}
+	_, err = New(testBootstrap(t, rc, []*clusterv3.Cluster{testCluster(t, "up", up, false)}), Options{})
+	if err == nil || !strings.Contains(err.Error(), "only prefix and path are supported") {
+		t.Errorf("regex route: %v", err)
+	}
+}
