@@ -14,10 +14,11 @@ check-go:
 build: check-go
 	$(GO) build -o $(BIN) ./cmd/sluice
 
-# Serve the quickstart config on the embedded default (SQLite next to the
-# config). On first run a demo key is created and printed once.
+# The quickstart on the embedded default: the mock provider, Sluice
+# (SQLite next to the config; a demo key printed once on first run) and
+# the Envoy emulator in front, all on loopback. See scripts/quickstart.sh.
 run: build
-	$(BIN) serve --config $(CONFIG) --demo-key
+	CONFIG=$(CONFIG) SLUICE_BIN=$(BIN) scripts/quickstart.sh
 
 # Every test, with the race detector, plus the lint checks and one
 # iteration of every benchmark (so benchmarks keep compiling and running).

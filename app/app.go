@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -49,6 +50,7 @@ Commands:
 
 Development and test tools (never for production traffic):
   dev-envoy      run the Envoy emulator from an Envoy bootstrap file
+  dev-llm        run the mock LLM provider (OpenAI and Anthropic APIs)
 
 Run "sluice <command> --help" for a command's flags.
 `
@@ -70,6 +72,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) 
 		return runKeys(ctx, rest, stdout, stderr, env)
 	case "dev-envoy":
 		return runDevEnvoy(ctx, rest, stdout, stderr)
+	case "dev-llm":
+		if err := mockllm.Run(ctx, rest, stdout, stderr); err != nil {
+			if errors.Is(err, mockllm.ErrUsage) {
+				return errUsage
+			}
+			return fmt.Errorf("dev-llm: %w", err)
+		}
+		return nil
 	case "version":
 		fs := newFlags("version", "", "Print the version of this sluice binary.", stderr)
 		if err := fs.Parse(rest); err != nil {

@@ -1,0 +1,261 @@
+package mockllm
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ControlPrefix starts every per-request control header.
+const ControlPrefix = "X-Mock-"
+
+// The per-request control headers (canonical form). The package
+// documentation describes each.
+const (
+	HeaderLatency          = "X-Mock-Latency"
+	HeaderFirstByte        = "X-Mock-First-Byte"
+	HeaderInterval         = "X-Mock-Interval"
+	HeaderWords            = "X-Mock-Words"
+	HeaderChunks           = "X-Mock-Chunks"
+	HeaderSplit            = "X-Mock-Split"
+	HeaderGzip             = "X-Mock-Gzip"
+	HeaderCRLF             = "X-Mock-Crlf"
+	HeaderUsage            = "X-Mock-Usage"
+	HeaderStatus           = "X-Mock-Status"
+	HeaderRetryAfter       = "X-Mock-Retry-After"
+	HeaderAbortAfter       = "X-Mock-Abort-After"
+	HeaderErrorAfter       = "X-Mock-Error-After"
+	HeaderCachedTokens     = "X-Mock-Cached-Tokens"
+	HeaderCacheWriteTokens = "X-Mock-Cache-Write-Tokens"
+	HeaderReasoningTokens  = "X-Mock-Reasoning-Tokens"
+	HeaderDimensions       = "X-Mock-Dimensions"
+)
+
+// controls is the behaviour of one request: Options overlaid with the
+// request's x-mock-* headers.
+type controls struct {
+	latency, firstByte, interval time.Duration
+
+	words, chunks int // chunks ≤ words; before the request's max-token cap
+
+	split      int
+	gzip       bool
+	crlf       bool
+	omitUsage  bool
+	status     int    // 0: no injected error
+	retryAfter string // "": the default for the status
+	abortAfter int    // -1: never
+	errorAfter int    // -1: never
+
+	cachedTokens, cacheWriteTokens, reasoningTokens int64
+	dimensions                                      int // 0: not set by a header
+}
+
+// controls resolves the behaviour of the request with header h. A
+// malformed or unknown x-mock-* header is an error naming every bad one.
+func (s *Server) controls(h http.Header) (controls, error) {
+	o := &s.opts
+	c := controls{
+		latency:          o.Latency,
+		firstByte:        o.FirstByte,
+		interval:         o.Interval,
+		split:            o.Split,
+		gzip:             o.Gzip,
+		crlf:             o.CRLF,
+		omitUsage:        o.OmitUsage,
+		abortAfter:       -1,
+		errorAfter:       -1,
+		cachedTokens:     o.CachedTokens,
+		cacheWriteTokens: o.CacheWriteTokens,
+		reasoningTokens:  o.ReasoningTokens,
+	}
+	wordsH, chunksH := -1, -1
+	var problems []string
+	bad := func(name, v, want string) {
+		problems = append(problems, fmt.Sprintf("%s: %q is not %s", strings.ToLower(name), v, want))
+	}
+	for name, vals := range h {
+		if !strings.HasPrefix(name, ControlPrefix) || len(vals) == 0 {
+			continue
+		}
+		v := strings.TrimSpace(vals[0])
+		switch name {
+		case HeaderLatency, HeaderFirstByte, HeaderInterval:
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				bad(name, v, "a non-negative Go duration (250ms, 2s)")
+				continue
+			}
+			switch name {
+			case HeaderLatency:
+				c.latency = d
+			case HeaderFirstByte:
+				c.firstByte = d
+			default:
+				c.interval = d
+			}
+		case HeaderWords, HeaderChunks:
+			n, err := strconv.Atoi(v)
+			lo := 0 // a reply may be empty, a stream cannot have zero chunks
+			if name == HeaderChunks {
+				lo = 1
+			}
+			if err != nil || n < lo || n > maxWords {
+				bad(name, v, fmt.Sprintf("an integer in [%d, %d]", lo, maxWords))
+				continue
+			}
+			if name == HeaderWords {
+				wordsH = n
+			} else {
+				chunksH = n
+			}
+		case HeaderSplit:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				bad(name, v, "a piece size in bytes (0 turns splitting off)")
+				continue
+			}
+			c.split = n
+		case HeaderGzip:
+			switch strings.ToLower(v) {
+			case "1", "true", "on":
+				c.gzip = true
+			case "0", "false", "off":
+				c.gzip = false
+			case "auto":
+				c.gzip = acceptsGzip(h)
+			default:
+				bad(name, v, "1, 0 or auto")
+			}
+		case HeaderCRLF:
+			b, ok := parseBool(v)
+			if !ok {
+				bad(name, v, "1 or 0")
+				continue
+			}
+			c.crlf = b
+		case HeaderUsage:
+			switch strings.ToLower(v) {
+			case "omit":
+				c.omitUsage = true
+			case "default":
+				c.omitUsage = false
+			default:
+				bad(name, v, "omit or default")
+			}
+		case HeaderStatus:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 400 || n > 599 {
+				bad(name, v, "an error status in [400, 599]")
+				continue
+			}
+			c.status = n
+		case HeaderRetryAfter:
+			if n, err := strconv.Atoi(v); err != nil || n < 0 {
+				bad(name, v, "a number of seconds")
+				continue
+			}
+			c.retryAfter = v
+		case HeaderAbortAfter, HeaderErrorAfter:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				bad(name, v, "a non-negative integer")
+				continue
+			}
+			if name == HeaderAbortAfter {
+				c.abortAfter = n
+			} else {
+				c.errorAfter = n
+			}
+		case HeaderCachedTokens, HeaderCacheWriteTokens, HeaderReasoningTokens:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 || n > 1<<40 {
+				bad(name, v, "a non-negative token count")
+				continue
+			}
+			switch name {
+			case HeaderCachedTokens:
+				c.cachedTokens = n
+			case HeaderCacheWriteTokens:
+				c.cacheWriteTokens = n
+			default:
+				c.reasoningTokens = n
+			}
+		case HeaderDimensions:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxDimensions {
+				bad(name, v, fmt.Sprintf("an integer in [1, %d]", maxDimensions))
+				continue
+			}
+			c.dimensions = n
+		default:
+			problems = append(problems, fmt.Sprintf("%s: unknown control header", strings.ToLower(name)))
+		}
+	}
+	if len(problems) > 0 {
+		slices.Sort(problems)
+		return c, fmt.Errorf("mock control: %s", strings.Join(problems, "; "))
+	}
+	c.words, c.chunks = resolveSize(wordsH, chunksH, o.Words, o.Chunks)
+	return c, nil
+}
+
+// resolveSize turns the word and chunk settings (headers: -1 unset;
+// options: 0 unset) into the reply's words and content chunks. A header beats an
+// option; a chunk count set without a word count at the same level means
+// one word per chunk; chunks never exceed words.
+func resolveSize(wordsH, chunksH, wordsO, chunksO int) (words, chunks int) {
+	switch {
+	case wordsH >= 0:
+		words = wordsH
+	case chunksH > 0:
+		words = chunksH
+	case wordsO > 0:
+		words = wordsO
+	case chunksO > 0:
+		words = chunksO
+	default:
+		words = DefaultWords
+	}
+	switch {
+	case chunksH > 0:
+		chunks = chunksH
+	case chunksO > 0:
+		chunks = chunksO
+	default:
+		chunks = words
+	}
+	return words, min(chunks, words)
+}
+
+// acceptsGzip reports whether accept-encoding lists gzip with a non-zero
+// quality.
+func acceptsGzip(h http.Header) bool {
+	for _, v := range h.Values("Accept-Encoding") {
+		for part := range strings.SplitSeq(v, ",") {
+			coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if !strings.EqualFold(strings.TrimSpace(coding), "gzip") {
+				continue
+			}
+			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+			if q == "q=0" || q == "q=0.0" || q == "q=0.00" || q == "q=0.000" {
+				return false
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func parseBool(v string) (b, ok bool) {
+	switch strings.ToLower(v) {
+	case "1", "true", "on":
+		return true, true
+	case "0", "false", "off":
+		return false, true
+	}
+	return false, false
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# make run: the quickstart on one machine with only Go installed.
+#   - the mock LLM provider     127.0.0.1:8081   (sluice dev-llm)
+#   - Sluice                    127.0.0.1:9001 gRPC, 127.0.0.1:9090 admin
+#   - the Envoy emulator        127.0.0.1:10000  (sluice dev-envoy; a real
+#                                Envoy can take examples/envoy-quickstart.yaml too)
+# Ctrl-C stops all three.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${SLUICE_BIN:-bin/sluice}
+config=${CONFIG:-examples/quickstart.yaml}
+bootstrap=${BOOTSTRAP:-examples/envoy-quickstart.yaml}
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+"$bin" dev-llm --addr 127.0.0.1:8081 &
+pids+=($!)
+"$bin" dev-envoy --config "$bootstrap" &
+pids+=($!)
+
+cat <<MSG
+
+Try it (the demo key is printed below on first run; later: bin/sluice keys create --config $config --team demo):
+
+  curl -s http://127.0.0.1:10000/v1/chat/completions -H "authorization: Bearer \$KEY" \\
+       -H 'content-type: application/json' \\
+       -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello!"}]}'
+
+MSG
+"$bin" serve --config "$config" --demo-key &
+pids+=($!)
+wait -n "${pids[@]}"
