@@ -208,7 +208,11 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		enc = out
 	}
 
-	hasBody := r.Body != nil && r.Body != http.NoBody
+	// Go's HTTP/2 server never hands over http.NoBody; a request whose
+	// HEADERS frame ended the stream shows up as a zero, undeclared
+	// content length. Envoy sends end_of_stream on such headers.
+	hasBody := r.Body != nil && r.Body != http.NoBody &&
+		!(r.ProtoMajor == 2 && r.ContentLength == 0 && len(r.Header["Content-Length"]) == 0)
 	go e.readDownstream(s, r, decIn, hasBody) // not waited for: a blocked body read ends when the handler returns
 
 	e.writeDownstream(s, w, enc)

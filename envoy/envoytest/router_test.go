@@ -13,6 +13,9 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -261,5 +264,45 @@ func TestConfigRefusesWhatItCannotEmulate(t *testing.T) {
 	_, err = New(testBootstrap(t, rc, []*clusterv3.Cluster{testCluster(t, "up", up, false)}), Options{})
 	if err == nil || !strings.Contains(err.Error(), "only prefix and path are supported") {
 		t.Errorf("regex route: %v", err)
+	}
+}
+
+// TestRouterLocalReplyReachesExtProc: since Envoy 1.37 the router's own
+// local replies (here a connect failure, 503) run through ext_proc's
+// encode path (envoy-protocol.md §4, "Upstream error before headers").
+func TestRouterLocalReplyReachesExtProc(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	proc := &procServer{}
+	procAddr := startGRPC(t, func(s *grpc.Server) { extprocsvc.RegisterExternalProcessorServer(s, proc) })
+	ep := &extprocv3.ExternalProcessor{
+		GrpcService:    grpcCluster("proc", -1),
+		ProcessingMode: &extprocv3.ProcessingMode{RequestHeaderMode: extprocv3.ProcessingMode_SKIP, ResponseHeaderMode: extprocv3.ProcessingMode_SEND},
+	}
+	b := testBootstrap(t, routeAll("dead"), []*clusterv3.Cluster{testCluster(t, "dead", dead, false), testCluster(t, "proc", procAddr, true)},
+		filterOf(t, "envoy.filters.http.ext_proc", ep))
+	e, base := startEmulator(t, b, Options{})
+	resp, err := http.Get(base + "/v1/chat/completions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Fatalf("status %d, want 503", resp.StatusCode)
+	}
+	x := waitExchanges(t, e, 1)[0]
+	var statuses []string
+	for _, ev := range x.ExtProc {
+		if rh := ev.Sent.GetResponseHeaders(); rh != nil {
+			for _, h := range rh.GetHeaders().GetHeaders() {
+				if h.GetKey() == ":status" {
+					statuses = append(statuses, string(h.GetRawValue()))
+				}
+			}
+		}
+	}
+	if len(statuses) != 1 || statuses[0] != "503" {
+		t.Errorf("ext_proc saw response_headers :status %v, want [503]", statuses)
 	}
 }

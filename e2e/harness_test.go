@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicegw/sluice/apikey"
+	"github.com/sluicegw/sluice/authz"
+	"github.com/sluicegw/sluice/bench/mockllm"
+	"github.com/sluicegw/sluice/envoy/envoytest"
+	"github.com/sluicegw/sluice/keyring"
+	"github.com/sluicegw/sluice/limits"
+	"github.com/sluicegw/sluice/policies"
+	"github.com/sluicegw/sluice/store"
+	"github.com/sluicegw/sluice/store/sqlite"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// sluiceAuthz runs Sluice's real ext_authz service (policy snapshot,
+// SQLite key store, keyring, request limits) on 127.0.0.1:0. It returns
+// the gRPC address and a function minting API keys for a team.
+func sluiceAuthz(t *testing.T, configYAML string) (addr string, mint func(team string) string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, err := policies.Parse([]byte(configYAML), "sluice.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := policies.Compile(cfg, filepath.Join(dir, "sluice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, snap.SQLitePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ring := keyring.New(quiet())
+	ring.SetPolicy(snap)
+	mint = func(team string) string {
+		secret, err := apikey.Generate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := apikey.NewID(nil)
+		k := store.Key{ID: id, Prefix: apikey.PublicPrefix(secret.Reveal()), Hash: apikey.Hash(secret.Reveal()), Team: team, CreatedAt: time.Now()}
+		if err := st.CreateKey(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		if err := ring.Sync(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		return secret.Reveal()
+	}
+	if err := ring.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	checker := authz.NewChecker(ring, limits.New(limits.Options{}), nil)
+	return serveGRPC(t, func(s *grpc.Server) {
+		authv3.RegisterAuthorizationServer(s, authz.NewServer(checker, authz.NewMetrics(prometheus.NewRegistry()), quiet()))
+	}), mint
+}
+
+func serveGRPC(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	register(gs)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	return ln.Addr().String()
+}
+
+// mockProvider runs the mock LLM provider on 127.0.0.1:0.
+func mockProvider(t *testing.T, opts mockllm.Options) (*mockllm.Server, string) {
+	t.Helper()
+	m := mockllm.New(opts)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return m, ln.Addr().String()
+}
+
+func anyOf(t *testing.T, m proto.Message) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func staticCluster(t *testing.T, name, addr string, http2 bool) *clusterv3.Cluster {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	c := &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+		ConnectTimeout:       durationpb.New(time.Second),
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+					Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(p)},
+				}}},
+			}}}},
+		}}},
+	}
+	if http2 {
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": anyOf(t, &upstreamhttpv3.HttpProtocolOptions{
+			UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+			}},
+		})}
+	}
+	return c
+}
+
+// bootstrap is one listener on 127.0.0.1:0 with filters then the router,
+// routing every path to cluster "provider" with no route timeout.
+func bootstrap(t *testing.T, clusters []*clusterv3.Cluster, filters ...*hcmv3.HttpFilter) *bootstrapv3.Bootstrap {
+	t.Helper()
+	filters = append(filters, &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyOf(t, &routerv3.Router{})}})
+	hcm := &hcmv3.HttpConnectionManager{
+		StatPrefix: "ingress",
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: "local", VirtualHosts: []*routev3.VirtualHost{{
+			Name: "all", Domains: []string{"*"},
+			Routes: []*routev3.Route{{
+				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+					ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "provider"},
+					Timeout:          durationpb.New(0),
+				}},
+			}},
+		}}}},
+		HttpFilters: filters,
+	}
+	l := &listenerv3.Listener{
+		Name: "ingress",
+		Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+			Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 0},
+		}}},
+		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
+			Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: anyOf(t, hcm)},
+		}}}},
+	}
+	return &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{Listeners: []*listenerv3.Listener{l}, Clusters: clusters}}
+}
+
+func filter(t *testing.T, name string, cfg proto.Message) *hcmv3.HttpFilter {
+	return &hcmv3.HttpFilter{Name: name, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyOf(t, cfg)}}
+}
+
+// proxy is an Envoy under test: the emulator, or a real envoy.
+type proxy struct {
+	url string
+	emu *envoytest.Emulator // nil for a real Envoy
+}
+
+// eachProxy runs fn against the emulator and, where an envoy binary is on
+// PATH, against real Envoy, with the same bootstrap.
+func eachProxy(t *testing.T, b *bootstrapv3.Bootstrap, fn func(t *testing.T, p proxy)) {
+	t.Run("emulator", func(t *testing.T) {
+		e, err := envoytest.New(b, envoytest.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		ln, err := e.Listen(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- e.Serve(ctx, ln) }()
+		t.Cleanup(func() { cancel(); <-done })
+		fn(t, proxy{url: "http://" + ln.Addr().String(), emu: e})
+	})
+	t.Run("real-envoy", func(t *testing.T) {
+		fn(t, proxy{url: envoytest.StartRealEnvoy(t, b)})
+	})
+}
+
+func do(t *testing.T, req *http.Request) (int, http.Header, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return resp.StatusCode, resp.Header, string(b)
+}
