@@ -6,17 +6,22 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // TestRouterMatching covers the route features Sluice's routes need:
@@ -305,4 +310,49 @@ func TestRouterLocalReplyReachesExtProc(t *testing.T) {
 	if len(statuses) != 1 || statuses[0] != "503" {
 		t.Errorf("ext_proc saw response_headers :status %v, want [503]", statuses)
 	}
+}
+
+// TestAccessLog: one line per request with method, path, protocol,
+// status, details, cluster, bytes, duration and the selected metadata.
+func TestAccessLog(t *testing.T) {
+	var log syncWriter
+	az := &scriptedAuthz{check: func(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+		md, _ := structpb.NewStruct(map[string]any{"key_id": "key_1", "team": "red"})
+		r := okResp(nil)
+		r.DynamicMetadata = md
+		return r, nil
+	}}
+	azAddr := startGRPC(t, func(s *grpc.Server) { authv3.RegisterAuthorizationServer(s, az) })
+	b := testBootstrap(t, routeAll("up"), []*clusterv3.Cluster{testCluster(t, "up", startHTTP(t, &echoUpstream{}), false), testCluster(t, "authz", azAddr, true)},
+		filterOf(t, "authz", &extauthzv3.ExtAuthz{Services: &extauthzv3.ExtAuthz_GrpcService{GrpcService: grpcCluster("authz", -1)}}))
+	e, base := startEmulator(t, b, Options{AccessLog: &log, AccessLogMetadata: []string{AuthzNamespace + ":key_id", AuthzNamespace + ":team", AuthzNamespace + ":absent"}})
+	resp, err := http.Post(base+"/v1/embeddings?x=1", "application/json", strings.NewReader(`{"input":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	waitExchanges(t, e, 1)
+	line := log.String()
+	re := regexp.MustCompile(`^\[\S+\] "POST /v1/embeddings\?x=1 HTTP/1.1" 200 via_upstream cluster="up" rx=14 tx=\d+ \d+ms envoy.filters.http.ext_authz:key_id="key_1" envoy.filters.http.ext_authz:team="red" envoy.filters.http.ext_authz:absent=-\n$`)
+	if !re.MatchString(line) {
+		t.Errorf("access log line %q does not match %s", line, re)
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
