@@ -122,12 +122,19 @@ func (w *Watcher) poll() {
 		w.unavailable(err)
 		return
 	}
-	if w.seen != nil && os.SameFile(w.seen, fi) && w.seen.ModTime().Equal(fi.ModTime()) && w.seen.Size() == fi.Size() {
+	if w.seen != nil && sameStat(w.seen, fi) {
 		return
 	}
 	data, err := os.ReadFile(w.path)
 	if err != nil {
 		w.unavailable(err)
+		return
+	}
+	// A writer may have been truncating or filling the file between the
+	// stat and the read: if the file moved on, or what was read is not
+	// the size the stat saw, read again on the next poll.
+	if again, err := os.Stat(w.path); err != nil || !sameStat(fi, again) || int64(len(data)) != again.Size() {
+		w.seen = nil
 		return
 	}
 	if w.missing {
@@ -157,6 +164,12 @@ func (w *Watcher) poll() {
 	w.cur.Store(s)
 	w.log.Info("policies reloaded", "file", w.path, "version", s.Version(), "previous", old.versionOrNone())
 	w.report(s, nil)
+}
+
+// sameStat reports whether two stats describe the same file content
+// (same file, modification time and size).
+func sameStat(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
 }
 
 // remember records the stat of the content just read and reports whether

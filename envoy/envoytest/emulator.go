@@ -294,11 +294,15 @@ func (e *Emulator) readDownstream(s *stream, r *http.Request, out chan<- frame, 
 // to the client. It returns when the response is complete or the stream
 // was reset.
 func (e *Emulator) writeDownstream(s *stream, w http.ResponseWriter, in <-chan frame) {
-	rc := http.NewResponseController(w)
+	dw := &downstreamWriter{s: s, w: w, rc: http.NewResponseController(w)}
 	for {
 		select {
 		case lr := <-s.replies:
 			if lr.reset || s.respSent.Load() {
+				// A reset decided by a filter that already passed response
+				// headers on: what it passed is downstream in Envoy, so
+				// deliver what is in flight first, then reset.
+				dw.drain(in)
 				s.rec.Reset = true
 				s.rec.setDetails(or(lr.details, "reset"))
 				return
@@ -322,36 +326,7 @@ func (e *Emulator) writeDownstream(s *stream, w http.ResponseWriter, in <-chan f
 				s.rec.Reset = true
 				return
 			}
-			if f.headers != nil {
-				s.freezeRoute()
-				s.respSent.Store(true)
-				status, _ := strconv.Atoi(f.headers.Value(":status"))
-				f.headers.toHTTP(w.Header())
-				if _, ok := f.headers.Get("content-length"); !ok && !f.end {
-					w.Header().Del("Content-Length")
-				}
-				w.WriteHeader(status)
-				s.rec.Status = status
-				s.rec.defaultDetails("via_upstream")
-				rc.Flush()
-			}
-			if len(f.data) > 0 {
-				n, err := w.Write(f.data)
-				s.rec.BytesSent += int64(n)
-				if err != nil {
-					s.rec.Reset = true
-					s.rec.setDetails("downstream_remote_disconnect")
-					s.cancel()
-					return
-				}
-				rc.Flush()
-			}
-			if f.trailers != nil {
-				for _, t := range f.trailers.Entries() {
-					w.Header().Set(http.TrailerPrefix+t.Key, t.Value)
-				}
-			}
-			if f.end {
+			if done := dw.write(f); done {
 				return
 			}
 		case <-s.ctx.Done():
@@ -368,6 +343,65 @@ func (e *Emulator) writeDownstream(s *stream, w http.ResponseWriter, in <-chan f
 				s.rec.defaultDetails("downstream_remote_disconnect")
 			}
 			s.rec.Reset = true
+			return
+		}
+	}
+}
+
+// downstreamWriter writes frames to the client.
+type downstreamWriter struct {
+	s  *stream
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+// write writes one frame; it reports whether the response is finished
+// (end of stream, or the client went away).
+func (d *downstreamWriter) write(f frame) bool {
+	s, w := d.s, d.w
+	if f.headers != nil {
+		s.freezeRoute()
+		s.respSent.Store(true)
+		status, _ := strconv.Atoi(f.headers.Value(":status"))
+		f.headers.toHTTP(w.Header())
+		if _, ok := f.headers.Get("content-length"); !ok && !f.end {
+			w.Header().Del("Content-Length")
+		}
+		w.WriteHeader(status)
+		s.rec.Status = status
+		s.rec.defaultDetails("via_upstream")
+		d.rc.Flush()
+	}
+	if len(f.data) > 0 {
+		n, err := w.Write(f.data)
+		s.rec.BytesSent += int64(n)
+		if err != nil {
+			s.rec.Reset = true
+			s.rec.setDetails("downstream_remote_disconnect")
+			s.cancel()
+			return true
+		}
+		d.rc.Flush()
+	}
+	if f.trailers != nil {
+		for _, t := range f.trailers.Entries() {
+			w.Header().Set(http.TrailerPrefix+t.Key, t.Value)
+		}
+	}
+	return f.end
+}
+
+// drain writes the frames still in flight towards the client, until the
+// chain closes (the filter that reset the stream ends its stage) or the
+// stream ends.
+func (d *downstreamWriter) drain(in <-chan frame) {
+	for {
+		select {
+		case f, ok := <-in:
+			if !ok || d.write(f) {
+				return
+			}
+		case <-d.s.ctx.Done():
 			return
 		}
 	}
