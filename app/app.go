@@ -43,9 +43,10 @@ Usage:
   sluice <command> [flags]
 
 Commands:
-  serve          run the ext_authz gRPC service and the admin HTTP server
+  serve          run the ext_authz and ext_proc gRPC services and the admin HTTP server
   check-config   validate a sluice.yaml and print every problem
   keys           create, list and revoke API keys
+  spend          report tokens and cost from the spend ledger
   version        print the version
 
 Development and test tools (never for production traffic):
@@ -70,6 +71,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) 
 		return runCheckConfig(rest, stdout, stderr, env)
 	case "keys":
 		return runKeys(ctx, rest, stdout, stderr, env)
+	case "spend":
+		return runSpend(ctx, rest, stdout, stderr, env)
 	case "dev-envoy":
 		return runDevEnvoy(ctx, rest, stdout, stderr)
 	case "dev-llm":

@@ -2,15 +2,18 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
@@ -19,8 +22,11 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicegw/sluice/admin"
+	"github.com/sluicegw/sluice/admission"
 	"github.com/sluicegw/sluice/authz"
+	"github.com/sluicegw/sluice/extproc"
 	"github.com/sluicegw/sluice/keyring"
+	ledgersqlite "github.com/sluicegw/sluice/ledger/sqlite"
 	"github.com/sluicegw/sluice/limits"
 	"github.com/sluicegw/sluice/policies"
 	"github.com/sluicegw/sluice/store"
@@ -43,10 +49,11 @@ type serveFlags struct {
 	logFormat string
 	grpcAddr  string
 	adminAddr string
+	readyFile string
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
-	fs := newFlags("serve", "", "Run the ext_authz gRPC service (with gRPC health) and the admin HTTP server\n(/healthz, /readyz, /metrics). The config file is reloaded when it changes.", stderr)
+	fs := newFlags("serve", "", "Run the ext_authz and ext_proc gRPC services (with gRPC health) and the admin\nHTTP server (/healthz, /readyz, /metrics). The config file is reloaded when it changes.", stderr)
 	var f serveFlags
 	fs.StringVar(&f.config, "config", "sluice.yaml", "config `file`")
 	fs.BoolVar(&f.demoKey, "demo-key", false, "if the store has no keys yet, create one for the first team and print it once (quickstart)")
@@ -54,6 +61,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.grpcAddr, "grpc-addr", "", "override listen.grpc (host:port; port 0 picks a free one)")
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "override listen.admin (host:port; port 0 picks a free one)")
+	fs.StringVar(&f.readyFile, "ready-file", "", "once serving, write {\"grpc\": ADDR, \"admin\": ADDR} as JSON to this `file` (for scripts and tests)")
 	if err := fs.Parse(args); err != nil {
 		return flagErr(err)
 	}
@@ -152,6 +160,12 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 		return err
 	}
 
+	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{})
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+
 	counters := limits.New(limits.Options{})
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys_cached", Help: "API keys in the in-memory replica (config-declared and stored, revoked included)."},
@@ -161,6 +175,16 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 	)
 	checker := authz.NewChecker(ring, counters, nil)
 	authzServer := authz.NewServer(checker, authz.NewMetrics(reg), log)
+	extprocServer := extproc.NewServer(&extproc.Deps{
+		Policy:   watcher.Current,
+		Ring:     ring,
+		Auth:     checker,
+		Admitter: admission.NewLocal(counters),
+		Ledger:   led,
+		Metrics:  extproc.NewMetrics(reg),
+		Log:      log.With("component", "extproc"),
+		Now:      time.Now,
+	})
 
 	listen := snap.Listen()
 	grpcAddr, adminAddr := or(f.grpcAddr, listen.GRPC), or(f.adminAddr, listen.Admin)
@@ -177,6 +201,7 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 
 	gs := grpc.NewServer()
 	authv3.RegisterAuthorizationServer(gs, authzServer)
+	extprocsvc.RegisterExternalProcessorServer(gs, extprocServer)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	ready := func() error {
@@ -190,6 +215,8 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 	}
 	adminServer := admin.New(reg, ready, log)
 
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := gs.Serve(grpcLn); err != nil {
@@ -203,6 +230,11 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 		return ring.Follow(gctx, st, storePoll, func(error) { m.storeSyncs.Inc() })
 	})
 	g.Go(func() error { return counters.Run(gctx, counterSweep) })
+	// The ledger's committer outlives the gRPC server: it stops after
+	// in-flight streams have settled (see below), so no spend is lost.
+	ledgerCtx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
+	ledgerDone := make(chan error, 1)
+	go func() { ledgerDone <- led.Run(ledgerCtx) }()
 	g.Go(func() error {
 		<-gctx.Done()
 		hs.Shutdown()
@@ -212,13 +244,40 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 	if ready() == nil {
 		hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+		hs.SetServingStatus(extprocsvc.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	}
-	log.Info("sluice serving",
-		"grpc", grpcLn.Addr().String(), "admin", adminLn.Addr().String(),
-		"config", f.config, "config_version", snap.Version(), "keys", ring.Len(), "version", Version())
-	err = g.Wait()
+	var readyErr error
+	if f.readyFile != "" {
+		if readyErr = writeReadyFile(f.readyFile, grpcLn.Addr().String(), adminLn.Addr().String()); readyErr != nil {
+			stop()
+		}
+	}
+	if readyErr == nil {
+		log.Info("sluice serving",
+			"grpc", grpcLn.Addr().String(), "admin", adminLn.Addr().String(),
+			"config", f.config, "config_version", snap.Version(), "keys", ring.Len(), "version", Version())
+	}
+	err = errors.Join(readyErr, g.Wait())
+	stopLedger()
+	if lerr := <-ledgerDone; lerr != nil && err == nil {
+		err = fmt.Errorf("ledger: %w", lerr)
+	}
 	log.Info("sluice stopped")
 	return err
+}
+
+// writeReadyFile writes the bound addresses atomically (write, then
+// rename), so a reader never sees a partial file.
+func writeReadyFile(path, grpcAddr, adminAddr string) error {
+	b, _ := json.Marshal(map[string]string{"grpc": grpcAddr, "admin": adminAddr})
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("--ready-file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("--ready-file: %w", err)
+	}
+	return nil
 }
 
 // stopGRPC stops gs gracefully, forcing it after grace.

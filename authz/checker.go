@@ -3,7 +3,6 @@ package authz
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -126,29 +125,7 @@ func (c *Checker) admit(d *Decision) {
 	d.Status, d.Code = 429, CodeRateLimited
 	d.RetryAfter = res.RetryAfter
 	d.Message = fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %s",
-		describe(denied.Key), denied.Limit, periodName(denied.Period), retrySeconds(res.RetryAfter))
-}
-
-// describe turns a counter key ("key/<id>/requests/1m") into words.
-func describe(counter string) string {
-	kind, rest, _ := strings.Cut(counter, "/")
-	name := rest
-	if i := strings.Index(rest, "/requests/"); i >= 0 {
-		name = rest[:i]
-	}
-	return kind + " " + name
-}
-
-func periodName(p time.Duration) string {
-	switch p {
-	case time.Minute:
-		return "minute"
-	case time.Hour:
-		return "hour"
-	case 24 * time.Hour:
-		return "day"
-	}
-	return p.String()
+		limits.Describe(denied.Key), denied.Limit, limits.PeriodName(denied.Period), retrySeconds(res.RetryAfter))
 }
 
 // retrySeconds rounds up to whole seconds, at least 1: the unit of the

@@ -12,11 +12,12 @@ import (
 
 	"github.com/sluicegw/sluice/apierr"
 	"github.com/sluicegw/sluice/apikey"
+	"github.com/sluicegw/sluice/chain"
 )
 
 // MetadataNamespace is where Envoy stores ext_authz dynamic metadata; the
 // ext_proc filter must list it in metadata_options.forwarding_namespaces.
-const MetadataNamespace = "envoy.filters.http.ext_authz"
+const MetadataNamespace = chain.AuthzNamespace
 
 // Response turns a Decision into the CheckResponse Envoy expects. It is the
 // one place where decisions meet the wire (envoy-protocol.md §2).

@@ -17,15 +17,18 @@ import (
 // TestQuickstartFiles runs the quickstart's own files — Sluice's
 // examples/quickstart.yaml and the Envoy bootstrap
 // examples/envoy-quickstart.yaml — with the fixed ports rewritten to the
-// test's random ones, and sends the request the README shows.
+// test's random ones, and sends the request the README shows: the demo
+// team's model is served, a model it may not use is refused, and the spend
+// shows up in `sluice spend`.
 func TestQuickstartFiles(t *testing.T) {
 	cfg, err := os.ReadFile("../examples/quickstart.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	provider, providerAddr := mockProvider(t, mockllm.Options{})
-	authzAddr, mint := sluiceAuthz(t, string(cfg))
-	key := mint("demo")
+	s := startSluice(t, string(cfg))
+	_, key := s.createKey(t, "demo")
+	authzAddr := s.grpcAddr
 
 	b, err := envoytest.LoadBootstrap("../examples/envoy-quickstart.yaml")
 	if err != nil {
@@ -45,8 +48,12 @@ func TestQuickstartFiles(t *testing.T) {
 
 	eachProxy(t, b, func(t *testing.T, p proxy) {
 		provider.Reset()
-		send := func(key string) (int, string) {
-			req, _ := http.NewRequest("POST", p.url+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello!"}]}`))
+		send := func(key string, model ...string) (int, string) {
+			m := "gpt-4o-mini"
+			if len(model) > 0 {
+				m = model[0]
+			}
+			req, _ := http.NewRequest("POST", p.url+"/v1/chat/completions", strings.NewReader(`{"model":"`+m+`","messages":[{"role":"user","content":"Hello!"}]}`))
 			req.Header.Set("authorization", "Bearer "+key)
 			req.Header.Set("content-type", "application/json")
 			status, _, body := do(t, req)
@@ -61,5 +68,12 @@ func TestQuickstartFiles(t *testing.T) {
 		if status, body := send("sk-sluice-" + strings.Repeat("Q", 43)); status != 401 {
 			t.Errorf("wrong key: %d %s", status, body)
 		}
+		if status, body := send(key, "gpt-4o"); status != 403 || !strings.Contains(body, `may not use model \"gpt-4o\"`) {
+			t.Errorf("disallowed model: %d %s", status, body)
+		}
 	})
+	out := s.run(t, "spend", "--by", "model")
+	if !strings.Contains(out, "gpt-4o-mini") {
+		t.Errorf("sluice spend lacks the request:\n%s", out)
+	}
 }

@@ -72,6 +72,7 @@ type Ring struct {
 
 type view struct {
 	byHash map[[32]byte]*Principal
+	byID   map[string]*Principal
 }
 
 // New returns an empty ring: it resolves nothing until SetPolicy and a
@@ -83,7 +84,7 @@ func New(log *slog.Logger) *Ring {
 		teams: map[string]store.Team{},
 		orgs:  map[string]store.Org{},
 	}
-	r.view.Store(&view{byHash: map[[32]byte]*Principal{}})
+	r.view.Store(&view{byHash: map[[32]byte]*Principal{}, byID: map[string]*Principal{}})
 	return r
 }
 
@@ -95,6 +96,13 @@ func New(log *slog.Logger) *Ring {
 // about any secret.
 func (r *Ring) Resolve(h [32]byte) *Principal {
 	return r.view.Load().byHash[h]
+}
+
+// ByID returns the principal of the key with that id, or nil. ext_proc
+// uses it to turn the key id ext_authz passed on into the current
+// principal (allow-lists, limits) without re-parsing metadata.
+func (r *Ring) ByID(id string) *Principal {
+	return r.view.Load().byID[id]
 }
 
 // Len reports how many keys the replica holds (revoked ones included).
@@ -219,7 +227,11 @@ func (r *Ring) rebuild() {
 		}
 		publish(byHash, k.Hash, p)
 	}
-	r.view.Store(&view{byHash: byHash})
+	byID := make(map[string]*Principal, len(byHash))
+	for _, p := range byHash {
+		byID[p.KeyID] = p
+	}
+	r.view.Store(&view{byHash: byHash, byID: byID})
 }
 
 // publish completes p's derived fields and adds it to the view.

@@ -126,6 +126,9 @@ keys:
 	if ring.Resolve(apikey.Hash(secretC)) != nil {
 		t.Error("unknown key resolved")
 	}
+	if ring.ByID("key_b") != b || ring.ByID("config:bot") != a || ring.ByID("key_dup") != nil || ring.ByID("nope") != nil {
+		t.Error("ByID does not find the published principals (or finds the shadowed duplicate)")
+	}
 }
 
 func TestFollowSeesRevocationAndNewKeys(t *testing.T) {

@@ -10,6 +10,8 @@ import "time"
 type Config struct {
 	Listen    Listen           `yaml:"listen"`
 	Store     Store            `yaml:"store"`
+	Ledger    Ledger           `yaml:"ledger"`
+	Gateway   Gateway          `yaml:"gateway"`
 	Providers []Provider       `yaml:"providers"`
 	Models    []Model          `yaml:"models"`
 	Pricing   map[string]Price `yaml:"pricing"`
@@ -35,6 +37,24 @@ type Store struct {
 	SQLite string `yaml:"sqlite"`
 	// Postgres is a PostgreSQL connection URL (usually "${SLUICE_PG_URL}").
 	Postgres Secret `yaml:"postgres"`
+}
+
+// Ledger selects where spend records are written.
+type Ledger struct {
+	// SQLite is the path of the embedded spend ledger. A relative path is
+	// resolved against the directory of the config file.
+	SQLite string `yaml:"sqlite"`
+}
+
+// Gateway holds request-path settings of the ext_proc service.
+type Gateway struct {
+	// MaxRequestBodyBytes refuses larger request bodies with 413 before
+	// parsing them. Envoy's listener buffer must be at least as large.
+	MaxRequestBodyBytes int64 `yaml:"max_request_body_bytes"`
+	// UnknownPaths says what happens to requests for paths that are not
+	// an LLM API Sluice meters: "deny" (404 with a clear error) or "pass"
+	// (forwarded untouched, unmetered).
+	UnknownPaths string `yaml:"unknown_paths"`
 }
 
 // Provider kinds.

@@ -26,7 +26,9 @@ func Default() *Config {
 			Admin: "127.0.0.1:9090",
 			Envoy: "127.0.0.1:10000",
 		},
-		Store: Store{SQLite: "sluice.db"},
+		Store:   Store{SQLite: "sluice.db"},
+		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
+		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny"},
 	}
 }
 

@@ -111,8 +111,10 @@ func TestLoadGood(t *testing.T) {
 
 func TestDefault(t *testing.T) {
 	want := &Config{
-		Listen: Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "127.0.0.1:10000"},
-		Store:  Store{SQLite: "sluice.db"},
+		Listen:  Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "127.0.0.1:10000"},
+		Store:   Store{SQLite: "sluice.db"},
+		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
+		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny"},
 	}
 	if diff := cmp.Diff(want, Default()); diff != "" {
 		t.Errorf("Default (-want +got):\n%s", diff)
@@ -137,8 +139,10 @@ func TestLoadFull(t *testing.T) {
 	}
 	expires := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	want := &Config{
-		Listen: Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "0.0.0.0:10000"},
-		Store:  Store{SQLite: "data/sluice.db"},
+		Listen:  Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "0.0.0.0:10000"},
+		Store:   Store{SQLite: "data/sluice.db"},
+		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
+		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny"},
 		Providers: []Provider{
 			{Name: "openai", Kind: KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-test-SECRET-openai"},
 			{Name: "anthropic", Kind: KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-test-SECRET-anthropic", AnthropicVersion: "2023-06-01"},
@@ -398,7 +402,7 @@ models:
 			`f.yaml:5:25: models[0].provider: unknown provider "opnai" (did you mean "openai"?)`,
 		}},
 		{"unknown top-level field without suggestion", base + "routes: []\n", []string{
-			"f.yaml:9:1: routes: unknown field (expected one of: listen, store, providers, models, pricing, orgs, teams, keys)",
+			"f.yaml:9:1: routes: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys)",
 		}},
 		{"non-string key", base + "listen:\n  [a]: b\n", []string{
 			"f.yaml:10:3: listen: mapping keys must be strings, got a list",
@@ -407,7 +411,7 @@ models:
 			"f.yaml:10:5: orgs[0].<<: a merge key must refer to a mapping or a list of mappings",
 		}},
 		{"alias position is the alias", "x: &n 5\n" + base, []string{
-			"f.yaml:1:1: x: unknown field (expected one of: listen, store, providers, models, pricing, orgs, teams, keys)",
+			"f.yaml:1:1: x: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys)",
 		}},
 	}
 	for _, tt := range tests {

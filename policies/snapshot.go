@@ -22,6 +22,7 @@ type Snapshot struct {
 	version    string
 	cfg        *Config
 	sqlitePath string
+	ledgerPath string
 	providers  map[string]*Provider
 	models     map[string]*ModelRoute // by name and by alias
 	modelNames []string
@@ -95,10 +96,15 @@ func Compile(cfg *Config, file string) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile policies: store.sqlite: %w", err)
 	}
+	ledgerPath, err := resolveSQLite(c.Ledger.SQLite, file)
+	if err != nil {
+		return nil, fmt.Errorf("compile policies: ledger.sqlite: %w", err)
+	}
 	s := &Snapshot{
 		version:    configVersion(c),
 		cfg:        c,
 		sqlitePath: sqlitePath,
+		ledgerPath: ledgerPath,
 		providers:  make(map[string]*Provider, len(c.Providers)),
 		models:     make(map[string]*ModelRoute),
 		orgs:       make(map[string]struct{}, len(c.Orgs)),
@@ -171,6 +177,12 @@ func (s *Snapshot) Listen() Listen { return s.cfg.Listen }
 // SQLitePath returns the SQLite database path, resolved against the
 // config file's directory; empty when the store is not SQLite.
 func (s *Snapshot) SQLitePath() string { return s.sqlitePath }
+
+// LedgerPath is the resolved path of the spend ledger's SQLite file.
+func (s *Snapshot) LedgerPath() string { return s.ledgerPath }
+
+// Gateway returns the request-path settings.
+func (s *Snapshot) Gateway() Gateway { return s.cfg.Gateway }
 
 // Provider returns the provider with the given name, with defaults applied
 // (an anthropic provider's AnthropicVersion is never empty).

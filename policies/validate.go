@@ -38,6 +38,7 @@ func (c *Config) check() []issue {
 	v := &validator{}
 	v.listen(c.Listen)
 	v.store(c.Store)
+	v.ledgerAndGateway(c.Ledger, c.Gateway)
 	providers := v.providers(c.Providers)
 	owners, known := v.models(c.Models, providers)
 	v.pricing(c.Pricing, c.Models, owners)
@@ -48,6 +49,22 @@ func (c *Config) check() []issue {
 }
 
 type validator struct{ issues []issue }
+
+// maxBodyLimit bounds gateway.max_request_body_bytes: bodies are buffered
+// whole in Envoy and in Sluice.
+const maxBodyLimit = 64 << 20
+
+func (v *validator) ledgerAndGateway(l Ledger, g Gateway) {
+	if l.SQLite == "" {
+		v.add("ledger.sqlite", "required (a file path)")
+	}
+	if g.MaxRequestBodyBytes <= 0 || g.MaxRequestBodyBytes > maxBodyLimit {
+		v.add("gateway.max_request_body_bytes", "must be between 1 and %d, got %d", maxBodyLimit, g.MaxRequestBodyBytes)
+	}
+	if g.UnknownPaths != "deny" && g.UnknownPaths != "pass" {
+		v.add("gateway.unknown_paths", "must be deny or pass, got %q", g.UnknownPaths)
+	}
+}
 
 func (v *validator) add(path, format string, args ...any) {
 	v.issues = append(v.issues, issue{Problem: Problem{Path: path, Msg: fmt.Sprintf(format, args...)}})

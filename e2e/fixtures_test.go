@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sluicegw/sluice/ledger"
+)
+
+// fixturesDir finds ../shared/fixtures/openai beside the module root, or
+// skips the test naming it.
+func fixturesDir(t *testing.T) string {
+	t.Helper()
+	dir, _ := filepath.Abs(".")
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Skip("module root not found")
+		}
+		dir = parent
+	}
+	fx := filepath.Join(dir, "..", "shared", "fixtures", "openai")
+	if _, err := os.Stat(fx); err != nil {
+		t.Skipf("recorded fixtures not found at %s (the shared/ folder beside the repository): %v", fx, err)
+	}
+	return fx
+}
+
+// recordedUsage reads [input, cached input, output] from a recorded
+// response body: JSON usage, or the usage chunk of an SSE stream.
+func recordedUsage(t *testing.T, body string) ([3]int64, bool) {
+	t.Helper()
+	var u struct {
+		Usage *struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+			PromptDetails    struct {
+				Cached int64 `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	docs := []string{body}
+	if strings.HasPrefix(strings.TrimSpace(body), "data:") {
+		docs = nil
+		for _, line := range strings.Split(body, "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok && d != "[DONE]" {
+				docs = append(docs, d)
+			}
+		}
+	}
+	for _, d := range docs {
+		u.Usage = nil
+		if json.Unmarshal([]byte(d), &u) == nil && u.Usage != nil {
+			return [3]int64{u.Usage.PromptTokens, u.Usage.PromptDetails.Cached, u.Usage.CompletionTokens}, true
+		}
+	}
+	return [3]int64{}, false
+}
+
+// wantReasoning reads completion_tokens_details.reasoning_tokens.
+func wantReasoning(body string) int64 {
+	var u struct {
+		Usage struct {
+			Details struct {
+				Reasoning int64 `json:"reasoning_tokens"`
+			} `json:"completion_tokens_details"`
+		} `json:"usage"`
+	}
+	json.Unmarshal([]byte(body), &u)
+	return u.Usage.Details.Reasoning
+}
+
+// record reads the spend record of a request id through `sluice spend`.
+func (p *sluiceProcess) record(t *testing.T, requestID string) ledger.Record {
+	t.Helper()
+	out := p.run(t, "spend", "--records", "--format", "json", "--limit", "0")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r ledger.Record
+		if json.Unmarshal([]byte(line), &r) == nil && r.RequestID == requestID {
+			return r
+		}
+	}
+	t.Fatalf("no spend record for request %s in:\n%s", requestID, out)
+	return ledger.Record{}
+}
+
+// setRoutes replaces the inline route configuration of b's listener.
+func setRoutes(b *bootstrapv3.Bootstrap, rc *routev3.RouteConfiguration) {
+	f := b.StaticResources.Listeners[0].FilterChains[0].Filters[0]
+	hcm := &hcmv3.HttpConnectionManager{}
+	if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
+		panic(err)
+	}
+	hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc}
+	a, err := anypb.New(hcm)
+	if err != nil {
+		panic(err)
+	}
+	f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: a}
+}
+
+func (p proxy) name() string {
+	if p.emu != nil {
+		return "emulator"
+	}
+	return "envoy"
+}

@@ -1,0 +1,53 @@
+package extproc
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicegw/sluice/ledger"
+)
+
+// Metrics are the ext_proc server's Prometheus series. Labels are bounded:
+// endpoints, outcomes, stable codes, and configured model names.
+type Metrics struct {
+	requests     *prometheus.CounterVec
+	denials      *prometheus.CounterVec
+	tokens       *prometheus.CounterVec
+	cost         *prometheus.CounterVec
+	unparsed     *prometheus.CounterVec
+	unpriced     *prometheus.CounterVec
+	ledgerErrors prometheus.Counter
+	streams      prometheus.Gauge
+}
+
+// NewMetrics registers the series on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_requests_total",
+			Help: "Metered requests settled, by endpoint and outcome (ok, upstream_error, cancelled, unparsed; passed for unmetered pass-through)."}, []string{"endpoint", "outcome"}),
+		denials: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_denials_total",
+			Help: "Requests refused by ext_proc, by stable code."}, []string{"code"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_tokens_total",
+			Help: "Tokens charged, by model and kind (input, cached_input, output, reasoning)."}, []string{"model", "kind"}),
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cost_micros_total",
+			Help: "Cost charged in micro-dollars, by model."}, []string{"model"}),
+		unparsed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_unparsed_responses_total",
+			Help: "2xx responses whose body could not be metered (charged the input estimate), by endpoint."}, []string{"endpoint"}),
+		unpriced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_unpriced_requests_total",
+			Help: "Requests for models without a price (recorded with cost 0), by model."}, []string{"model"}),
+		ledgerErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_errors_total",
+			Help: "Spend records that could not be written."}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_extproc_streams",
+			Help: "Open ext_proc streams."}),
+	}
+	reg.MustRegister(m.requests, m.denials, m.tokens, m.cost, m.unparsed, m.unpriced, m.ledgerErrors, m.streams)
+	return m
+}
+
+func (m *Metrics) observe(r ledger.Record) {
+	m.requests.WithLabelValues(r.Endpoint, r.Outcome).Inc()
+	m.tokens.WithLabelValues(r.Model, "input").Add(float64(r.InputTokens))
+	m.tokens.WithLabelValues(r.Model, "cached_input").Add(float64(r.CachedInputTokens))
+	m.tokens.WithLabelValues(r.Model, "output").Add(float64(r.OutputTokens))
+	m.tokens.WithLabelValues(r.Model, "reasoning").Add(float64(r.ReasoningTokens))
+	m.cost.WithLabelValues(r.Model).Add(float64(r.CostMicros))
+}

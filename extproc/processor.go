@@ -1,0 +1,501 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sluicegw/sluice/admission"
+	"github.com/sluicegw/sluice/apierr"
+	"github.com/sluicegw/sluice/apikey"
+	"github.com/sluicegw/sluice/authz"
+	"github.com/sluicegw/sluice/chain"
+	"github.com/sluicegw/sluice/keyring"
+	"github.com/sluicegw/sluice/ledger"
+	"github.com/sluicegw/sluice/llmapi"
+	"github.com/sluicegw/sluice/payload"
+	"github.com/sluicegw/sluice/policies"
+	"github.com/sluicegw/sluice/usage"
+)
+
+// Admitter admits requests and settles them (admission.Local).
+type Admitter interface {
+	// Admit reserves what the claim may use against every covering limit,
+	// in one step; a refusal is an *admission.Denial.
+	Admit(ctx context.Context, c admission.Claim) (admission.Grant, error)
+	// Settle replaces the reservation by what was used.
+	Settle(ctx context.Context, g admission.Grant, a admission.Actual)
+}
+
+// Ledger stores spend records; Append returns once the record is durable.
+type Ledger interface {
+	Append(ctx context.Context, r ledger.Record) error
+}
+
+// Authenticator resolves a caller from request headers when ext_authz is
+// not in the chain (authz.Checker).
+type Authenticator interface {
+	Authenticate(get func(string) (string, bool)) authz.Decision
+}
+
+// Deps are a processor's collaborators.
+type Deps struct {
+	Policy   func() *policies.Snapshot
+	Ring     *keyring.Ring
+	Auth     Authenticator
+	Admitter Admitter
+	Ledger   Ledger
+	Metrics  *Metrics
+	Log      *slog.Logger
+	Now      func() time.Time
+}
+
+// state is where a processor is in its request's life.
+type state uint8
+
+const (
+	awaitRequestHeaders state = iota
+	awaitRequestBody
+	awaitResponseHeaders
+	streamingResponse
+	passThrough // unmetered: every message is answered with continue
+	finished
+)
+
+// Processor handles the ext_proc messages of one HTTP request. It is not
+// safe for concurrent use; Server gives each stream its own.
+type Processor struct {
+	d     *Deps
+	state state
+	start time.Time
+
+	snap      *policies.Snapshot
+	requestID string
+	path      string
+	method    string
+	ep        llmapi.Endpoint
+	dialect   apierr.Dialect
+	principal *keyring.Principal
+	counted   bool // ext_authz counted the request
+	// clientAnthropicVersion: the client sent anthropic-version itself.
+	clientAnthropicVersion bool
+
+	req    payload.Request
+	route  *policies.ModelRoute
+	grant  admission.Grant
+	meter  *usage.Meter
+	status int
+	ttft   time.Duration
+	ended  bool // settled
+}
+
+// NewProcessor returns a processor for one request.
+func NewProcessor(d *Deps) *Processor {
+	return &Processor{d: d, start: d.Now(), snap: d.Policy()}
+}
+
+// Handle answers one message. Every message gets exactly one reply of the
+// matching type (or an ImmediateResponse).
+func (p *Processor) Handle(ctx context.Context, m *extprocsvc.ProcessingRequest) *extprocsvc.ProcessingResponse {
+	switch r := m.GetRequest().(type) {
+	case *extprocsvc.ProcessingRequest_RequestHeaders:
+		return p.requestHeaders(ctx, m, r.RequestHeaders)
+	case *extprocsvc.ProcessingRequest_RequestBody:
+		return p.requestBody(ctx, r.RequestBody)
+	case *extprocsvc.ProcessingRequest_ResponseHeaders:
+		return p.responseHeaders(ctx, r.ResponseHeaders)
+	case *extprocsvc.ProcessingRequest_ResponseBody:
+		return p.responseBody(ctx, r.ResponseBody)
+	case *extprocsvc.ProcessingRequest_RequestTrailers:
+		return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocsvc.TrailersResponse{}}}
+	case *extprocsvc.ProcessingRequest_ResponseTrailers:
+		return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocsvc.TrailersResponse{}}}
+	}
+	// An empty oneof: answer something Envoy will treat as spurious rather
+	// than guess.
+	return &extprocsvc.ProcessingResponse{}
+}
+
+// Cancel settles a request whose stream ended without the final response
+// chunk (client gone, upstream reset, Envoy gave up): charged for what was
+// delivered.
+func (p *Processor) Cancel(ctx context.Context) {
+	if p.state == awaitResponseHeaders || p.state == streamingResponse {
+		p.settle(context.WithoutCancel(ctx), false)
+	}
+	p.state = finished
+}
+
+func headerGetter(h *corev3.HeaderMap) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		var vals []string
+		for _, hv := range h.GetHeaders() {
+			if hv.GetKey() == k {
+				vals = append(vals, string(hv.GetRawValue()))
+			}
+		}
+		if len(vals) == 0 {
+			return "", false
+		}
+		return strings.Join(vals, ","), true
+	}
+}
+
+func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.ProcessingRequest, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
+	get := headerGetter(h.GetHeaders())
+	p.path, _ = get(":path")
+	p.method, _ = get(":method")
+	p.requestID, _ = get("x-request-id")
+	_, p.clientAnthropicVersion = get("anthropic-version")
+	p.ep = llmapi.EndpointFor(p.path)
+	p.dialect = apierr.DialectFor(p.path)
+
+	// The principal: from ext_authz's metadata, else authenticate here.
+	if id := m.GetMetadataContext().GetFilterMetadata()[chain.AuthzNamespace].GetFields()["key_id"].GetStringValue(); id != "" {
+		p.principal, p.counted = p.d.Ring.ByID(id), true
+		if p.principal == nil {
+			return p.deny(401, authz.CodeUnknownKey, "the API key ext_authz accepted is no longer known")
+		}
+	} else {
+		d := p.d.Auth.Authenticate(get)
+		if !d.Allowed() {
+			return p.deny(d.Status, d.Code, d.Message)
+		}
+		p.principal = d.Principal
+	}
+
+	if p.ep == llmapi.Unknown {
+		if p.snap.Gateway().UnknownPaths == "pass" {
+			p.state = passThrough
+			p.d.Metrics.requests.WithLabelValues("unknown", "passed").Inc()
+			return headersContinue(nil)
+		}
+		return p.deny(404, "unknown_path", fmt.Sprintf("%s is not an API this gateway serves; use /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses or /v1/messages", pathOnly(p.path)))
+	}
+	if p.method != "POST" {
+		return p.deny(405, "method_not_allowed", fmt.Sprintf("%s takes POST, got %s", pathOnly(p.path), p.method))
+	}
+	if h.GetEndOfStream() {
+		return p.deny(400, payload.CodeEmptyBody, "the request has no body; send the JSON request")
+	}
+	p.state = awaitRequestBody
+	return headersContinue(nil)
+}
+
+func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
+	if p.state == passThrough {
+		return bodyContinue(nil)
+	}
+	body := b.GetBody()
+	if limit := p.snap.Gateway().MaxRequestBodyBytes; int64(len(body)) > limit {
+		return p.deny(413, "body_too_large", fmt.Sprintf("the request body is %d bytes; this gateway accepts at most %d", len(body), limit))
+	}
+	req, err := payload.Parse(p.ep, body)
+	if err != nil {
+		code, msg := "invalid_request", err.Error()
+		if pe, ok := err.(*payload.Error); ok {
+			code, msg = pe.Code, pe.Message
+		}
+		return p.deny(400, code, msg)
+	}
+	p.req = req
+	route, ok := p.snap.Model(req.Model)
+	if !ok {
+		return p.deny(404, "model_not_found", fmt.Sprintf("model %q does not exist on this gateway", req.Model))
+	}
+	if !route.AllowedBy(p.principal.KeyModels) || !route.AllowedBy(p.principal.TeamModels) {
+		return p.deny(403, "model_not_allowed", fmt.Sprintf("API key %s (team %s) may not use model %q", p.principal.KeyID, p.principal.Team, req.Model))
+	}
+	p.route = route
+	if msg := compatible(p.ep, route.Provider); msg != "" {
+		return p.deny(400, "unsupported_endpoint", fmt.Sprintf("model %q: %s", req.Model, msg))
+	}
+	grant, err := p.d.Admitter.Admit(ctx, admission.Claim{
+		Principal: p.principal, Model: route.Name, CountRequest: !p.counted,
+		InputTokens: req.InputTokens, MaxOutputTokens: req.MaxOutputTokens, At: p.d.Now(),
+	})
+	if err != nil {
+		if dn, ok := err.(*admission.Denial); ok {
+			resp := p.deny(dn.Status, dn.Code, dn.Message)
+			if dn.RetryAfter > 0 {
+				im := resp.GetImmediateResponse()
+				im.Headers.SetHeaders = append(im.Headers.SetHeaders, rawHeader("retry-after", strconv.FormatInt(ceilSeconds(dn.RetryAfter), 10)))
+			}
+			return resp
+		}
+		return p.deny(503, "admission_unavailable", "limits cannot be checked right now; retry")
+	}
+	p.grant = grant
+
+	// Rewrite the body for the provider where needed.
+	rw := payload.Rewrite{}
+	if route.Upstream != req.Model {
+		rw.Model = route.Upstream
+	}
+	if route.Provider.Kind == policies.KindAzureOpenAI {
+		rw.Model, rw.DropModel = "", true // Azure takes the deployment from the path
+	}
+	if req.Stream && (p.ep == llmapi.ChatCompletions || p.ep == llmapi.Completions) && !req.IncludeUsage {
+		rw.ForceIncludeUsage = true // so the provider reports usage in the stream
+	}
+	newBody, err := payload.Apply(body, rw)
+	if err != nil {
+		return p.deny(400, payload.CodeInvalidJSON, err.Error())
+	}
+	hm, err := p.providerHeaders(route)
+	if err != nil {
+		return p.deny(500, "provider_config", err.Error())
+	}
+	cr := &extprocsvc.CommonResponse{HeaderMutation: hm, ClearRouteCache: true}
+	if len(newBody) != len(body) || string(newBody) != string(body) {
+		cr.BodyMutation = &extprocsvc.BodyMutation{Mutation: &extprocsvc.BodyMutation_Body{Body: newBody}}
+		// BUFFERED: content-length must match the new body (§1.4).
+		hm.SetHeaders = append(hm.SetHeaders, rawHeader("content-length", strconv.Itoa(len(newBody))))
+	}
+	p.state = awaitResponseHeaders
+	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestBody{RequestBody: &extprocsvc.BodyResponse{Response: cr}}}
+}
+
+// compatible says why an endpoint cannot go to a provider, or "".
+func compatible(ep llmapi.Endpoint, pr *policies.Provider) string {
+	anthropic := pr.Kind == policies.KindAnthropic
+	switch {
+	case ep == llmapi.Messages && !anthropic:
+		return fmt.Sprintf("its provider %q speaks the OpenAI API; call /v1/chat/completions", pr.Name)
+	case ep != llmapi.Messages && anthropic:
+		return fmt.Sprintf("its provider %q speaks the Anthropic Messages API; call /v1/messages", pr.Name)
+	case ep == llmapi.Responses && pr.Kind == policies.KindAzureOpenAI:
+		return fmt.Sprintf("the Responses API is not routed to Azure OpenAI provider %q", pr.Name)
+	}
+	return ""
+}
+
+// providerHeaders swaps the caller's credential for the provider's, sets
+// the routing header, and for Azure rewrites the path.
+func (p *Processor) providerHeaders(route *policies.ModelRoute) (*extprocsvc.HeaderMutation, error) {
+	pr := route.Provider
+	hm := &extprocsvc.HeaderMutation{RemoveHeaders: append([]string(nil), apikey.CredentialHeaders...)}
+	set := func(k, v string) { hm.SetHeaders = append(hm.SetHeaders, rawHeader(k, v)) }
+	set(chain.RoutingHeader, pr.Name)
+	base, err := url.Parse(pr.BaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("provider %q base_url: %w", pr.Name, err)
+	}
+	prefix := strings.TrimSuffix(base.Path, "/")
+	key := pr.APIKey.Reveal()
+	switch pr.Kind {
+	case policies.KindOpenAI, policies.KindOpenAICompatible:
+		if key != "" {
+			set("authorization", "Bearer "+key)
+		}
+		if prefix != "" {
+			set(":path", prefix+p.path)
+		}
+	case policies.KindAnthropic:
+		set("x-api-key", key)
+		if !p.clientAnthropicVersion {
+			set("anthropic-version", pr.AnthropicVersion)
+		}
+		if prefix != "" {
+			set(":path", prefix+p.path)
+		}
+	case policies.KindAzureOpenAI:
+		set("api-key", key)
+		op := map[llmapi.Endpoint]string{llmapi.ChatCompletions: "chat/completions", llmapi.Completions: "completions", llmapi.Embeddings: "embeddings"}[p.ep]
+		set(":path", prefix+"/openai/deployments/"+url.PathEscape(route.Upstream)+"/"+op+"?api-version="+url.QueryEscape(pr.APIVersion))
+	}
+	// Credential headers are removed, then the provider's set: drop the
+	// provider's own header from the removal list.
+	keep := hm.RemoveHeaders[:0]
+	for _, k := range hm.RemoveHeaders {
+		if !hasSet(hm, k) {
+			keep = append(keep, k)
+		}
+	}
+	hm.RemoveHeaders = keep
+	return hm, nil
+}
+
+func hasSet(hm *extprocsvc.HeaderMutation, k string) bool {
+	for _, h := range hm.GetSetHeaders() {
+		if h.GetHeader().GetKey() == k {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
+	if p.state != awaitResponseHeaders {
+		return headersResponse(nil)
+	}
+	get := headerGetter(h.GetHeaders())
+	st, _ := get(":status")
+	p.status, _ = strconv.Atoi(st)
+	ct, _ := get("content-type")
+	ce, _ := get("content-encoding")
+	p.meter = usage.NewMeter(usage.Options{Endpoint: p.ep, Stream: p.req.Stream, ContentType: ct, ContentEncoding: ce, Model: p.route.Upstream})
+	p.state = streamingResponse
+	if h.GetEndOfStream() {
+		md := p.settle(ctx, true)
+		return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocsvc.HeadersResponse{}}, DynamicMetadata: md}
+	}
+	return headersResponse(nil)
+}
+
+func (p *Processor) responseBody(ctx context.Context, b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
+	resp := &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseBody{ResponseBody: &extprocsvc.BodyResponse{}}}
+	if p.state != streamingResponse {
+		return resp
+	}
+	if len(b.GetBody()) > 0 {
+		if p.ttft == 0 {
+			p.ttft = p.d.Now().Sub(p.start)
+		}
+		p.meter.Write(b.GetBody())
+	}
+	if b.GetEndOfStream() {
+		resp.DynamicMetadata = p.settle(ctx, true)
+	}
+	return resp
+}
+
+// settle closes the meter, prices the usage, makes the spend record
+// durable and releases the admission; it returns the dynamic metadata for
+// the final reply.
+func (p *Processor) settle(ctx context.Context, complete bool) *structpb.Struct {
+	if p.ended {
+		return nil
+	}
+	p.ended = true
+	p.state = finished
+	var res usage.Result
+	if p.meter != nil {
+		res = p.meter.Close(complete, p.req.InputTokens)
+	} else {
+		// Cut before response headers: the provider may have billed the
+		// input; charge the estimate.
+		res = usage.Result{Usage: usage.Usage{InputTokens: p.req.InputTokens}, Estimated: true}
+	}
+	outcome := "ok"
+	u := res.Usage
+	ok2xx := p.status >= 200 && p.status < 300
+	switch {
+	case !complete:
+		outcome = "cancelled"
+	case !ok2xx:
+		outcome = "upstream_error"
+		if !res.Reported {
+			u = usage.Usage{} // no charge unless the provider reports usage
+		}
+	case res.Unparsed:
+		outcome = "unparsed"
+		if !res.Reported {
+			u = usage.Usage{InputTokens: p.req.InputTokens} // never a silent zero
+			res.Estimated = true
+		}
+		p.d.Metrics.unparsed.WithLabelValues(p.ep.String()).Inc()
+	}
+	var cost int64
+	if p.route.Priced {
+		cost = p.route.Price.CostMicros(u.InputTokens, u.CachedInputTokens, u.OutputTokens)
+	} else {
+		p.d.Metrics.unpriced.WithLabelValues(p.route.Name).Inc()
+	}
+	now := p.d.Now()
+	rec := ledger.Record{
+		RequestID: p.requestID, KeyID: p.principal.KeyID, Team: p.principal.Team, Org: p.principal.Org,
+		Endpoint: p.ep.String(), Model: p.route.Name, Provider: p.route.Provider.Name, UpstreamModel: p.route.Upstream,
+		InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens, CacheCreationTokens: u.CacheCreationTokens,
+		OutputTokens: u.OutputTokens, ReasoningTokens: u.ReasoningTokens,
+		CostMicros: cost, Priced: p.route.Priced, Status: p.status, Outcome: outcome,
+		Estimated: res.Estimated, Stream: p.req.Stream, StartedAt: p.start, FinishedAt: now, TTFT: p.ttft,
+	}
+	if err := p.d.Ledger.Append(context.WithoutCancel(ctx), rec); err != nil {
+		p.d.Metrics.ledgerErrors.Inc()
+		p.d.Log.Error("spend record not written", "request_id", p.requestID, "key_id", p.principal.KeyID, "err", err)
+	}
+	p.d.Admitter.Settle(ctx, p.grant, admission.Actual{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostMicros: cost})
+	p.d.Metrics.observe(rec)
+	return usageMetadata(rec)
+}
+
+// usageMetadata is the final reply's dynamic metadata: namespace "sluice"
+// with the fields docs/architecture.md lists.
+func usageMetadata(r ledger.Record) *structpb.Struct {
+	num := func(v int64) *structpb.Value { return structpb.NewNumberValue(float64(v)) }
+	f := map[string]*structpb.Value{
+		"input_tokens":        num(r.InputTokens),
+		"cached_input_tokens": num(r.CachedInputTokens),
+		"output_tokens":       num(r.OutputTokens),
+		"reasoning_tokens":    num(r.ReasoningTokens),
+		"total_tokens":        num(r.InputTokens + r.OutputTokens),
+		"cost_micros":         num(r.CostMicros),
+		"model":               structpb.NewStringValue(r.Model),
+		"provider":            structpb.NewStringValue(r.Provider),
+		"key_id":              structpb.NewStringValue(r.KeyID),
+		"team":                structpb.NewStringValue(r.Team),
+		"estimated":           structpb.NewBoolValue(r.Estimated),
+		"outcome":             structpb.NewStringValue(r.Outcome),
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		chain.UsageNamespace: structpb.NewStructValue(&structpb.Struct{Fields: f}),
+	}}
+}
+
+// deny answers with an ImmediateResponse in the dialect of the API called.
+func (p *Processor) deny(status int, code, msg string) *extprocsvc.ProcessingResponse {
+	p.state = finished
+	p.d.Metrics.denials.WithLabelValues(code).Inc()
+	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocsvc.ImmediateResponse{
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
+		Headers: &extprocsvc.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{rawHeader("content-type", "application/json")}},
+		Body:    apierr.Body(p.dialect, status, code, msg),
+		Details: "sluice_" + code,
+	}}}
+}
+
+// rawHeader builds a header for Envoy's ext_proc, which reads raw_value
+// only (envoy-protocol.md §1.1).
+func rawHeader(k, v string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}}
+}
+
+func headersContinue(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingResponse {
+	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocsvc.HeadersResponse{Response: common(hm)}}}
+}
+
+func headersResponse(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingResponse {
+	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocsvc.HeadersResponse{Response: common(hm)}}}
+}
+
+func bodyContinue(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingResponse {
+	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestBody{RequestBody: &extprocsvc.BodyResponse{Response: common(hm)}}}
+}
+
+func common(hm *extprocsvc.HeaderMutation) *extprocsvc.CommonResponse {
+	if hm == nil {
+		return nil
+	}
+	return &extprocsvc.CommonResponse{HeaderMutation: hm}
+}
+
+func pathOnly(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	return max(int64((d+time.Second-1)/time.Second), 1)
+}

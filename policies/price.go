@@ -1,0 +1,20 @@
+package policies
+
+// CostMicros is what the given token counts cost at this price, in
+// integer micro-dollars, rounded up so that Sluice never under-charges:
+// input is every prompt token (cached ones included), cachedInput the part
+// of it read from cache, output every output token (reasoning included).
+// cachedInput is billed at CachedInput when that price is set, else at
+// Input. Counts are clamped to be non-negative and consistent.
+func (p Price) CostMicros(input, cachedInput, output int64) int64 {
+	input, cachedInput, output = max(input, 0), max(cachedInput, 0), max(output, 0)
+	cachedInput = min(cachedInput, input)
+	cachedPrice := p.CachedInput
+	if cachedPrice == 0 {
+		cachedPrice = p.Input
+	}
+	// Prices are per 1M tokens; one division at the end keeps the
+	// rounding to a single micro-dollar.
+	total := (input-cachedInput)*p.Input + cachedInput*cachedPrice + output*p.Output
+	return (total + 999_999) / 1_000_000
+}

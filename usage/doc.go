@@ -1,0 +1,126 @@
+// Package usage owns reading token usage out of LLM API response bodies as
+// Envoy streams them to Sluice's ext_proc: a Meter is fed each body chunk
+// exactly as it arrived (arbitrary boundaries, possibly gzip or deflate
+// compressed) and, when the body ends or is cut, returns the provider's
+// usage or, where the provider reported none, Sluice's own estimate.
+//
+// It must not touch pricing, the ledger, limits or policy: it turns bytes
+// into token counts and says how they were obtained (Reported, Estimated,
+// Unparsed, Err); whether and what to charge is decided by its caller.
+//
+// # What is read
+//
+//   - OpenAI chat/completions and completions: the JSON body's "usage"; in a
+//     stream, the SSE `data:` events up to `data: [DONE]`, where the last
+//     event carrying a non-null "usage" wins (the usage-only chunk OpenAI
+//     sends when stream_options.include_usage is set; vLLM-style per-chunk
+//     cumulative usage works too).
+//   - OpenAI Responses: the JSON body's "usage"; in a stream, the
+//     "response.usage" of response.completed, response.incomplete or
+//     response.failed.
+//   - OpenAI embeddings: "usage.prompt_tokens" (total_tokens if it is
+//     absent); output is 0.
+//   - Anthropic messages: the JSON body's "usage"; in a stream,
+//     message_start's message.usage (input, cache read, cache creation and a
+//     provisional output count) and message_delta's usage (the final,
+//     cumulative output_tokens; input counts it carries replace the start's,
+//     field by field). Anthropic's input_tokens excludes cached tokens, so
+//     InputTokens = input_tokens + cache_read + cache_creation.
+//   - Error bodies (any status) and SSE error events: their error type or
+//     code becomes Result.ProviderError; the body still counts as parsed.
+//
+// Counts are normalised: each is clamped to [0, 2^40];
+// CachedInputTokens+CacheCreationTokens ≤ InputTokens and
+// ReasoningTokens ≤ OutputTokens.
+//
+// # Reported and Estimated
+//
+// The Meter tracks two facts separately: whether the provider reported the
+// input side (prompt_tokens / input_tokens / cache counts) and whether it
+// reported the final output count (completion_tokens / output_tokens;
+// Anthropic's message_start output_tokens is provisional and does not
+// count). Reported is true when either was reported. For each side the
+// provider did not report, Close fills in an estimate and sets Estimated:
+// InputTokens = the caller's fallbackInput (its request-phase estimate);
+// OutputTokens = the tiktoken count of the generated text seen, or the
+// provisional provider count if larger; ReasoningTokens stays 0. So
+// Reported && Estimated means "partly from the provider" (for instance an
+// Anthropic stream cut after message_start), and at least one of Reported
+// and Estimated is always true.
+//
+// # Format sniffing
+//
+// The body's first bytes decide how it is parsed, whatever the request
+// asked for and whatever the content-type says: after leading whitespace
+// and a UTF-8 BOM, `{` or `[` is JSON and a line starting with an SSE field
+// (`data`, `event`, `id`, `retry` followed by `:` or a line end, or a `:`
+// comment) is SSE. So a provider that streams although stream was false,
+// or answers a stream request with a JSON error, is still metered.
+// Anything else (an HTML error page with status 200, plain text) is
+// Unparsed with Err "not_json" or "not_sse", chosen by what was expected
+// (the content-type if it names JSON or event-stream, else Options.Stream).
+// An empty body is Unparsed with Err "empty_body".
+//
+// # SSE
+//
+// Parsed incrementally per the WHATWG rules that matter: lines end in \n,
+// \r\n or \r (also when \r and \n arrive in different chunks), an event
+// ends at a blank line, data lines join with \n, one space after the colon
+// is stripped, comments and id/retry are ignored. Only the partial line and
+// the current event are carried between Writes. Only events that can carry
+// usage or generated text are buffered and decoded (encoding/json into
+// small structs); an event whose name is known to be irrelevant (ping,
+// response.created, …) is counted but its data is dropped unread. A kept
+// event whose data exceeds Options.MaxJSONBytes stops parsing with Err
+// "event_too_large" (what was seen is kept). Deliberate deviation from
+// WHATWG: at Close an unterminated last line and event are processed
+// rather than discarded, so a usage event missing its final blank line is
+// not lost (a truncated one fails to decode and is ignored).
+//
+// # JSON
+//
+// A small scanner follows the body byte by byte and captures the values of
+// the top-level "usage" and "error" keys; only those are decoded when
+// usage is present, so a large body (an embeddings batch) costs one pass.
+// The body is buffered up to Options.MaxJSONBytes for the fallback (text
+// extraction) and is decoded as soon as its top-level value ends (bytes
+// after it are ignored). A larger body sets Err "body_too_large" but its
+// captured usage still counts; it is Unparsed only if no usage or error was
+// found. A body cut before its value ends has Err "truncated_json"; one
+// that ends but does not decode, "bad_json".
+//
+// # Compression
+//
+// Content-Encoding gzip (x-gzip) and deflate (zlib, or raw deflate when the
+// zlib header is absent) are decoded by a goroutine that the first Write
+// starts and Close always ends; each Write hands its bytes over through a
+// pipe and returns once they are consumed. A body declared gzip that does
+// not start with the gzip magic is read as plain (a decompressor ran
+// before ext_proc but the header stayed). Other encodings are Unparsed with
+// Err "unsupported_encoding". Decoder failures set Err "gzip: <kind>" or
+// "deflate: <kind>" (bad_header, corrupt, checksum, truncated); truncation
+// is not an error when Close is told the body was cut.
+//
+// # Tokenizer fallback
+//
+// Generated text (chat delta content, refusal, reasoning_content, tool-call
+// arguments; completions text; Responses output_text, refusal, reasoning
+// and function-call argument deltas; Anthropic text, input_json and
+// thinking deltas; the same fields of JSON bodies) is collected per output
+// channel (choice, tool call, content block) and counted with tiktoken:
+// o200k_base for gpt-4o, gpt-4.1, gpt-5 and o-series models, cl100k_base
+// for gpt-4, gpt-3.5, babbage-002, davinci-002 and the text-embedding
+// models, and o200k_base as a documented approximation for every other
+// model (Claude, open models). Tokenizing costs about a microsecond per
+// token, so text is kept untokenized (at most 16 KiB per Meter) and counted
+// only at Close when the provider did not report output; beyond that
+// budget, completed segments are tokenized as they arrive. Segments are
+// cut only before a space that follows a printable ASCII character, where
+// tiktoken's pre-tokenizer always splits, so the count equals tokenizing
+// the whole text; only when a channel holds 1 KiB without such a point (or
+// more than 8 channels are open) is it cut elsewhere, which can shift the
+// count by a token per cut. Reasoning that the provider does not stream
+// (OpenAI's hidden reasoning tokens) cannot be seen and is not counted.
+//
+// A Meter is not safe for concurrent use. Close must always be called.
+package usage
