@@ -19,7 +19,7 @@ line per request to stdout. For tests and demos only.`, stderr)
 	config := fs.String("config", "", "Envoy bootstrap `file` (YAML or JSON)")
 	addr := fs.String("addr", "", "override the listener address (host:port)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	meta := fs.String("log-metadata", "envoy.filters.http.ext_authz:key_id,envoy.filters.http.ext_authz:team", "comma-separated namespace:key dynamic metadata to print in access log lines")
+	meta := fs.String("log-metadata", "envoy.filters.http.ext_authz:key_id,envoy.filters.http.ext_authz:team,sluice:model,sluice:total_tokens,sluice:cost_micros", "comma-separated namespace:key dynamic metadata to print in access log lines")
 	if err := fs.Parse(args); err != nil {
 		return flagErr(err)
 	}

@@ -312,3 +312,59 @@ const fixtureModels = `
   - name: fixtures
     models: ["gpt-5-nano", "babbage-002", "text-embedding-3-small"]
 `
+
+// TestGatewayMeteringEdges: gzip-compressed and oddly split streams are
+// metered exactly like plain ones; a stream the client abandons is settled
+// for what was delivered; the final reply's usage metadata reaches Envoy.
+func TestGatewayMeteringEdges(t *testing.T) {
+	_, mockAddr := mockProvider(t, mockllm.Options{APIKey: openaiKey})
+	s := startSluice(t, gatewayConfig)
+	_, key := s.createKey(t, "apps")
+	eachProxy(t, gatewayBootstrap(t, s.grpcAddr, mockAddr), func(t *testing.T, p proxy) {
+		body := `{"model":"gpt-5-nano","stream":true,"messages":[{"role":"user","content":"Count to ten"}]}`
+		plain, gz := "plain-"+p.name(), "gzip-"+p.name()
+		if st, _, b := (call{path: "/v1/chat/completions", body: body, headers: map[string]string{"x-request-id": plain}}).do(t, p.url, key); st != 200 {
+			t.Fatalf("%d %s", st, b)
+		}
+		// gzip on the wire, split at every 7 bytes: mid-event, mid-rune.
+		if st, _, b := (call{path: "/v1/chat/completions", body: body, headers: map[string]string{"x-request-id": gz, "x-mock-gzip": "1", "x-mock-split": "7"}}).do(t, p.url, key); st != 200 {
+			t.Fatalf("%d %s", st, b)
+		}
+		a, g := s.record(t, plain), s.record(t, gz)
+		if a.InputTokens == 0 || a.OutputTokens == 0 || a.Estimated || g.InputTokens != a.InputTokens || g.OutputTokens != a.OutputTokens || g.Estimated {
+			t.Errorf("gzip+split metered %d/%d (estimated %v), plain %d/%d (estimated %v)", g.InputTokens, g.OutputTokens, g.Estimated, a.InputTokens, a.OutputTokens, a.Estimated)
+		}
+		if p.emu != nil {
+			var found bool
+			for _, x := range p.emu.Exchanges() {
+				if m := x.Metadata[chain.UsageNamespace]; m != nil && m.GetFields()["output_tokens"].GetNumberValue() == float64(a.OutputTokens) {
+					found = true
+				}
+			}
+			if !found {
+				t.Error("the usage metadata of the final reply did not reach Envoy's dynamic metadata")
+			}
+		}
+
+		// The client reads the first chunk of a slow stream and leaves.
+		cut := "cut-" + p.name()
+		req, _ := http.NewRequest("POST", p.url+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-5-nano","stream":true,"messages":[{"role":"user","content":"A long story"}]}`))
+		req.Header.Set("authorization", "Bearer "+key)
+		req.Header.Set("x-request-id", cut)
+		req.Header.Set("x-mock-chunks", "20")
+		req.Header.Set("x-mock-interval", "50ms")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		if _, err := resp.Body.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		rec := s.awaitRecord(t, cut)
+		if rec.Outcome != "cancelled" || rec.InputTokens == 0 || rec.OutputTokens >= a.OutputTokens+20 {
+			t.Errorf("abandoned stream settled as %+v", rec)
+		}
+	})
+}

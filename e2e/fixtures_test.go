@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -85,15 +86,27 @@ func wantReasoning(body string) int64 {
 // record reads the spend record of a request id through `sluice spend`.
 func (p *sluiceProcess) record(t *testing.T, requestID string) ledger.Record {
 	t.Helper()
-	out := p.run(t, "spend", "--records", "--format", "json", "--limit", "0")
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r ledger.Record
-		if json.Unmarshal([]byte(line), &r) == nil && r.RequestID == requestID {
-			return r
+	return p.awaitRecord(t, requestID)
+}
+
+// awaitRecord waits for a request's spend record: a cancelled stream is
+// settled when Envoy closes the ext_proc stream, after the client left.
+func (p *sluiceProcess) awaitRecord(t *testing.T, requestID string) ledger.Record {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out := p.run(t, "spend", "--records", "--format", "json", "--limit", "0")
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var r ledger.Record
+			if json.Unmarshal([]byte(line), &r) == nil && r.RequestID == requestID {
+				return r
+			}
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no spend record for request %s", requestID)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("no spend record for request %s in:\n%s", requestID, out)
-	return ledger.Record{}
 }
 
 // setRoutes replaces the inline route configuration of b's listener.

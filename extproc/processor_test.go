@@ -393,3 +393,21 @@ func BenchmarkProcessorStream20(b *testing.B) {
 		led.records = led.records[:0]
 	}
 }
+
+func TestBodyLimit(t *testing.T) {
+	d, _ := newDeps(t)
+	snap := d.Policy()
+	cfg := *snap.Config()
+	cfg.Gateway.MaxRequestBodyBytes = 64
+	small, err := policies.Compile(&cfg, filepath.Join(t.TempDir(), "sluice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Policy = func() *policies.Snapshot { return small }
+	p := NewProcessor(d)
+	p.Handle(context.Background(), reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
+	r := p.Handle(context.Background(), reqBody(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"`+strings.Repeat("x", 100)+`"}]}`))
+	if im := r.GetImmediateResponse(); im == nil || im.GetStatus().GetCode() != 413 || !strings.Contains(string(im.GetBody()), "at most 64") {
+		t.Fatalf("got %v", r)
+	}
+}
