@@ -150,7 +150,7 @@ const (
 )
 
 // GroupBys lists every valid GroupBy.
-var GroupBys = []GroupBy{ByKey, ByTeam, ByOrg, ByModel, ByDay, ByNone}
+func GroupBys() []GroupBy { return []GroupBy{ByKey, ByTeam, ByOrg, ByModel, ByDay, ByNone} }
 
 // Validate reports an unknown GroupBy.
 func (g GroupBy) Validate() error {

@@ -225,7 +225,7 @@ func testEmpty(t *testing.T, _ ledger.Ledger, rd ledger.Reader) {
 	if got := records(t, rd, ledger.Filter{}); len(got) != 0 {
 		t.Errorf("Records of an empty ledger = %+v; want none", got)
 	}
-	for _, by := range ledger.GroupBys {
+	for _, by := range ledger.GroupBys() {
 		if got := totals(t, rd, ledger.Filter{}, by); len(got) != 0 {
 			t.Errorf("Totals by %s of an empty ledger = %+v; want none", by, got)
 		}
