@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,30 +12,13 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/sluicegw/sluice/internal/fixtures"
 	"github.com/sluicegw/sluice/ledger"
 )
 
-// fixturesDir finds ../shared/fixtures/openai beside the module root, or
-// skips the test naming it.
-func fixturesDir(t *testing.T) string {
-	t.Helper()
-	dir, _ := filepath.Abs(".")
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("module root not found")
-		}
-		dir = parent
-	}
-	fx := filepath.Join(dir, "..", "shared", "fixtures", "openai")
-	if _, err := os.Stat(fx); err != nil {
-		t.Skipf("recorded fixtures not found at %s (the shared/ folder beside the repository): %v", fx, err)
-	}
-	return fx
-}
+// fixturesDir is ../shared/fixtures/openai; tests skip, naming it, when
+// it is absent.
+func fixturesDir(t *testing.T) string { return fixtures.OpenAI(t) }
 
 // recordedUsage reads [input, cached input, output] from a recorded
 // response body: JSON usage, or the usage chunk of an SSE stream.

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sluicegw/sluice/internal/fixtures"
 	"github.com/sluicegw/sluice/llmapi"
 )
 
@@ -221,7 +222,7 @@ func fixtureSeeds(f *testing.F) []recorded {
 	if err != nil {
 		return nil
 	}
-	dir, err := findFixtures(wd)
+	dir, err := fixtures.Find(wd)
 	if err != nil {
 		f.Logf("fuzz seeds from fixtures skipped: %v", err)
 		return nil

@@ -2,66 +2,19 @@ package mockllm
 
 import (
 	"bytes"
-	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluicegw/sluice/internal/fixtures"
 )
 
-// fixturesDir is ../shared/fixtures/openai beside the module root (the
-// directory holding go.mod above the test's working directory). Tests
-// that need it skip, naming the folder, when it is absent.
-func fixturesDir(t *testing.T) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := findFixtures(wd)
-	if err != nil {
-		t.Skip(err)
-	}
-	return dir
-}
-
-func findFixtures(wd string) (string, error) {
-	root := wd
-	for {
-		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(root)
-		if parent == root {
-			return "", fmt.Errorf("no go.mod above %s, so ../shared/fixtures/openai cannot be located", wd)
-		}
-		root = parent
-	}
-	dir := filepath.Join(root, "..", "shared", "fixtures", "openai")
-	if _, err := os.Stat(dir); err != nil {
-		return "", fmt.Errorf("%s not found: %w", dir, err)
-	}
-	return dir, nil
-}
-
-func TestFixturesAbsent(t *testing.T) {
-	tmp := t.TempDir()
-	sub := filepath.Join(tmp, "repo", "bench", "mockllm")
-	if err := os.MkdirAll(sub, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "repo", "go.mod"), []byte("module x\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err := findFixtures(sub)
-	want := filepath.Join(tmp, "shared", "fixtures", "openai") + " not found"
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Errorf("findFixtures = %v, want an error containing %q", err, want)
-	}
-}
+// fixturesDir is ../shared/fixtures/openai; tests skip, naming it, when
+// it is absent.
+func fixturesDir(t *testing.T) string { return fixtures.OpenAI(t) }
 
 func loadFixtures(t *testing.T) []*Cassette {
 	t.Helper()
