@@ -29,6 +29,7 @@ providers:
   - {name: openai, kind: openai, base_url: "https://api.openai.com", api_key: "` + openaiKey + `"}
   - {name: anthropic, kind: anthropic, base_url: "https://api.anthropic.com", api_key: "` + anthropicKey + `"}
   - {name: azure, kind: azure-openai, base_url: "https://contoso.openai.azure.com", api_key: "` + azureKey + `", api_version: "2024-10-21"}
+  - {name: local, kind: openai-compatible, base_url: "http://127.0.0.1:8000"}
 models:
   - {name: gpt-4o-mini, aliases: [mini], provider: openai, upstream: gpt-4o-mini-2024-07-18}
   - {name: gpt-5-nano, provider: openai}
@@ -36,6 +37,7 @@ models:
   - {name: claude-sonnet-4, provider: anthropic, upstream: claude-sonnet-4-20250514}
   - {name: azure-4o, provider: azure, upstream: gpt4o-deployment}
   - {name: gpt-4o, provider: openai}
+  - {name: llama-3.1-8b, provider: local}
   - {name: babbage-002, provider: openai}
 pricing:
   gpt-4o-mini: {input: 150000, cached_input: 75000, output: 600000}
@@ -44,15 +46,15 @@ pricing:
   text-embedding-3-small: {input: 20000, output: 0}
 teams:
   - name: apps
-    models: ["gpt-4o-mini", "gpt-5-nano", "text-embedding-3-small", "claude-*", "azure-4o"]
+    models: ["gpt-4o-mini", "gpt-5-nano", "text-embedding-3-small", "claude-*", "azure-4o", "llama-*"]
 `
 
 // gatewayBootstrap routes on the routing header to one cluster per
 // provider (all the mock), with Sluice's filter chain from package chain.
-func gatewayBootstrap(t *testing.T, sluiceAddr, mockAddr string) *bootstrapv3.Bootstrap {
+func gatewayBootstrap(t *testing.T, sluiceAddr, mockAddr string, localAddr ...string) *bootstrapv3.Bootstrap {
 	t.Helper()
 	var routes []*routev3.Route
-	for _, p := range []string{"openai", "anthropic", "azure"} {
+	for _, p := range []string{"openai", "anthropic", "azure", "local"} {
 		routes = append(routes, &routev3.Route{
 			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}, Headers: []*routev3.HeaderMatcher{{
 				Name: chain.RoutingHeader, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: p}}},
@@ -68,6 +70,7 @@ func gatewayBootstrap(t *testing.T, sluiceAddr, mockAddr string) *bootstrapv3.Bo
 	b := bootstrap(t, []*clusterv3.Cluster{
 		staticCluster(t, "sluice", sluiceAddr, true),
 		staticCluster(t, "openai", mockAddr, false), staticCluster(t, "anthropic", mockAddr, false), staticCluster(t, "azure", mockAddr, false),
+		staticCluster(t, "local", append(localAddr, mockAddr)[0], false),
 	}, chain.HTTPFilters(chain.Options{Cluster: "sluice"})...)
 	setRoutes(b, &routev3.RouteConfiguration{Name: "llm", VirtualHosts: []*routev3.VirtualHost{{Name: "llm", Domains: []string{"*"}, Routes: routes}}})
 	return b
@@ -99,9 +102,10 @@ func (c call) do(t *testing.T, base, key string) (int, http.Header, string) {
 // record.
 func TestGatewayEndToEnd(t *testing.T) {
 	mock, mockAddr := mockProvider(t, mockllm.Options{APIKey: openaiKey, AnthropicAPIKey: anthropicKey, AzureAPIKey: azureKey})
+	local, localAddr := mockProvider(t, mockllm.Options{}) // a local server that takes no key
 	s := startSluice(t, gatewayConfig)
 	_, key := s.createKey(t, "apps")
-	b := gatewayBootstrap(t, s.grpcAddr, mockAddr)
+	b := gatewayBootstrap(t, s.grpcAddr, mockAddr, localAddr)
 
 	eachProxy(t, b, func(t *testing.T, p proxy) {
 		cases := []struct {
@@ -172,15 +176,52 @@ func TestGatewayEndToEnd(t *testing.T) {
 				wantStatus: 200, wantPath: "/openai/deployments/gpt4o-deployment/chat/completions", wantAuthHeader: "Api-Key", wantAuthValue: azureKey,
 				wantContains: `"chat.completion"`,
 			},
+			{
+				name:       "completions, non-streaming",
+				call:       call{path: "/v1/completions", body: `{"model":"gpt-5-nano","prompt":"Say hi","max_tokens":5}`},
+				wantStatus: 200, wantPath: "/v1/completions", wantAuthHeader: "Authorization", wantAuthValue: "Bearer " + openaiKey,
+				wantContains: `"text_completion"`,
+			},
+			{
+				name:       "responses, non-streaming",
+				call:       call{path: "/v1/responses", body: `{"model":"gpt-5-nano","input":"Say hi"}`},
+				wantStatus: 200, wantPath: "/v1/responses", wantAuthHeader: "Authorization", wantAuthValue: "Bearer " + openaiKey,
+				wantContains: `"response"`,
+			},
+			{
+				name:       "anthropic messages, non-streaming",
+				call:       call{path: "/v1/messages", body: `{"model":"claude-sonnet-4","max_tokens":64,"messages":[{"role":"user","content":"Hi"}]}`, headers: map[string]string{"anthropic-version": "2023-06-01"}},
+				wantStatus: 200, wantPath: "/v1/messages", wantAuthHeader: "X-Api-Key", wantAuthValue: anthropicKey,
+				wantContains: `"type":"message"`,
+			},
+			{
+				name:       "azure chat, streaming",
+				call:       call{path: "/v1/chat/completions", body: `{"model":"azure-4o","stream":true,"messages":[{"role":"user","content":"Hi"}]}`},
+				wantStatus: 200, wantPath: "/openai/deployments/gpt4o-deployment/chat/completions", wantAuthHeader: "Api-Key", wantAuthValue: azureKey,
+				wantContains: "data: [DONE]",
+			},
+			{
+				name:       "azure embeddings",
+				call:       call{path: "/v1/embeddings", body: `{"model":"azure-4o","input":"hello"}`},
+				wantStatus: 200, wantPath: "/openai/deployments/gpt4o-deployment/embeddings", wantAuthHeader: "Api-Key", wantAuthValue: azureKey,
+				wantContains: `"embedding"`,
+			},
+			{
+				name:       "openai-compatible without a key: no credential is sent",
+				call:       call{path: "/v1/chat/completions", body: `{"model":"llama-3.1-8b","stream":true,"messages":[{"role":"user","content":"Hi"}]}`},
+				wantStatus: 200, wantPath: "/v1/chat/completions", wantAuthHeader: "Authorization", wantAuthValue: "",
+				wantContains: "data: [DONE]",
+			},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				mock.Reset()
+				local.Reset()
 				status, _, body := tc.call.do(t, p.url, key)
 				if status != tc.wantStatus || !strings.Contains(body, tc.wantContains) {
 					t.Fatalf("got %d %.300s", status, body)
 				}
-				got := mock.Received()
+				got := append(mock.Received(), local.Received()...)
 				if len(got) != 1 {
 					t.Fatalf("provider saw %d requests", len(got))
 				}
@@ -236,7 +277,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 
 	// Every admitted request has a spend record with tokens and cost.
 	out := s.run(t, "spend", "--by", "model", "--format", "csv")
-	for _, m := range []string{"gpt-4o-mini", "gpt-5-nano", "claude-sonnet-4", "text-embedding-3-small", "azure-4o"} {
+	for _, m := range []string{"gpt-4o-mini", "gpt-5-nano", "claude-sonnet-4", "text-embedding-3-small", "azure-4o", "llama-3.1-8b"} {
 		if !strings.Contains(out, "\n"+m+",") {
 			t.Errorf("spend report lacks %s:\n%s", m, out)
 		}

@@ -411,3 +411,31 @@ func TestBodyLimit(t *testing.T) {
 		t.Fatalf("got %v", r)
 	}
 }
+
+func TestUnknownPathPassThrough(t *testing.T) {
+	d, led := newDeps(t)
+	snap := d.Policy()
+	cfg := *snap.Config()
+	cfg.Gateway.UnknownPaths = "pass"
+	pass, err := policies.Compile(&cfg, filepath.Join(t.TempDir(), "sluice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Policy = func() *policies.Snapshot { return pass }
+	ctx := context.Background()
+	p := NewProcessor(d)
+	for _, m := range []*extprocsvc.ProcessingRequest{
+		reqHeaders("/v1/models", false, authzMeta("config:k")),
+		reqBody(`not even json`),
+		respHeaders("200", "application/json"),
+		respBody(`{"data":[]}`, true),
+	} {
+		r := p.Handle(ctx, m)
+		if r.GetImmediateResponse() != nil || r.GetDynamicMetadata() != nil || r.GetRequestBody().GetResponse().GetHeaderMutation() != nil {
+			t.Fatalf("pass-through answered %v", r)
+		}
+	}
+	if len(led.records) != 0 {
+		t.Errorf("an unmetered pass-through wrote %d spend records", len(led.records))
+	}
+}

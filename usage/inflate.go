@@ -2,10 +2,10 @@ package usage
 
 import (
 	"bufio"
+	"bytes"
 	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
-	"bytes"
 	"errors"
 	"io"
 )

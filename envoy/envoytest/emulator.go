@@ -220,8 +220,8 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	wg.Wait()
 	s.rec.Duration = time.Since(s.start)
 	s.rec.Metadata = s.allMetadata()
+	e.accessLog(s) // before keep: an exchange that is visible has its log line
 	e.keep(s.rec)
-	e.accessLog(s)
 	if s.rec.Reset {
 		// Abort the response so the client sees a reset, not a clean end.
 		panic(http.ErrAbortHandler)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package usage
+
+const raceEnabled = false

@@ -1,0 +1,175 @@
+package usage
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/tiktoken-go/tokenizer"
+)
+
+func TestEncodingFor(t *testing.T) {
+	for model, want := range map[string]tokenizer.Encoding{
+		"gpt-4o":                  tokenizer.O200kBase,
+		"gpt-4o-mini-2024-07-18":  tokenizer.O200kBase,
+		"gpt-4.1-nano":            tokenizer.O200kBase,
+		"gpt-5-nano":              tokenizer.O200kBase,
+		"o3-mini":                 tokenizer.O200kBase,
+		"o1":                      tokenizer.O200kBase,
+		"ft:gpt-4o-mini:org::id":  tokenizer.O200kBase,
+		"openai/GPT-4o":           tokenizer.O200kBase,
+		"gpt-4":                   tokenizer.Cl100kBase,
+		"gpt-4-turbo":             tokenizer.Cl100kBase,
+		"gpt-3.5-turbo":           tokenizer.Cl100kBase,
+		"gpt-35-turbo":            tokenizer.Cl100kBase,
+		"babbage-002":             tokenizer.Cl100kBase,
+		"davinci-002":             tokenizer.Cl100kBase,
+		"text-embedding-3-small":  tokenizer.Cl100kBase,
+		"ft:gpt-3.5-turbo:org::x": tokenizer.Cl100kBase,
+		"claude-sonnet-4-5":       tokenizer.O200kBase,
+		"llama-3.1-70b":           tokenizer.O200kBase,
+		"":                        tokenizer.O200kBase,
+	} {
+		if got := encodingFor(model); got != want {
+			t.Errorf("encodingFor(%q) = %s, want %s", model, got, want)
+		}
+	}
+}
+
+// words mixes what trips pre-tokenizers: contractions, digit runs,
+// punctuation runs, newlines and runs of spaces, letters with marks,
+// CJK, emoji.
+var words = []string{
+	"the", "The", "don't", "I'll", "12345", "3.14", "!!", "?", ",", "—", "é", "naïve",
+	"日本語", "🙂", "\n", "\n\n", "  ", "\t", " ", "x", "a/b", "<|endoftext|>", "'s", "CamelCase",
+	"\r\n", "…", "ß", "   \n", "''", "(", ")", "{\"k\":", "1}", ".", "e\u0301",
+}
+
+func randomText(rng *rand.Rand, n int) string {
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString(words[rng.IntN(len(words))])
+		if rng.IntN(3) > 0 {
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+// TestSafeCutExact: cutting at safeCut never changes the token count,
+// for both encodings.
+func TestSafeCutExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, enc := range []tokenizer.Encoding{tokenizer.O200kBase, tokenizer.Cl100kBase} {
+		codec, err := tokenizer.Get(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := func(s string) int {
+			n, err := codec.Count(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		trials := 0
+		for range 3000 {
+			s := randomText(rng, 1+rng.IntN(60))
+			cut := safeCut([]byte(s[:rng.IntN(len(s)+1)]))
+			if cut == 0 {
+				continue
+			}
+			trials++
+			if a, b, whole := count(s[:cut]), count(s[cut:]), count(s); a+b != whole {
+				t.Fatalf("%s: %q cut at %d: %d+%d tokens, whole %d", enc, s, cut, a, b, whole)
+			}
+		}
+		if trials < 1000 {
+			t.Fatalf("only %d trials had a safe cut", trials)
+		}
+	}
+}
+
+// TestTextCounterIncremental: text far over the budget, in random deltas
+// over several channels, counts exactly what tokenizing each channel's
+// text whole counts, while holding little.
+func TestTextCounterIncremental(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	codec, err := tokenizer.Get(tokenizer.O200kBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := textCounter{enc: tokenizer.O200kBase}
+	texts := []string{randomText(rng, 40000), randomText(rng, 30000), randomText(rng, 500)}
+	rest := slices.Clone(texts)
+	maxHeld := 0
+	for rest[0] != "" || rest[1] != "" || rest[2] != "" {
+		ch := rng.IntN(3)
+		// A delta of up to 12 bytes, cut anywhere on a rune boundary.
+		n := min(len(rest[ch]), 1+rng.IntN(12))
+		for n < len(rest[ch]) && !utf8.RuneStart(rest[ch][n]) {
+			n++
+		}
+		tc.add(chanKey{a: int32(ch)}, rest[ch][:n])
+		rest[ch] = rest[ch][n:]
+		maxHeld = max(maxHeld, tc.pending)
+	}
+	var want int64
+	for _, s := range texts {
+		n, err := codec.Count(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += int64(n)
+	}
+	if got := tc.tokens(); got != want {
+		t.Errorf("incremental count %d, whole-text count %d", got, want)
+	}
+	if maxHeld > textBudget+64 {
+		t.Errorf("held %d bytes of text, budget %d", maxHeld, textBudget)
+	}
+	if tc.counted == 0 {
+		t.Fatal("nothing was tokenized before the end: the test did not exercise the budget")
+	}
+}
+
+// TestTextCounterNoSafeCut: text without a safe cut (CJK) is cut every
+// maxTail bytes anyway; the count stays within a token per cut.
+func TestTextCounterNoSafeCut(t *testing.T) {
+	codec, err := tokenizer.Get(tokenizer.O200kBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := textCounter{enc: tokenizer.O200kBase}
+	s := strings.Repeat("日本語のテキスト", 3000) // 72 KB, no ASCII
+	for i := 0; i < len(s); i += 24 {
+		tc.add(chanKey{}, s[i:min(i+24, len(s))])
+		if tc.pending > textBudget+24 {
+			t.Fatalf("holding %d bytes", tc.pending)
+		}
+	}
+	want, err := codec.Count(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tc.tokens()
+	cuts := int64(len(s)/textBudget + 1)
+	if d := got - int64(want); d < -cuts || d > cuts {
+		t.Errorf("count %d, whole %d: off by more than %d cuts", got, want, cuts)
+	}
+}
+
+func TestTextCounterChannelsBounded(t *testing.T) {
+	tc := textCounter{enc: tokenizer.O200kBase}
+	for i := range 1000 {
+		tc.add(chanKey{a: int32(i)}, "word ")
+	}
+	if len(tc.chans) != maxChannels {
+		t.Errorf("%d channels, want %d", len(tc.chans), maxChannels)
+	}
+	if got := tc.tokens(); got < 1000 || got > 1100 {
+		t.Errorf("1000 × %q counted %d tokens", "word ", got)
+	}
+}
