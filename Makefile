@@ -42,8 +42,13 @@ bench: check-go
 # Run each fuzz target for FUZZTIME (new interesting inputs land in the
 # Go cache; copy regressions into the package's testdata/fuzz).
 FUZZTIME ?= 30s
+FUZZ_TARGETS := apikey:FuzzFromHeaders payload:FuzzParse payload:FuzzApply usage:FuzzMeterSSE usage:FuzzMeterJSON
 fuzz: check-go
-	$(GO) test -run='^$$' -fuzz=FuzzFromHeaders -fuzztime=$(FUZZTIME) ./apikey
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$$fn$$" -fuzztime=$(FUZZTIME) ./$$pkg || exit 1; \
+	done
 
 clean:
 	rm -rf bin examples/quickstart.db examples/quickstart.db-wal examples/quickstart.db-shm
