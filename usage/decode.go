@@ -2,83 +2,25 @@ package usage
 
 import (
 	"bytes"
-	"encoding/json"
-	"math"
-	"strconv"
+	"strings"
 )
 
 // wireUsage is every usage field of the dialects: OpenAI chat/completions
 // (prompt_/completion_tokens), OpenAI Responses and Anthropic
 // (input_/output_tokens), Anthropic's cache counts and OpenAI's details.
 type wireUsage struct {
-	PromptTokens      count   `json:"prompt_tokens"`
-	CompletionTokens  count   `json:"completion_tokens"`
-	TotalTokens       count   `json:"total_tokens"`
-	InputTokens       count   `json:"input_tokens"`
-	OutputTokens      count   `json:"output_tokens"`
-	CacheCreation     count   `json:"cache_creation_input_tokens"`
-	CacheRead         count   `json:"cache_read_input_tokens"`
-	PromptDetails     details `json:"prompt_tokens_details"`
-	InputDetails      details `json:"input_tokens_details"`
-	CompletionDetails details `json:"completion_tokens_details"`
-	OutputDetails     details `json:"output_tokens_details"`
-}
-
-type details struct {
-	CachedTokens    count `json:"cached_tokens"`
-	ReasoningTokens count `json:"reasoning_tokens"`
+	PromptTokens, CompletionTokens, TotalTokens count
+	InputTokens, OutputTokens                   count
+	CacheCreation, CacheRead                    count // cache_creation_input_tokens, cache_read_input_tokens
+	PromptCached, InputCached                   count // {prompt,input}_tokens_details.cached_tokens
+	CompletionReasoning, OutputReasoning        count // {completion,output}_tokens_details.reasoning_tokens
 }
 
 // count is a token count as a provider wrote it: ok when it was present
-// and a whole number (12 or 12.0); null, fractions, strings and other
-// values are absent. Values are clamped to [0, maxCount].
+// and a whole number; see parseCount.
 type count struct {
 	v  int64
 	ok bool
-}
-
-// UnmarshalJSON implements json.Unmarshaler. It never fails, so a bad
-// count does not stop the rest of the object from decoding.
-func (c *count) UnmarshalJSON(b []byte) error {
-	*c = count{}
-	if n, ok := parseDigits(b); ok {
-		*c = count{v: n, ok: true}
-		return nil
-	}
-	if len(b) == 0 || b[0] == '"' || b[0] == 'n' || b[0] == '{' || b[0] == '[' || b[0] == 't' || b[0] == 'f' {
-		return nil
-	}
-	f, err := strconv.ParseFloat(string(b), 64)
-	if err != nil || f != math.Trunc(f) {
-		return nil
-	}
-	*c = count{v: int64(min(max(f, 0), maxCount)), ok: true}
-	return nil
-}
-
-// parseDigits parses a non-negative or negative integer literal without
-// allocating, clamped to [0, maxCount].
-func parseDigits(b []byte) (int64, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 {
-		return 0, false
-	}
-	var n int64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if n <= maxCount {
-			n = n*10 + int64(c-'0')
-		}
-	}
-	if neg {
-		return 0, true
-	}
-	return min(n, maxCount), true
 }
 
 func firstOf(a, b count) count {
@@ -88,14 +30,46 @@ func firstOf(a, b count) count {
 	return b
 }
 
-// decodeOK reports whether json.Unmarshal got somewhere: a type mismatch
-// in one field leaves the others decoded.
-func decodeOK(err error) bool {
-	if err == nil {
-		return true
-	}
-	_, ok := err.(*json.UnmarshalTypeError)
-	return ok
+// parseUsage reads a raw "usage" value; false unless it is an object.
+func parseUsage(raw []byte) (wireUsage, bool) {
+	var u wireUsage
+	ok := eachObject(raw, func(k, v []byte) {
+		switch string(k) {
+		case "prompt_tokens":
+			u.PromptTokens = parseCount(v)
+		case "completion_tokens":
+			u.CompletionTokens = parseCount(v)
+		case "total_tokens":
+			u.TotalTokens = parseCount(v)
+		case "input_tokens":
+			u.InputTokens = parseCount(v)
+		case "output_tokens":
+			u.OutputTokens = parseCount(v)
+		case "cache_creation_input_tokens":
+			u.CacheCreation = parseCount(v)
+		case "cache_read_input_tokens":
+			u.CacheRead = parseCount(v)
+		case "prompt_tokens_details":
+			u.PromptCached = detail(v, "cached_tokens")
+		case "input_tokens_details":
+			u.InputCached = detail(v, "cached_tokens")
+		case "completion_tokens_details":
+			u.CompletionReasoning = detail(v, "reasoning_tokens")
+		case "output_tokens_details":
+			u.OutputReasoning = detail(v, "reasoning_tokens")
+		}
+	})
+	return u, ok
+}
+
+func detail(raw []byte, name string) count {
+	var c count
+	eachObject(raw, func(k, v []byte) {
+		if string(k) == name {
+			c = parseCount(v)
+		}
+	})
+	return c
 }
 
 // applyOpenAI records an OpenAI-shaped usage object (chat, completions,
@@ -113,13 +87,13 @@ func (m *Meter) applyOpenAI(u *wireUsage) {
 	if in.ok {
 		c.haveIn = true
 		c.input = in.v
-		c.cacheRead = max(u.PromptDetails.CachedTokens.v, u.InputDetails.CachedTokens.v)
+		c.cacheRead = max(u.PromptCached.v, u.InputCached.v)
 	}
 	switch {
 	case out.ok:
 		c.haveOut = true
 		c.output = out.v
-		c.reasoning = max(u.CompletionDetails.ReasoningTokens.v, u.OutputDetails.ReasoningTokens.v)
+		c.reasoning = max(u.CompletionReasoning.v, u.OutputReasoning.v)
 	case m.embeddings:
 		c.haveOut, c.output, c.reasoning = true, 0, 0
 	}
@@ -150,58 +124,65 @@ func (m *Meter) applyAnthropic(u *wireUsage, outFinal bool) {
 	m.text.stopIfFinal(c)
 }
 
-func (m *Meter) applyUsage(u *wireUsage, outFinal bool) {
-	if u == nil {
+// applyUsage records a raw usage value, if it is an object.
+func (m *Meter) applyUsage(raw []byte, outFinal bool) {
+	u, ok := parseUsage(raw)
+	if !ok {
 		return
 	}
 	if m.dialect == anthropic {
-		m.applyAnthropic(u, outFinal)
+		m.applyAnthropic(&u, outFinal)
 	} else {
-		m.applyOpenAI(u)
+		m.applyOpenAI(&u)
 	}
 }
 
 // setProviderError records the error type of a raw "error" value: an
-// object's "type" (or "code"), or "error" for anything else but null.
+// object's "type" (or else "code"), or "error" for anything else but null.
 func (m *Meter) setProviderError(raw []byte) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
+	if raw == nil || string(raw) == "null" {
 		return
 	}
-	var e struct {
-		Type any `json:"type"`
-		Code any `json:"code"`
-	}
-	label := ""
-	if raw[0] == '{' && json.Unmarshal(raw, &e) == nil {
-		label = labelOf(e.Type)
-		if label == "" {
-			label = labelOf(e.Code)
+	var typ, code []byte
+	eachObject(raw, func(k, v []byte) {
+		switch string(k) {
+		case "type":
+			typ = v
+		case "code":
+			code = v
 		}
+	})
+	label := labelOf(m, typ)
+	if label == "" {
+		label = labelOf(m, code)
 	}
 	m.setProviderErrorLabel(label)
 }
 
+// labelOf is a raw string's text or a raw number as written; "" otherwise.
+func labelOf(m *Meter, raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	if raw[0] == '"' {
+		return sanitizeLabel(text(m.scratch[:0], raw))
+	}
+	if c := raw[0]; c == '-' || c >= '0' && c <= '9' {
+		return sanitizeLabel(raw)
+	}
+	return ""
+}
+
 func (m *Meter) setProviderErrorLabel(label string) {
-	if label = sanitizeLabel(label); label == "" {
+	if label == "" {
 		label = "error"
 	}
 	m.provErr = label
 }
 
-func labelOf(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case float64:
-		b, _ := json.Marshal(v)
-		return string(b)
-	}
-	return ""
-}
-
-// sanitizeLabel keeps a provider's error type fit for a metrics label.
-func sanitizeLabel(s string) string {
+// sanitizeLabel keeps a provider's error type fit for a metrics label:
+// lower-case [a-z0-9_.-], spaces as '_', at most 64 bytes.
+func sanitizeLabel(s []byte) string {
 	b := make([]byte, 0, min(len(s), 64))
 	for i := 0; i < len(s) && len(b) < 64; i++ {
 		c := s[i]
@@ -217,36 +198,6 @@ func sanitizeLabel(s string) string {
 	return string(b)
 }
 
-// Stream events.
-
-type oaMessage struct {
-	Content          string `json:"content"`
-	Refusal          string `json:"refusal"`
-	ReasoningContent string `json:"reasoning_content"`
-	Reasoning        string `json:"reasoning"`
-	ToolCalls        []struct {
-		Index    int `json:"index"`
-		Function struct {
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	} `json:"tool_calls"`
-	FunctionCall struct {
-		Arguments string `json:"arguments"`
-	} `json:"function_call"`
-}
-
-// oaEvent is an OpenAI chat/completions chunk or body.
-type oaEvent struct {
-	Usage   *wireUsage      `json:"usage"`
-	Error   json.RawMessage `json:"error"`
-	Choices []struct {
-		Index   int       `json:"index"`
-		Text    string    `json:"text"`
-		Delta   oaMessage `json:"delta"`
-		Message oaMessage `json:"message"`
-	} `json:"choices"`
-}
-
 // Text channel kinds.
 const (
 	kContent uint8 = iota
@@ -257,53 +208,106 @@ const (
 	kSummary
 )
 
-func (m *Meter) oaText(ev *oaEvent) {
-	for i := range ev.Choices {
-		ch := &ev.Choices[i]
-		m.text.add(chanKey{a: int32(ch.Index), kind: kContent}, ch.Text)
-		for _, msg := range [...]*oaMessage{&ch.Delta, &ch.Message} {
-			m.text.add(chanKey{a: int32(ch.Index), kind: kContent}, msg.Content)
-			m.text.add(chanKey{a: int32(ch.Index), kind: kRefusal}, msg.Refusal)
-			m.text.add(chanKey{a: int32(ch.Index), kind: kReasoning}, msg.ReasoningContent)
-			m.text.add(chanKey{a: int32(ch.Index), kind: kReasoning}, msg.Reasoning)
-			for _, tc := range msg.ToolCalls {
-				m.text.add(chanKey{a: int32(ch.Index), b: int32(tc.Index), kind: kTool}, tc.Function.Arguments)
-			}
-			m.text.add(chanKey{a: int32(ch.Index), kind: kFunction}, msg.FunctionCall.Arguments)
-		}
+// addText adds a raw JSON string value's text to a channel; other values
+// are ignored.
+func (m *Meter) addText(k chanKey, raw []byte) {
+	if len(raw) <= 2 || raw[0] != '"' {
+		return
 	}
+	m.text.add(k, text(m.scratch[:0], raw))
 }
 
-// respEvent is an OpenAI Responses stream event.
-type respEvent struct {
-	Type         string `json:"type"`
-	Delta        string `json:"delta"`
-	OutputIndex  int    `json:"output_index"`
-	ContentIndex int    `json:"content_index"`
-	SummaryIndex int    `json:"summary_index"`
-	Response     *struct {
-		Usage *wireUsage      `json:"usage"`
-		Error json.RawMessage `json:"error"`
-	} `json:"response"`
-	Code  any             `json:"code"`
-	Error json.RawMessage `json:"error"`
+// OpenAI chat/completions and completions: a stream chunk or a body.
+func (m *Meter) openAIEvent(data []byte) bool {
+	var usage, errv, choices []byte
+	if !document(data, func(k, v []byte) {
+		switch string(k) {
+		case "usage":
+			usage = v
+		case "error":
+			errv = v
+		case "choices":
+			choices = v
+		}
+	}) {
+		return false
+	}
+	m.applyUsage(usage, true)
+	m.setProviderError(errv)
+	m.openAIChoices(choices)
+	return true
 }
 
-// antEvent is an Anthropic Messages stream event.
-type antEvent struct {
-	Type    string `json:"type"`
-	Index   int    `json:"index"`
-	Message *struct {
-		Usage *wireUsage `json:"usage"`
-	} `json:"message"`
-	Usage *wireUsage `json:"usage"`
-	Delta struct {
-		Type        string `json:"type"`
-		Text        string `json:"text"`
-		PartialJSON string `json:"partial_json"`
-		Thinking    string `json:"thinking"`
-	} `json:"delta"`
-	Error json.RawMessage `json:"error"`
+// openAIChoices reads choices[]: text (completions), delta (stream) and
+// message (body).
+func (m *Meter) openAIChoices(raw []byte) {
+	eachElement(raw, func(ch []byte) {
+		var index, txt, delta, msg []byte
+		eachObject(ch, func(k, v []byte) {
+			switch string(k) {
+			case "index":
+				index = v
+			case "text":
+				txt = v
+			case "delta":
+				delta = v
+			case "message":
+				msg = v
+			}
+		})
+		i := parseIndex(index)
+		m.addText(chanKey{a: i, kind: kContent}, txt)
+		m.openAIMessage(i, delta)
+		m.openAIMessage(i, msg)
+	})
+}
+
+func (m *Meter) openAIMessage(i int32, raw []byte) {
+	var content, refusal, rc, reasoning, tools, fn []byte
+	eachObject(raw, func(k, v []byte) {
+		switch string(k) {
+		case "content":
+			content = v
+		case "refusal":
+			refusal = v
+		case "reasoning_content":
+			rc = v
+		case "reasoning":
+			reasoning = v
+		case "tool_calls":
+			tools = v
+		case "function_call":
+			fn = v
+		}
+	})
+	m.addText(chanKey{a: i, kind: kContent}, content)
+	m.addText(chanKey{a: i, kind: kRefusal}, refusal)
+	m.addText(chanKey{a: i, kind: kReasoning}, rc)
+	m.addText(chanKey{a: i, kind: kReasoning}, reasoning)
+	eachElement(tools, func(tc []byte) {
+		var index, f []byte
+		eachObject(tc, func(k, v []byte) {
+			switch string(k) {
+			case "index":
+				index = v
+			case "function":
+				f = v
+			}
+		})
+		m.addText(chanKey{a: i, b: parseIndex(index), kind: kTool}, field(f, "arguments"))
+	})
+	m.addText(chanKey{a: i, kind: kFunction}, field(fn, "arguments"))
+}
+
+// field returns the raw value of key name in a raw object, or nil.
+func field(raw []byte, name string) []byte {
+	var out []byte
+	eachObject(raw, func(k, v []byte) {
+		if string(k) == name {
+			out = v
+		}
+	})
+	return out
 }
 
 // Which events are buffered, per dialect. OpenAI chat/completions keep
@@ -353,7 +357,7 @@ func (m *Meter) keep(name []byte) bool {
 func (m *Meter) known(name []byte) bool {
 	switch m.dialect {
 	case responses:
-		return bytes.HasPrefix(name, []byte("response."))
+		return strings.HasPrefix(string(name), "response.")
 	case anthropic:
 		return antKnown[string(name)]
 	}
@@ -374,163 +378,226 @@ func (m *Meter) event(name, data []byte, kept bool) {
 		m.understood = true
 		return
 	}
-	if len(data) == 0 || data[0] != '{' {
-		return
-	}
+	var ok bool
 	switch m.dialect {
 	case openAI:
-		var ev oaEvent
-		if !decodeOK(json.Unmarshal(data, &ev)) {
-			return
-		}
-		m.understood = true
-		m.applyUsage(ev.Usage, true)
-		if ev.Error != nil {
-			m.setProviderError(ev.Error)
-		}
-		m.oaText(&ev)
+		ok = m.openAIEvent(data)
 	case responses:
-		var ev respEvent
-		if !decodeOK(json.Unmarshal(data, &ev)) {
-			return
-		}
-		m.understood = true
-		m.respEvent(name, &ev)
+		ok = m.responsesEvent(name, data)
 	case anthropic:
-		var ev antEvent
-		if !decodeOK(json.Unmarshal(data, &ev)) {
-			return
-		}
+		ok = m.anthropicEvent(name, data)
+	}
+	if ok {
 		m.understood = true
-		m.antEvent(name, &ev)
 	}
 }
 
-func (m *Meter) respEvent(name []byte, ev *respEvent) {
-	typ := ev.Type
-	if len(name) > 0 {
-		typ = string(name)
+// responsesEvent reads an OpenAI Responses stream event, routed by its
+// SSE name, or by its "type" when unnamed.
+func (m *Meter) responsesEvent(name, data []byte) bool {
+	var typ, delta, out, content, summary, resp, code, errv []byte
+	if !document(data, func(k, v []byte) {
+		switch string(k) {
+		case "type":
+			typ = v
+		case "delta":
+			delta = v
+		case "output_index":
+			out = v
+		case "content_index":
+			content = v
+		case "summary_index":
+			summary = v
+		case "response":
+			resp = v
+		case "code":
+			code = v
+		case "error":
+			errv = v
+		}
+	}) {
+		return false
 	}
-	delta, out := ev.Delta, int32(ev.OutputIndex)
-	switch typ {
+	if len(name) == 0 {
+		name = text(m.scratch[:0], typ)
+	}
+	o := parseIndex(out)
+	switch string(name) {
 	case "response.completed", "response.incomplete", "response.failed":
-		if ev.Response != nil {
-			m.applyUsage(ev.Response.Usage, true)
-			if ev.Response.Error != nil {
-				m.setProviderError(ev.Response.Error)
+		var usage, rerr []byte
+		eachObject(resp, func(k, v []byte) {
+			switch string(k) {
+			case "usage":
+				usage = v
+			case "error":
+				rerr = v
 			}
-		}
+		})
+		m.applyUsage(usage, true)
+		m.setProviderError(rerr)
 	case "response.output_text.delta":
-		m.text.add(chanKey{a: out, b: int32(ev.ContentIndex), kind: kContent}, delta)
+		m.addText(chanKey{a: o, b: parseIndex(content), kind: kContent}, delta)
 	case "response.refusal.delta":
-		m.text.add(chanKey{a: out, b: int32(ev.ContentIndex), kind: kRefusal}, delta)
+		m.addText(chanKey{a: o, b: parseIndex(content), kind: kRefusal}, delta)
 	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
-		m.text.add(chanKey{a: out, kind: kTool}, delta)
+		m.addText(chanKey{a: o, kind: kTool}, delta)
 	case "response.reasoning_text.delta":
-		m.text.add(chanKey{a: out, b: int32(ev.ContentIndex), kind: kReasoning}, delta)
+		m.addText(chanKey{a: o, b: parseIndex(content), kind: kReasoning}, delta)
 	case "response.reasoning_summary_text.delta":
-		m.text.add(chanKey{a: out, b: int32(ev.SummaryIndex), kind: kSummary}, delta)
+		m.addText(chanKey{a: o, b: parseIndex(summary), kind: kSummary}, delta)
 	case "error":
-		switch {
-		case ev.Error != nil && string(ev.Error) != "null":
-			m.setProviderError(ev.Error)
-		default:
-			m.setProviderErrorLabel(labelOf(ev.Code))
+		if errv != nil && string(errv) != "null" {
+			m.setProviderError(errv)
+		} else {
+			m.setProviderErrorLabel(labelOf(m, code))
 		}
 	}
+	return true
 }
 
-func (m *Meter) antEvent(name []byte, ev *antEvent) {
-	typ := ev.Type
-	if len(name) > 0 {
-		typ = string(name)
+// anthropicEvent reads an Anthropic Messages stream event, routed by its
+// SSE name, or by its "type" when unnamed.
+func (m *Meter) anthropicEvent(name, data []byte) bool {
+	var typ, index, msg, usage, delta, errv []byte
+	if !document(data, func(k, v []byte) {
+		switch string(k) {
+		case "type":
+			typ = v
+		case "index":
+			index = v
+		case "message":
+			msg = v
+		case "usage":
+			usage = v
+		case "delta":
+			delta = v
+		case "error":
+			errv = v
+		}
+	}) {
+		return false
 	}
-	switch typ {
+	if len(name) == 0 {
+		name = text(m.scratch[:0], typ)
+	}
+	switch string(name) {
 	case "message_start":
-		if ev.Message != nil {
-			m.applyUsage(ev.Message.Usage, false)
-		}
+		m.applyUsage(field(msg, "usage"), false)
 	case "message_delta":
-		m.applyUsage(ev.Usage, true)
+		m.applyUsage(usage, true)
 	case "content_block_delta":
-		k := chanKey{a: int32(ev.Index)}
-		switch ev.Delta.Type {
+		var dtyp, txt, pj, thinking []byte
+		eachObject(delta, func(k, v []byte) {
+			switch string(k) {
+			case "type":
+				dtyp = v
+			case "text":
+				txt = v
+			case "partial_json":
+				pj = v
+			case "thinking":
+				thinking = v
+			}
+		})
+		k := chanKey{a: parseIndex(index)}
+		var tb [32]byte
+		switch string(text(tb[:0], dtyp)) {
 		case "text_delta":
-			m.text.add(k, ev.Delta.Text)
+			m.addText(k, txt)
 		case "input_json_delta":
-			m.text.add(k, ev.Delta.PartialJSON)
+			m.addText(k, pj)
 		case "thinking_delta":
-			m.text.add(k, ev.Delta.Thinking)
+			m.addText(k, thinking)
 		}
 	case "error":
-		m.setProviderError(ev.Error)
+		m.setProviderError(errv)
 	}
+	return true
 }
 
-// JSON bodies, decoded whole only when they carry no usage (for the
-// fallback's text).
-
-type respBody struct {
-	Output []struct {
-		Content []struct {
-			Text    string `json:"text"`
-			Refusal string `json:"refusal"`
-		} `json:"content"`
-		Arguments string `json:"arguments"`
-		Input     any    `json:"input"`
-		Summary   []struct {
-			Text string `json:"text"`
-		} `json:"summary"`
-	} `json:"output"`
-}
-
-type antBody struct {
-	Content []struct {
-		Text     string          `json:"text"`
-		Thinking string          `json:"thinking"`
-		Input    json.RawMessage `json:"input"`
-	} `json:"content"`
-}
-
-// bodyText decodes a whole JSON body for its generated text. It reports
-// whether the body decoded.
+// bodyText reads a whole JSON body that carried no usage for its
+// generated text. It reports whether the body is a valid JSON object.
 func (m *Meter) bodyText(b []byte) bool {
 	switch m.dialect {
 	case responses:
-		var v respBody
-		if !decodeOK(json.Unmarshal(b, &v)) {
+		var output []byte
+		if !document(b, func(k, v []byte) {
+			if string(k) == "output" {
+				output = v
+			}
+		}) {
 			return false
 		}
-		for i, o := range v.Output {
-			for j, c := range o.Content {
-				m.text.add(chanKey{a: int32(i), b: int32(j), kind: kContent}, c.Text)
-				m.text.add(chanKey{a: int32(i), b: int32(j), kind: kRefusal}, c.Refusal)
-			}
-			m.text.add(chanKey{a: int32(i), kind: kTool}, o.Arguments)
-			if s, ok := o.Input.(string); ok {
-				m.text.add(chanKey{a: int32(i), kind: kTool}, s)
-			}
-			for j, s := range o.Summary {
-				m.text.add(chanKey{a: int32(i), b: int32(j), kind: kSummary}, s.Text)
-			}
-		}
+		var i int32
+		eachElement(output, func(item []byte) {
+			var content, args, input, summary []byte
+			eachObject(item, func(k, v []byte) {
+				switch string(k) {
+				case "content":
+					content = v
+				case "arguments":
+					args = v
+				case "input":
+					input = v
+				case "summary":
+					summary = v
+				}
+			})
+			var j int32
+			eachElement(content, func(c []byte) {
+				m.addText(chanKey{a: i, b: j, kind: kContent}, field(c, "text"))
+				m.addText(chanKey{a: i, b: j, kind: kRefusal}, field(c, "refusal"))
+				j++
+			})
+			m.addText(chanKey{a: i, kind: kTool}, args)
+			m.addText(chanKey{a: i, kind: kTool}, input)
+			j = 0
+			eachElement(summary, func(s []byte) {
+				m.addText(chanKey{a: i, b: j, kind: kSummary}, field(s, "text"))
+				j++
+			})
+			i++
+		})
 	case anthropic:
-		var v antBody
-		if !decodeOK(json.Unmarshal(b, &v)) {
+		var content []byte
+		if !document(b, func(k, v []byte) {
+			if string(k) == "content" {
+				content = v
+			}
+		}) {
 			return false
 		}
-		for i, c := range v.Content {
-			k := chanKey{a: int32(i)}
-			m.text.add(k, c.Text)
-			m.text.add(k, c.Thinking)
-			m.text.add(k, string(c.Input))
-		}
+		var i int32
+		eachElement(content, func(block []byte) {
+			var txt, thinking, input []byte
+			eachObject(block, func(k, v []byte) {
+				switch string(k) {
+				case "text":
+					txt = v
+				case "thinking":
+					thinking = v
+				case "input":
+					input = v
+				}
+			})
+			k := chanKey{a: i}
+			m.addText(k, txt)
+			m.addText(k, thinking)
+			if len(input) > 0 && input[0] == '{' {
+				m.text.add(k, input) // a tool call's arguments, as the JSON text sent
+			}
+			i++
+		})
 	default:
-		var v oaEvent
-		if !decodeOK(json.Unmarshal(b, &v)) {
+		var choices []byte
+		if !document(b, func(k, v []byte) {
+			if string(k) == "choices" {
+				choices = v
+			}
+		}) {
 			return false
 		}
-		m.oaText(&v)
+		m.openAIChoices(choices)
 	}
 	return true
 }
@@ -575,12 +642,9 @@ func appendCapped(b, p []byte, limit int) []byte {
 func (m *Meter) finishJSON() {
 	sc := &m.js.sc
 	found := false
-	if raw, ok := sc.captured(capUsage); ok && len(raw) > 0 && raw[0] == '{' {
-		var u wireUsage
-		if decodeOK(json.Unmarshal(raw, &u)) {
-			m.applyUsage(&u, true)
-			found = m.c.haveIn || m.c.haveOut
-		}
+	if raw, ok := sc.captured(capUsage); ok {
+		m.applyUsage(raw, true)
+		found = m.c.haveIn || m.c.haveOut
 	}
 	if raw, ok := sc.captured(capError); ok {
 		m.setProviderError(raw)

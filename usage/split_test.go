@@ -93,7 +93,7 @@ func contentEncoding(enc string) string {
 // body), offsets are every one in the first and last 4 KiB and every 7th
 // in between: the middle of a float array has nothing new to split. With
 // -short or -race (tenfold slower) bodies over 2 KiB stride the same way
-// with every 11th offset in between, so `go test -race` stays quick; the
+// with every 23rd offset in between, so `go test -race` stays quick; the
 // plain `go test` run is the exhaustive one.
 func TestChunkSplitProperty(t *testing.T) {
 	for i, sc := range splitCases(t) {
@@ -152,7 +152,7 @@ const everyOffsetMax = 16 << 10
 func splitOffsets(n int) []int {
 	every, edge, stride := everyOffsetMax, 4096, 7
 	if raceEnabled || testing.Short() {
-		every, edge, stride = 2048, 1024, 11
+		every, edge, stride = 2048, 1024, 23
 	}
 	var out []int
 	for i := 1; i < n; i++ {

@@ -14,6 +14,10 @@ const (
 	textBudget = 16 << 10
 	// maxTail is how much text one channel may hold without a safe cut
 	// before it is tokenized anyway (and the count may be off by a token).
+	// It is also the most text tokenized in one call: tiktoken's
+	// pre-tokenizer backtracks quadratically on some whitespace runs (16 KiB
+	// of " \n" takes ~250 ms in one call, ~16 ms in 1 KiB pieces), and
+	// models do emit such runs when they degenerate.
 	maxTail = 1 << 10
 	// maxChannels bounds the channels; later ones share the last.
 	maxChannels = 8
@@ -43,11 +47,11 @@ type textCounter struct {
 	chans   []textChan
 }
 
-func (t *textCounter) add(k chanKey, s string) {
-	if s == "" {
+func (t *textCounter) add(k chanKey, s []byte) {
+	if len(s) == 0 {
 		return
 	}
-	t.runes += int64(utf8.RuneCountInString(s))
+	t.runes += int64(utf8.RuneCount(s))
 	if t.off {
 		return
 	}
@@ -95,7 +99,7 @@ func (t *textCounter) flush(all bool) {
 			}
 		}
 		if cut > 0 {
-			t.counted += countTokens(t.enc, c.buf[:cut])
+			t.counted += countPieces(t.enc, c.buf[:cut])
 			c.buf = c.buf[:copy(c.buf, c.buf[cut:])]
 		}
 		t.pending += len(c.buf)
@@ -176,6 +180,24 @@ func codecFor(enc tokenizer.Encoding) tokenizer.Codec {
 // response that needs it does not pay for building it (tens of
 // milliseconds).
 func Warm(model string) { codecFor(encodingFor(model)) }
+
+// countPieces tokenizes b in pieces of at most maxTail bytes, cut at safe
+// points where there are any and else at a rune boundary.
+func countPieces(enc tokenizer.Encoding, b []byte) int64 {
+	var n int64
+	for len(b) > maxTail {
+		cut := safeCut(b[:maxTail])
+		if cut == 0 {
+			cut = maxTail
+			for cut > 1 && !utf8.RuneStart(b[cut]) {
+				cut--
+			}
+		}
+		n += countTokens(enc, b[:cut])
+		b = b[cut:]
+	}
+	return n + countTokens(enc, b)
+}
 
 // countTokens tokenizes b. If the tokenizer fails (it cannot, short of a
 // regexp engine error), it falls back to a rune-based estimate.

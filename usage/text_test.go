@@ -112,7 +112,7 @@ func TestTextCounterIncremental(t *testing.T) {
 		for n < len(rest[ch]) && !utf8.RuneStart(rest[ch][n]) {
 			n++
 		}
-		tc.add(chanKey{a: int32(ch)}, rest[ch][:n])
+		tc.add(chanKey{a: int32(ch)}, []byte(rest[ch][:n]))
 		rest[ch] = rest[ch][n:]
 		maxHeld = max(maxHeld, tc.pending)
 	}
@@ -145,7 +145,7 @@ func TestTextCounterNoSafeCut(t *testing.T) {
 	tc := textCounter{enc: tokenizer.O200kBase}
 	s := strings.Repeat("日本語のテキスト", 3000) // 72 KB, no ASCII
 	for i := 0; i < len(s); i += 24 {
-		tc.add(chanKey{}, s[i:min(i+24, len(s))])
+		tc.add(chanKey{}, []byte(s[i:min(i+24, len(s))]))
 		if tc.pending > textBudget+24 {
 			t.Fatalf("holding %d bytes", tc.pending)
 		}
@@ -155,7 +155,7 @@ func TestTextCounterNoSafeCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := tc.tokens()
-	cuts := int64(len(s)/textBudget + 1)
+	cuts := int64(len(s)/maxTail + 1)
 	if d := got - int64(want); d < -cuts || d > cuts {
 		t.Errorf("count %d, whole %d: off by more than %d cuts", got, want, cuts)
 	}
@@ -164,12 +164,44 @@ func TestTextCounterNoSafeCut(t *testing.T) {
 func TestTextCounterChannelsBounded(t *testing.T) {
 	tc := textCounter{enc: tokenizer.O200kBase}
 	for i := range 1000 {
-		tc.add(chanKey{a: int32(i)}, "word ")
+		tc.add(chanKey{a: int32(i)}, []byte("word "))
 	}
 	if len(tc.chans) != maxChannels {
 		t.Errorf("%d channels, want %d", len(tc.chans), maxChannels)
 	}
 	if got := tc.tokens(); got < 1000 || got > 1100 {
 		t.Errorf("1000 × %q counted %d tokens", "word ", got)
+	}
+}
+
+// TestCountPiecesBounded: text without safe cuts is tokenized in pieces of
+// at most maxTail bytes, cut on rune boundaries, and still counted within
+// a token per cut.
+func TestCountPiecesBounded(t *testing.T) {
+	codec, err := tokenizer.Get(tokenizer.O200kBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		strings.Repeat(" \n", 8<<10),
+		"a" + strings.Repeat(" \n", 8<<10) + " b",
+		strings.Repeat("é🙂", 2000),
+		strings.Repeat("word ", 3000),
+	} {
+		want, err := codec.Count(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := countPieces(tokenizer.O200kBase, []byte(s))
+		cuts := int64(len(s)/maxTail + 1)
+		if d := got - int64(want); d < -cuts || d > cuts {
+			t.Errorf("%.20q…: %d tokens in pieces, %d whole", s, got, want)
+		}
+	}
+	// With safe cuts available the pieces are exact.
+	s := strings.Repeat("lorem ipsum, dolor sit amet. ", 1000)
+	want, _ := codec.Count(s)
+	if got := countPieces(tokenizer.O200kBase, []byte(s)); got != int64(want) {
+		t.Errorf("prose: %d tokens in pieces, %d whole", got, want)
 	}
 }

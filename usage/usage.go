@@ -39,7 +39,9 @@ type Result struct {
 	Unparsed bool
 	// Events is the number of SSE events dispatched (0 for JSON bodies).
 	Events int
-	// OutputTextRunes is the number of runes of generated text seen.
+	// OutputTextRunes is the number of runes of generated text seen: every
+	// text delta of a stream; for a JSON body, its text only when it
+	// carried no usage (the body is not read for text otherwise).
 	OutputTextRunes int64
 	// Err says why parsing stopped or failed, if it did: one of the Code*
 	// constants or "gzip: …" / "deflate: …". Short and stable (a metrics
@@ -129,6 +131,8 @@ type Meter struct {
 	inf    *inflater
 	text   textCounter
 	c      counts
+
+	scratch [256]byte // unescaping room for short strings
 
 	events     int
 	understood bool // an SSE event was recognised
