@@ -8,25 +8,18 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicegw/sluice/apikey"
@@ -116,37 +109,11 @@ func mockProvider(t *testing.T, opts mockllm.Options) (*mockllm.Server, string) 
 	return m, ln.Addr().String()
 }
 
-func anyOf(t *testing.T, m proto.Message) *anypb.Any {
-	t.Helper()
-	a, err := anypb.New(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
 func staticCluster(t *testing.T, name, addr string, http2 bool) *clusterv3.Cluster {
 	t.Helper()
-	host, port, _ := net.SplitHostPort(addr)
-	p, _ := strconv.Atoi(port)
-	c := &clusterv3.Cluster{
-		Name:                 name,
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
-		ConnectTimeout:       durationpb.New(time.Second),
-		LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
-			LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-					Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(p)},
-				}}},
-			}}}},
-		}}},
-	}
-	if http2 {
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": anyOf(t, &upstreamhttpv3.HttpProtocolOptions{
-			UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
-				ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
-			}},
-		})}
+	c, err := envoytest.StaticCluster(name, addr, http2)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return c
 }
@@ -155,35 +122,30 @@ func staticCluster(t *testing.T, name, addr string, http2 bool) *clusterv3.Clust
 // routing every path to cluster "provider" with no route timeout.
 func bootstrap(t *testing.T, clusters []*clusterv3.Cluster, filters ...*hcmv3.HttpFilter) *bootstrapv3.Bootstrap {
 	t.Helper()
-	filters = append(filters, &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyOf(t, &routerv3.Router{})}})
-	hcm := &hcmv3.HttpConnectionManager{
-		StatPrefix: "ingress",
-		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: "local", VirtualHosts: []*routev3.VirtualHost{{
-			Name: "all", Domains: []string{"*"},
-			Routes: []*routev3.Route{{
-				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-				Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-					ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "provider"},
-					Timeout:          durationpb.New(0),
-				}},
+	rc := &routev3.RouteConfiguration{Name: "local", VirtualHosts: []*routev3.VirtualHost{{
+		Name: "all", Domains: []string{"*"},
+		Routes: []*routev3.Route{{
+			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "provider"},
+				Timeout:          durationpb.New(0),
 			}},
-		}}}},
-		HttpFilters: filters,
+		}},
+	}}}
+	b, err := envoytest.Bootstrap(rc, clusters, filters...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	l := &listenerv3.Listener{
-		Name: "ingress",
-		Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-			Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 0},
-		}}},
-		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
-			Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: anyOf(t, hcm)},
-		}}}},
-	}
-	return &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{Listeners: []*listenerv3.Listener{l}, Clusters: clusters}}
+	return b
 }
 
 func filter(t *testing.T, name string, cfg proto.Message) *hcmv3.HttpFilter {
-	return &hcmv3.HttpFilter{Name: name, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyOf(t, cfg)}}
+	t.Helper()
+	f, err := envoytest.HTTPFilter(name, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // proxy is an Envoy under test: the emulator, or a real envoy.

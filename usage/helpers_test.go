@@ -12,42 +12,22 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicegw/sluice/internal/fixtures"
 	"github.com/sluicegw/sluice/llmapi"
 )
 
 // fixturesDir is ../shared/fixtures/openai beside the module root (the
 // directory holding go.mod above the test's working directory). Tests that
 // need it skip, naming the folder, when it is absent.
-func fixturesDir(t testing.TB) string {
-	t.Helper()
-	dir, err := findFixtures()
-	if err != nil {
-		t.Skip(err)
-	}
-	return dir
-}
+func fixturesDir(t testing.TB) string { return fixtures.OpenAI(t) }
 
+// findFixtures returns the fixtures folder or why it is absent.
 func findFixtures() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
-	root := wd
-	for {
-		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(root)
-		if parent == root {
-			return "", fmt.Errorf("no go.mod above %s, so ../shared/fixtures/openai cannot be located", wd)
-		}
-		root = parent
-	}
-	dir := filepath.Join(root, "..", "shared", "fixtures", "openai")
-	if _, err := os.Stat(dir); err != nil {
-		return "", fmt.Errorf("fixtures folder %s not found: %w", dir, err)
-	}
-	return dir, nil
+	return fixtures.Find(wd)
 }
 
 // cassette is the part of a go-vcr v2 cassette these tests read: its first

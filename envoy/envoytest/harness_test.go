@@ -5,19 +5,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"testing"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -36,32 +31,12 @@ func mustAny(t testing.TB, m proto.Message) *anypb.Any {
 	return a
 }
 
-// testCluster is a STATIC cluster with one endpoint; http2 for gRPC.
+// testCluster is StaticCluster, failing the test on error.
 func testCluster(t testing.TB, name, addr string, http2 bool) *clusterv3.Cluster {
 	t.Helper()
-	host, port, err := net.SplitHostPort(addr)
+	c, err := StaticCluster(name, addr, http2)
 	if err != nil {
 		t.Fatal(err)
-	}
-	p, _ := strconv.Atoi(port)
-	c := &clusterv3.Cluster{
-		Name:                 name,
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
-		ConnectTimeout:       durationpb.New(time.Second),
-		LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
-			LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-					Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(p)},
-				}}},
-			}}}},
-		}}},
-	}
-	if http2 {
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{typeHTTPProtoOpt: mustAny(t, &upstreamhttpv3.HttpProtocolOptions{
-			UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
-				ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
-			}},
-		})}
 	}
 	return c
 }
@@ -86,28 +61,12 @@ func routeAll(cluster string) *routev3.RouteConfiguration {
 	}}}
 }
 
-// testBootstrap builds a bootstrap: one listener on 127.0.0.1:0 whose HCM
-// runs filters (name → typed config) then the router.
+// testBootstrap is Bootstrap, failing the test on error.
 func testBootstrap(t testing.TB, rc *routev3.RouteConfiguration, clusters []*clusterv3.Cluster, filters ...*hcmv3.HttpFilter) *bootstrapv3.Bootstrap {
 	t.Helper()
-	filters = append(filters, &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(t, &routerv3.Router{})}})
-	hcm := &hcmv3.HttpConnectionManager{
-		StatPrefix:     "ingress",
-		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc},
-		HttpFilters:    filters,
-	}
-	l := &listenerv3.Listener{
-		Name: "main",
-		Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-			Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 0},
-		}}},
-		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
-			Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(t, hcm)},
-		}}}},
-	}
-	b := &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{Listeners: []*listenerv3.Listener{l}, Clusters: clusters}}
-	if err := b.ValidateAll(); err != nil {
-		t.Fatalf("test bootstrap invalid: %v", err)
+	b, err := Bootstrap(rc, clusters, filters...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return b
 }
