@@ -318,7 +318,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *controls, rep r
 			cl = -1 // chunked, so a reset cannot be mistaken for a short body
 		}
 		if o.begin(rep.status, cl) != nil {
-			return
+			o.abort() // cut short (shutdown, client gone): never a clean end
 		}
 		if c.abortAfter >= 0 {
 			n := min(c.abortAfter, max(len(rep.body)-1, 0))
@@ -334,7 +334,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *controls, rep r
 		return
 	}
 	if o.begin(rep.status, -1) != nil {
-		return
+		o.abort() // cut short (shutdown, client gone): never a clean end
 	}
 	o.stream(rep)
 }
@@ -453,10 +453,10 @@ func (o *out) stream(rep reply) {
 			return
 		}
 		if i > 0 && sleep(o.ctx, o.c.interval) != nil {
-			return
+			o.abort() // cut short (shutdown, client gone): never a clean end
 		}
 		if o.write(e.data, true) != nil {
-			return
+			o.abort()
 		}
 		if e.phase == phaseContent {
 			sent++
