@@ -70,9 +70,10 @@ func (injectingProcessor) Process(srv extprocsvc.ExternalProcessor_ProcessServer
 // scripted processor) to the mock provider.
 func TestAuthzThroughEnvoy(t *testing.T) {
 	provider, providerAddr := mockProvider(t, mockllm.Options{APIKey: providerKey})
-	authzAddr, mint := sluiceAuthz(t, sluiceConfig)
+	sl := startSluice(t, sluiceConfig)
+	authzAddr := sl.grpcAddr
 	procAddr := serveGRPC(t, func(s *grpc.Server) { extprocsvc.RegisterExternalProcessorServer(s, injectingProcessor{}) })
-	key := mint("demo")
+	_, key := sl.createKey(t, "demo")
 
 	b := bootstrap(t,
 		[]*clusterv3.Cluster{staticCluster(t, "provider", providerAddr, false), staticCluster(t, "sluice", authzAddr, true), staticCluster(t, "processor", procAddr, true)},

@@ -4,82 +4,22 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sluicegw/sluice/apikey"
-	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/envoy/envoytest"
-	"github.com/sluicegw/sluice/keyring"
-	"github.com/sluicegw/sluice/limits"
-	"github.com/sluicegw/sluice/policies"
-	"github.com/sluicegw/sluice/store"
-	"github.com/sluicegw/sluice/store/sqlite"
 )
-
-func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// sluiceAuthz runs Sluice's real ext_authz service (policy snapshot,
-// SQLite key store, keyring, request limits) on 127.0.0.1:0. It returns
-// the gRPC address and a function minting API keys for a team.
-func sluiceAuthz(t *testing.T, configYAML string) (addr string, mint func(team string) string) {
-	t.Helper()
-	dir := t.TempDir()
-	cfg, err := policies.Parse([]byte(configYAML), "sluice.yaml", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := policies.Compile(cfg, filepath.Join(dir, "sluice.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, snap.SQLitePath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	ring := keyring.New(quiet())
-	ring.SetPolicy(snap)
-	mint = func(team string) string {
-		secret, err := apikey.Generate(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, _ := apikey.NewID(nil)
-		k := store.Key{ID: id, Prefix: apikey.PublicPrefix(secret.Reveal()), Hash: apikey.Hash(secret.Reveal()), Team: team, CreatedAt: time.Now()}
-		if err := st.CreateKey(ctx, k); err != nil {
-			t.Fatal(err)
-		}
-		if err := ring.Sync(ctx, st); err != nil {
-			t.Fatal(err)
-		}
-		return secret.Reveal()
-	}
-	if err := ring.Sync(ctx, st); err != nil {
-		t.Fatal(err)
-	}
-	checker := authz.NewChecker(ring, limits.New(limits.Options{}), nil)
-	return serveGRPC(t, func(s *grpc.Server) {
-		authv3.RegisterAuthorizationServer(s, authz.NewServer(checker, authz.NewMetrics(prometheus.NewRegistry()), quiet()))
-	}), mint
-}
 
 func serveGRPC(t *testing.T, register func(*grpc.Server)) string {
 	t.Helper()

@@ -251,10 +251,7 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 	if err != nil {
 		return p.deny(400, payload.CodeInvalidJSON, err.Error())
 	}
-	hm, err := p.providerHeaders(route)
-	if err != nil {
-		return p.deny(500, "provider_config", err.Error())
-	}
+	hm := p.providerHeaders(route)
 	cr := &extprocsvc.CommonResponse{HeaderMutation: hm, ClearRouteCache: true}
 	if len(newBody) != len(body) || string(newBody) != string(body) {
 		cr.BodyMutation = &extprocsvc.BodyMutation{Mutation: &extprocsvc.BodyMutation_Body{Body: newBody}}
@@ -281,16 +278,12 @@ func compatible(ep llmapi.Endpoint, pr *policies.Provider) string {
 
 // providerHeaders swaps the caller's credential for the provider's, sets
 // the routing header, and for Azure rewrites the path.
-func (p *Processor) providerHeaders(route *policies.ModelRoute) (*extprocsvc.HeaderMutation, error) {
+func (p *Processor) providerHeaders(route *policies.ModelRoute) *extprocsvc.HeaderMutation {
 	pr := route.Provider
 	hm := &extprocsvc.HeaderMutation{RemoveHeaders: append([]string(nil), apikey.CredentialHeaders...)}
 	set := func(k, v string) { hm.SetHeaders = append(hm.SetHeaders, rawHeader(k, v)) }
 	set(chain.RoutingHeader, pr.Name)
-	base, err := url.Parse(pr.BaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("provider %q base_url: %w", pr.Name, err)
-	}
-	prefix := strings.TrimSuffix(base.Path, "/")
+	prefix := p.snap.PathPrefix(pr.Name)
 	key := pr.APIKey.Reveal()
 	switch pr.Kind {
 	case policies.KindOpenAI, policies.KindOpenAICompatible:
@@ -322,7 +315,7 @@ func (p *Processor) providerHeaders(route *policies.ModelRoute) (*extprocsvc.Hea
 		}
 	}
 	hm.RemoveHeaders = keep
-	return hm, nil
+	return hm
 }
 
 func hasSet(hm *extprocsvc.HeaderMutation, k string) bool {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"maps"
+	"net/url"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -24,6 +25,7 @@ type Snapshot struct {
 	sqlitePath string
 	ledgerPath string
 	providers  map[string]*Provider
+	pathPrefix map[string]string      // provider name → base_url path, no trailing slash
 	models     map[string]*ModelRoute // by name and by alias
 	modelNames []string
 	orgs       map[string]struct{}
@@ -115,6 +117,12 @@ func Compile(cfg *Config, file string) (*Snapshot, error) {
 			p.AnthropicVersion = DefaultAnthropicVersion
 		}
 		s.providers[p.Name] = &p
+		if u, err := url.Parse(p.BaseURL); err == nil { // validated already
+			if s.pathPrefix == nil {
+				s.pathPrefix = map[string]string{}
+			}
+			s.pathPrefix[p.Name] = strings.TrimSuffix(u.Path, "/")
+		}
 	}
 	for _, m := range c.Models {
 		r := &ModelRoute{
@@ -183,6 +191,10 @@ func (s *Snapshot) LedgerPath() string { return s.ledgerPath }
 
 // Gateway returns the request-path settings.
 func (s *Snapshot) Gateway() Gateway { return s.cfg.Gateway }
+
+// PathPrefix is the path of a provider's base_url (no trailing slash),
+// put before the request path: parsed once here, not per request.
+func (s *Snapshot) PathPrefix(provider string) string { return s.pathPrefix[provider] }
 
 // Provider returns the provider with the given name, with defaults applied
 // (an anthropic provider's AnthropicVersion is never empty).
