@@ -18,6 +18,7 @@ type Config struct {
 	Orgs      []Org            `yaml:"orgs"`
 	Teams     []Team           `yaml:"teams"`
 	Keys      []DeclaredKey    `yaml:"keys"`
+	XDS       XDS              `yaml:"xds"`
 }
 
 // Listen holds the addresses Sluice listens on (host:port). All default to
@@ -79,6 +80,90 @@ type Provider struct {
 	// AnthropicVersion is the anthropic-version header sent when the client
 	// sent none (anthropic only; default DefaultAnthropicVersion).
 	AnthropicVersion string `yaml:"anthropic_version"`
+
+	// Endpoints lists the provider's addresses (host:port) explicitly, for
+	// self-hosted servers: the Envoy cluster is then EDS over these
+	// instead of DNS resolution of base_url's host.
+	Endpoints []string `yaml:"endpoints"`
+	// HTTP2 makes Envoy speak HTTP/2 to the provider (default HTTP/1.1).
+	HTTP2 bool `yaml:"http2"`
+	// ConnectTimeout bounds a TCP (and TLS) connect. Default 5s.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// Timeout bounds a whole request, response included. Default 0: none,
+	// so that a long generation is never cut; IdleTimeout guards stalls.
+	Timeout time.Duration `yaml:"timeout"`
+	// IdleTimeout ends a request that sent or received nothing for this
+	// long. Default 5m.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	Retries     Retries       `yaml:"retries"`
+	// CircuitBreaker bounds what Envoy sends to the provider at once.
+	CircuitBreaker CircuitBreaker `yaml:"circuit_breaker"`
+	// OutlierDetection ejects an endpoint after consecutive failures.
+	OutlierDetection OutlierDetection `yaml:"outlier_detection"`
+}
+
+// Retries says when Envoy retries a request to a provider. A retry happens
+// only before any response byte has reached the client.
+type Retries struct {
+	// Max is the number of retries on the same provider (default 1; 0
+	// disables them). A fallback model adds one retry per further provider.
+	Max *int64 `yaml:"max"`
+	// On lists the conditions: connect-failure, reset, 5xx, 429.
+	// Default: connect-failure, reset, 5xx.
+	On []string `yaml:"on"`
+}
+
+// RetryConditions are the values Retries.On accepts.
+var RetryConditions = []string{"connect-failure", "reset", "5xx", "429"}
+
+// CircuitBreaker holds Envoy circuit-breaker thresholds for a provider
+// cluster. Zero keeps Envoy's default (1024 each).
+type CircuitBreaker struct {
+	MaxConnections     int64 `yaml:"max_connections"`
+	MaxPendingRequests int64 `yaml:"max_pending_requests"`
+	MaxRequests        int64 `yaml:"max_requests"`
+}
+
+// OutlierDetection holds Envoy outlier-detection settings for a provider
+// cluster.
+type OutlierDetection struct {
+	// Consecutive5xx ejects an endpoint after this many 5xx in a row
+	// (default 5; 0 keeps the default, -1 disables ejection).
+	Consecutive5xx int64 `yaml:"consecutive_5xx"`
+	// BaseEjectionTime is how long the first ejection lasts (default 30s).
+	BaseEjectionTime time.Duration `yaml:"base_ejection_time"`
+}
+
+// XDS configures the control plane Sluice serves to Envoy.
+type XDS struct {
+	// SluiceAddresses are the host:port addresses of the Sluice replicas
+	// that Envoy's ext_authz and ext_proc call. Default: listen.grpc.
+	SluiceAddresses []string `yaml:"sluice_addresses"`
+	// AccessLog is the file Envoy writes one JSON line per request to,
+	// with Sluice's usage metadata. Default /dev/stdout; "off" disables.
+	AccessLog string `yaml:"access_log"`
+	// GRPCListener names the api_listener served to proxyless gRPC
+	// clients (grpc-go dials xds:///<name>). Default "sluice-grpc".
+	GRPCListener string `yaml:"grpc_listener"`
+	// NodeGroups give groups of Envoy nodes their own listener address and
+	// Sluice addresses. The first group that matches a node wins; nodes
+	// that match none share the top-level configuration.
+	NodeGroups []NodeGroup `yaml:"node_groups"`
+}
+
+// NodeGroup is a set of Envoy nodes selected by node cluster or metadata.
+type NodeGroup struct {
+	Name string `yaml:"name"`
+	// Cluster matches the node's cluster ("--service-cluster"); '*' is a
+	// wildcard. Empty matches any.
+	Cluster string `yaml:"cluster"`
+	// Metadata matches string fields of the node's metadata exactly; all
+	// must match.
+	Metadata map[string]string `yaml:"metadata"`
+	// Envoy overrides listen.envoy for the group.
+	Envoy string `yaml:"envoy"`
+	// SluiceAddresses overrides xds.sluice_addresses for the group.
+	SluiceAddresses []string `yaml:"sluice_addresses"`
 }
 
 // DefaultAnthropicVersion is sent to Anthropic when neither the client nor
@@ -94,6 +179,27 @@ type Model struct {
 	// Upstream is the model name sent to the provider (the deployment name
 	// for Azure OpenAI). Default: Name.
 	Upstream string `yaml:"upstream"`
+	// Providers lists several providers for the model instead of one
+	// Provider: tried in order (Routing "priority", the default) or chosen
+	// per request by weight (Routing "weighted"). They must speak the same
+	// API dialect (OpenAI-family or Anthropic).
+	Providers []ModelProvider `yaml:"providers"`
+	Routing   string          `yaml:"routing"`
+}
+
+// Model routings.
+const (
+	RoutingPriority = "priority"
+	RoutingWeighted = "weighted"
+)
+
+// ModelProvider is one provider of a model with several.
+type ModelProvider struct {
+	Name string `yaml:"name"`
+	// Upstream overrides the model's upstream name for this provider.
+	Upstream string `yaml:"upstream"`
+	// Weight is the provider's share with routing "weighted" (default 1).
+	Weight int64 `yaml:"weight"`
 }
 
 // Price is what a model costs, in integer micro-dollars per one million

@@ -53,7 +53,10 @@ func (d *decoder) add(path string, at *yaml.Node, msg string) {
 	d.problems = append(d.problems, p)
 }
 
-var timeType = reflect.TypeFor[time.Time]()
+var (
+	timeType     = reflect.TypeFor[time.Time]()
+	durationType = reflect.TypeFor[time.Duration]()
+)
 
 // decode decodes n, found at path under the mapping key node key (nil for a
 // list item or the document), into v. A null value leaves v as it is, so
@@ -68,8 +71,12 @@ func (d *decoder) decode(path string, key, n *yaml.Node, v reflect.Value) {
 	}
 	at := position(key, n)
 	n = deref(n)
-	if v.Type() == timeType {
+	switch v.Type() {
+	case timeType:
 		d.decodeTime(path, at, n, v)
+		return
+	case durationType:
+		d.decodeDuration(path, at, n, v)
 		return
 	}
 	switch v.Kind() {
@@ -105,6 +112,8 @@ func (d *decoder) decode(path string, key, n *yaml.Node, v reflect.Value) {
 		if ok {
 			v.SetString(s)
 		}
+	case reflect.Bool:
+		d.decodeBool(path, at, n, v)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		d.decodeInt(path, at, n, v)
 	default:
@@ -597,4 +606,31 @@ func locateSyntaxError(data []byte, msg string) (line, col int) {
 		j = len(text) - len(bytes.TrimLeft(text, " \t"))
 	}
 	return i + 1, utf8.RuneCount(text[:j]) + 1
+}
+
+func (d *decoder) decodeDuration(path string, at, n *yaml.Node, v reflect.Value) {
+	const want = "a duration such as 30s, 5m or 1h30m"
+	s, ok := d.scalar(path, at, n, want)
+	if !ok {
+		return
+	}
+	t, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || t < 0 {
+		d.add(path, at, "must be "+want+", got "+strconv.Quote(s))
+		return
+	}
+	v.SetInt(int64(t))
+}
+
+func (d *decoder) decodeBool(path string, at, n *yaml.Node, v reflect.Value) {
+	s, ok := d.scalar(path, at, n, "true or false")
+	if !ok {
+		return
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(s))
+	if err != nil {
+		d.add(path, at, "must be true or false, got "+strconv.Quote(s))
+		return
+	}
+	v.SetBool(b)
 }

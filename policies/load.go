@@ -29,6 +29,7 @@ func Default() *Config {
 		Store:   Store{SQLite: "sluice.db"},
 		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
 		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny"},
+		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc"},
 	}
 }
 

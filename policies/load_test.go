@@ -115,6 +115,7 @@ func TestDefault(t *testing.T) {
 		Store:   Store{SQLite: "sluice.db"},
 		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
 		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny"},
+		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc"},
 	}
 	if diff := cmp.Diff(want, Default()); diff != "" {
 		t.Errorf("Default (-want +got):\n%s", diff)
@@ -143,6 +144,7 @@ func TestLoadFull(t *testing.T) {
 		Store:   Store{SQLite: "data/sluice.db"},
 		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
 		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny"},
+		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc"},
 		Providers: []Provider{
 			{Name: "openai", Kind: KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-test-SECRET-openai"},
 			{Name: "anthropic", Kind: KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-test-SECRET-anthropic", AnthropicVersion: "2023-06-01"},
@@ -402,7 +404,7 @@ models:
 			`f.yaml:5:25: models[0].provider: unknown provider "opnai" (did you mean "openai"?)`,
 		}},
 		{"unknown top-level field without suggestion", base + "routes: []\n", []string{
-			"f.yaml:9:1: routes: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys)",
+			"f.yaml:9:1: routes: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys, xds)",
 		}},
 		{"non-string key", base + "listen:\n  [a]: b\n", []string{
 			"f.yaml:10:3: listen: mapping keys must be strings, got a list",
@@ -411,7 +413,7 @@ models:
 			"f.yaml:10:5: orgs[0].<<: a merge key must refer to a mapping or a list of mappings",
 		}},
 		{"alias position is the alias", "x: &n 5\n" + base, []string{
-			"f.yaml:1:1: x: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys)",
+			"f.yaml:1:1: x: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys, xds)",
 		}},
 	}
 	for _, tt := range tests {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"maps"
+	"net"
 	"net/url"
 	"path/filepath"
 	"reflect"
@@ -32,16 +33,70 @@ type Snapshot struct {
 	teams      []TeamPolicy
 	teamIndex  map[string]int
 	keys       []KeyPolicy
+	xds        XDS // with defaults applied
 }
 
 // ModelRoute is where requests for a model go.
 type ModelRoute struct {
-	Name     string   // the canonical model name
-	Aliases  []string // the model's other names
-	Upstream string   // the model name sent to the provider
+	Name    string   // the canonical model name
+	Aliases []string // the model's other names
+	// Targets are the model's providers, at least one: in priority order
+	// (Routing RoutingPriority) or to choose from by weight.
+	Targets []Target
+	Routing string
+	// Upstream and Provider are Targets[0]'s: the provider a request goes
+	// to first.
+	Upstream string
 	Provider *Provider
 	Price    Price
 	Priced   bool // whether the pricing table has the model
+	// weights are the cumulative weights of Targets (routing weighted).
+	weights []int64
+}
+
+// Target is one provider of a model and the model's name there.
+type Target struct {
+	Provider *Provider
+	Upstream string
+	Weight   int64
+}
+
+// FallbackClusterPrefix starts the name of the Envoy cluster (and the value
+// of the routing header) of a model whose providers are tried in order.
+const FallbackClusterPrefix = "sluice.fallback."
+
+// Fallback reports whether requests for the model go to its providers in
+// priority order, falling back on failure (more than one provider,
+// routing priority).
+func (r *ModelRoute) Fallback() bool {
+	return r.Routing == RoutingPriority && len(r.Targets) > 1
+}
+
+// Route returns the provider a request goes to first and the value of the
+// routing header that sends it there: the provider's name, or for a
+// fallback model the model's fallback cluster. For weighted routing, n is
+// a uniformly random number in [0, 2^63) choosing the provider.
+func (r *ModelRoute) Route(n uint64) (Target, string) {
+	switch {
+	case r.Fallback():
+		return r.Targets[0], FallbackClusterPrefix + r.Name
+	case r.Routing == RoutingWeighted && len(r.Targets) > 1:
+		total := r.weights[len(r.weights)-1]
+		x := int64(n % uint64(total))
+		i, _ := slices.BinarySearch(r.weights, x+1)
+		return r.Targets[i], r.Targets[i].Provider.Name
+	}
+	return r.Targets[0], r.Targets[0].Provider.Name
+}
+
+// Target returns the model's target at the named provider.
+func (r *ModelRoute) Target(provider string) (Target, bool) {
+	for _, t := range r.Targets {
+		if t.Provider.Name == provider {
+			return t, true
+		}
+	}
+	return Target{}, false
 }
 
 // AllowedBy reports whether the allow-list set allows this model, under
@@ -111,11 +166,16 @@ func Compile(cfg *Config, file string) (*Snapshot, error) {
 		models:     make(map[string]*ModelRoute),
 		orgs:       make(map[string]struct{}, len(c.Orgs)),
 		teamIndex:  make(map[string]int, len(c.Teams)),
+		xds:        c.XDS,
+	}
+	if len(s.xds.SluiceAddresses) == 0 {
+		s.xds.SluiceAddresses = []string{dialable(c.Listen.GRPC)}
 	}
 	for _, p := range c.Providers {
 		if p.Kind == KindAnthropic && p.AnthropicVersion == "" {
 			p.AnthropicVersion = DefaultAnthropicVersion
 		}
+		p.applyDefaults()
 		s.providers[p.Name] = &p
 		if u, err := url.Parse(p.BaseURL); err == nil { // validated already
 			if s.pathPrefix == nil {
@@ -125,15 +185,33 @@ func Compile(cfg *Config, file string) (*Snapshot, error) {
 		}
 	}
 	for _, m := range c.Models {
-		r := &ModelRoute{
-			Name:     m.Name,
-			Aliases:  slices.Clone(m.Aliases),
-			Upstream: m.Upstream,
-			Provider: s.providers[m.Provider],
+		r := &ModelRoute{Name: m.Name, Aliases: slices.Clone(m.Aliases), Routing: m.Routing}
+		if r.Routing == "" {
+			r.Routing = RoutingPriority
 		}
-		if r.Upstream == "" {
-			r.Upstream = m.Name
+		upstream := func(u string) string {
+			switch {
+			case u != "":
+				return u
+			case m.Upstream != "":
+				return m.Upstream
+			}
+			return m.Name
 		}
+		if m.Provider != "" {
+			r.Targets = []Target{{Provider: s.providers[m.Provider], Upstream: upstream(""), Weight: 1}}
+		}
+		var sum int64
+		for _, mp := range m.Providers {
+			w := mp.Weight
+			if w == 0 {
+				w = 1
+			}
+			sum += w
+			r.weights = append(r.weights, sum)
+			r.Targets = append(r.Targets, Target{Provider: s.providers[mp.Name], Upstream: upstream(mp.Upstream), Weight: w})
+		}
+		r.Provider, r.Upstream = r.Targets[0].Provider, r.Targets[0].Upstream
 		r.Price, r.Priced = c.Pricing[m.Name]
 		s.models[m.Name] = r
 		for _, a := range m.Aliases {
@@ -188,6 +266,29 @@ func (s *Snapshot) SQLitePath() string { return s.sqlitePath }
 
 // LedgerPath is the resolved path of the spend ledger's SQLite file.
 func (s *Snapshot) LedgerPath() string { return s.ledgerPath }
+
+// XDS returns the control-plane settings, with defaults applied: the
+// Sluice addresses are never empty.
+func (s *Snapshot) XDS() XDS { return s.xds }
+
+// Providers returns the providers in config order, with defaults applied.
+func (s *Snapshot) Providers() []*Provider {
+	out := make([]*Provider, 0, len(s.cfg.Providers))
+	for _, p := range s.cfg.Providers {
+		out = append(out, s.providers[p.Name])
+	}
+	return out
+}
+
+// Models returns each model's route once (not once per alias), in config
+// order.
+func (s *Snapshot) Models() []*ModelRoute {
+	out := make([]*ModelRoute, 0, len(s.cfg.Models))
+	for _, m := range s.cfg.Models {
+		out = append(out, s.models[m.Name])
+	}
+	return out
+}
 
 // Gateway returns the request-path settings.
 func (s *Snapshot) Gateway() Gateway { return s.cfg.Gateway }
@@ -249,9 +350,26 @@ func resolveSQLite(path, file string) (string, error) {
 func (c *Config) clone() *Config {
 	out := *c
 	out.Providers = slices.Clone(c.Providers)
+	for i := range out.Providers {
+		p := &out.Providers[i]
+		p.Endpoints = slices.Clone(p.Endpoints)
+		p.Retries.On = slices.Clone(p.Retries.On)
+		if p.Retries.Max != nil {
+			m := *p.Retries.Max
+			p.Retries.Max = &m
+		}
+	}
 	out.Models = slices.Clone(c.Models)
 	for i := range out.Models {
 		out.Models[i].Aliases = slices.Clone(out.Models[i].Aliases)
+		out.Models[i].Providers = slices.Clone(out.Models[i].Providers)
+	}
+	out.XDS.SluiceAddresses = slices.Clone(c.XDS.SluiceAddresses)
+	out.XDS.NodeGroups = slices.Clone(c.XDS.NodeGroups)
+	for i := range out.XDS.NodeGroups {
+		g := &out.XDS.NodeGroups[i]
+		g.Metadata = maps.Clone(g.Metadata)
+		g.SluiceAddresses = slices.Clone(g.SluiceAddresses)
 	}
 	out.Pricing = maps.Clone(c.Pricing)
 	out.Orgs = slices.Clone(c.Orgs)
@@ -334,4 +452,54 @@ func hashValue(h hash.Hash, v reflect.Value) {
 		// Programmer error: a Config field of a kind not handled above.
 		panic(fmt.Sprintf("policies: cannot hash %s", v.Type()))
 	}
+}
+
+// Provider defaults.
+const (
+	DefaultConnectTimeout   = 5 * time.Second
+	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultRetries          = 1
+	DefaultConsecutive5xx   = 5
+	DefaultBaseEjectionTime = 30 * time.Second
+)
+
+// DefaultRetryOn is what Envoy retries on when retries.on is not set.
+var DefaultRetryOn = []string{"connect-failure", "reset", "5xx"}
+
+func (p *Provider) applyDefaults() {
+	if p.ConnectTimeout == 0 {
+		p.ConnectTimeout = DefaultConnectTimeout
+	}
+	if p.IdleTimeout == 0 {
+		p.IdleTimeout = DefaultIdleTimeout
+	}
+	if p.Retries.Max == nil {
+		n := int64(DefaultRetries)
+		p.Retries.Max = &n
+	}
+	if len(p.Retries.On) == 0 {
+		p.Retries.On = slices.Clone(DefaultRetryOn)
+	}
+	if p.OutlierDetection.Consecutive5xx == 0 {
+		p.OutlierDetection.Consecutive5xx = DefaultConsecutive5xx
+	}
+	if p.OutlierDetection.BaseEjectionTime == 0 {
+		p.OutlierDetection.BaseEjectionTime = DefaultBaseEjectionTime
+	}
+}
+
+// dialable turns a listen address into one a client can dial: an
+// unspecified host (0.0.0.0, ::, empty) becomes the loopback address.
+func dialable(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	return net.JoinHostPort(host, port)
 }

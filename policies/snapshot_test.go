@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,21 +51,39 @@ func TestCompile(t *testing.T) {
 		t.Errorf("Provider(nope) = %v, %v; want nil, false", p, ok)
 	}
 
+	// route is the part of a ModelRoute the table compares: providers by
+	// name (their settings are checked in TestProviderDefaults).
+	type route struct {
+		Name, Upstream, Provider, Routing string
+		Aliases                           []string
+		Targets                           []string // provider=upstream
+		Price                             Price
+		Priced                            bool
+	}
+	view := func(r *ModelRoute) *route {
+		if r == nil {
+			return nil
+		}
+		v := &route{Name: r.Name, Upstream: r.Upstream, Provider: r.Provider.Name, Routing: r.Routing, Aliases: r.Aliases, Price: r.Price, Priced: r.Priced}
+		for _, t := range r.Targets {
+			v.Targets = append(v.Targets, t.Provider.Name+"="+t.Upstream)
+		}
+		return v
+	}
+	gpt4o := &route{Name: "gpt-4o", Aliases: []string{"gpt4o", "gpt-4o-latest"}, Upstream: "gpt-4o", Provider: "openai", Routing: RoutingPriority,
+		Targets: []string{"openai=gpt-4o"}, Price: Price{Input: 2500000, CachedInput: 1250000, Output: 10000000}, Priced: true}
 	modelTests := []struct {
 		ask  string
-		want *ModelRoute
+		want *route
 	}{
-		{"gpt-4o", &ModelRoute{Name: "gpt-4o", Aliases: []string{"gpt4o", "gpt-4o-latest"}, Upstream: "gpt-4o", Provider: openai,
-			Price: Price{Input: 2500000, CachedInput: 1250000, Output: 10000000}, Priced: true}},
-		{"gpt-4o-latest", &ModelRoute{Name: "gpt-4o", Aliases: []string{"gpt4o", "gpt-4o-latest"}, Upstream: "gpt-4o", Provider: openai,
-			Price: Price{Input: 2500000, CachedInput: 1250000, Output: 10000000}, Priced: true}},
-		{"sonnet", &ModelRoute{Name: "claude-sonnet-4", Aliases: []string{"sonnet"}, Upstream: "claude-sonnet-4-20250514",
-			Provider: &Provider{Name: "anthropic", Kind: KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-test-SECRET-anthropic", AnthropicVersion: "2023-06-01"},
-			Price:    Price{Input: 3000000, CachedInput: 300000, Output: 15000000}, Priced: true}},
-		{"azure/gpt-4o", &ModelRoute{Name: "azure/gpt-4o", Upstream: "gpt4o-deployment",
-			Provider: &Provider{Name: "azure-eu", Kind: KindAzureOpenAI, BaseURL: "https://contoso-eu.openai.azure.com", APIKey: "SECRET-azure-key", APIVersion: "2024-10-21"}}},
-		{"llama3.1:8b", &ModelRoute{Name: "meta-llama/Llama-3.1-8B-Instruct", Aliases: []string{"llama3.1:8b"}, Upstream: "meta-llama/Llama-3.1-8B-Instruct",
-			Provider: &Provider{Name: "vllm", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"}}},
+		{"gpt-4o", gpt4o},
+		{"gpt-4o-latest", gpt4o},
+		{"sonnet", &route{Name: "claude-sonnet-4", Aliases: []string{"sonnet"}, Upstream: "claude-sonnet-4-20250514", Provider: "anthropic", Routing: RoutingPriority,
+			Targets: []string{"anthropic=claude-sonnet-4-20250514"}, Price: Price{Input: 3000000, CachedInput: 300000, Output: 15000000}, Priced: true}},
+		{"azure/gpt-4o", &route{Name: "azure/gpt-4o", Upstream: "gpt4o-deployment", Provider: "azure-eu", Routing: RoutingPriority,
+			Targets: []string{"azure-eu=gpt4o-deployment"}}},
+		{"llama3.1:8b", &route{Name: "meta-llama/Llama-3.1-8B-Instruct", Aliases: []string{"llama3.1:8b"}, Upstream: "meta-llama/Llama-3.1-8B-Instruct", Provider: "vllm", Routing: RoutingPriority,
+			Targets: []string{"vllm=meta-llama/Llama-3.1-8B-Instruct"}}},
 		{"GPT-4o", nil},
 		{"upstream-only", nil},
 	}
@@ -73,9 +92,12 @@ func TestCompile(t *testing.T) {
 		if ok != (tt.want != nil) {
 			t.Errorf("Model(%q) ok = %v", tt.ask, ok)
 		}
-		if diff := cmp.Diff(tt.want, got, cmpEmpty); diff != "" {
+		if diff := cmp.Diff(tt.want, view(got), cmpEmpty); diff != "" {
 			t.Errorf("Model(%q) (-want +got):\n%s", tt.ask, diff)
 		}
+	}
+	if p, _ := s.Provider("anthropic"); p.AnthropicVersion != DefaultAnthropicVersion {
+		t.Errorf("anthropic provider's AnthropicVersion = %q, want the default", p.AnthropicVersion)
 	}
 	if r, _ := s.Model("gpt4o"); r.Provider != openai {
 		t.Error("routes do not share the snapshot's provider")
@@ -259,5 +281,73 @@ func TestSQLitePath(t *testing.T) {
 		if got := s.SQLitePath(); got != tt.want {
 			t.Errorf("SQLite %q in %q: SQLitePath() = %q, want %q", tt.sqlite, tt.file, got, tt.want)
 		}
+	}
+}
+
+func TestModelRouting(t *testing.T) {
+	cfg, err := Parse([]byte(`
+listen: {grpc: "0.0.0.0:9001"}
+providers:
+  - {name: a, kind: openai, base_url: "https://a.example/v1", api_key: k}
+  - {name: b, kind: azure-openai, base_url: "https://b.example", api_key: k, api_version: "2024-10-21", retries: {max: 0}}
+models:
+  - {name: solo, provider: a}
+  - name: ha
+    upstream: gpt-4o
+    providers: [{name: a}, {name: b, upstream: gpt4o-deployment}]
+  - name: split
+    routing: weighted
+    providers: [{name: a, weight: 3}, {name: b}]
+`), "f.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Compile(cfg, "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	solo, _ := s.Model("solo")
+	if tg, h := solo.Route(7); solo.Fallback() || h != "a" || tg.Upstream != "solo" {
+		t.Errorf("solo: Fallback %v, Route = %+v, %q", solo.Fallback(), tg, h)
+	}
+	ha, _ := s.Model("ha")
+	if tg, h := ha.Route(7); !ha.Fallback() || h != "sluice.fallback.ha" || tg.Provider.Name != "a" || tg.Upstream != "gpt-4o" {
+		t.Errorf("ha: Fallback %v, Route = %+v, %q", ha.Fallback(), tg, h)
+	}
+	if tg, ok := ha.Target("b"); !ok || tg.Upstream != "gpt4o-deployment" {
+		t.Errorf("ha.Target(b) = %+v, %v", tg, ok)
+	}
+	split, _ := s.Model("split")
+	counts := map[string]int{}
+	for n := range uint64(400) {
+		tg, h := split.Route(n)
+		if h != tg.Provider.Name {
+			t.Fatalf("weighted Route(%d) header %q for provider %q", n, h, tg.Provider.Name)
+		}
+		counts[h]++
+	}
+	if counts["a"] != 300 || counts["b"] != 100 {
+		t.Errorf("weights 3:1 over 400 consecutive draws gave %v", counts)
+	}
+	if split.Fallback() {
+		t.Error("a weighted model must not fall back")
+	}
+
+	a, _ := s.Provider("a")
+	if a.ConnectTimeout != DefaultConnectTimeout || a.IdleTimeout != DefaultIdleTimeout || *a.Retries.Max != 1 ||
+		!slices.Equal(a.Retries.On, DefaultRetryOn) || a.OutlierDetection.Consecutive5xx != 5 {
+		t.Errorf("provider defaults not applied: %+v", a)
+	}
+	if b, _ := s.Provider("b"); *b.Retries.Max != 0 {
+		t.Errorf("retries.max 0 became %d", *b.Retries.Max)
+	}
+	if got := s.XDS().SluiceAddresses; !slices.Equal(got, []string{"127.0.0.1:9001"}) {
+		t.Errorf("default sluice_addresses = %v, want the dialable listen.grpc", got)
+	}
+	if s.Config().XDS.SluiceAddresses != nil {
+		t.Error("defaults leaked into Config()")
+	}
+	if got := len(s.Models()); got != 3 {
+		t.Errorf("Models() has %d routes, want 3", got)
 	}
 }

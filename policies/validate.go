@@ -40,11 +40,16 @@ func (c *Config) check() []issue {
 	v.store(c.Store)
 	v.ledgerAndGateway(c.Ledger, c.Gateway)
 	providers := v.providers(c.Providers)
-	owners, known := v.models(c.Models, providers)
+	kinds := make(map[string]string, len(c.Providers))
+	for _, p := range c.Providers {
+		kinds[p.Name] = p.Kind
+	}
+	owners, known := v.models(c.Models, providers, kinds)
 	v.pricing(c.Pricing, c.Models, owners)
 	orgs := v.names("orgs", len(c.Orgs), func(i int) string { return c.Orgs[i].Name })
 	teams := v.teams(c, orgs, owners, known)
 	v.keys(c, teams, owners, known)
+	v.xds(c.XDS)
 	return v.issues
 }
 
@@ -169,8 +174,90 @@ func (v *validator) providers(ps []Provider) map[string]int {
 		if p.Kind != KindAnthropic && p.AnthropicVersion != "" {
 			v.add(path+".anthropic_version", "only allowed for kind %q", KindAnthropic)
 		}
+		v.upstreamSettings(path, p)
 	}
 	return names
+}
+
+// upstreamSettings checks what becomes the provider's Envoy cluster and
+// route.
+func (v *validator) upstreamSettings(path string, p Provider) {
+	for i, e := range p.Endpoints {
+		v.hostPort(indexPath(path+".endpoints", i), e, false)
+	}
+	if p.Retries.Max != nil && (*p.Retries.Max < 0 || *p.Retries.Max > 10) {
+		v.add(path+".retries.max", "must be between 0 and 10, got %d", *p.Retries.Max)
+	}
+	for i, on := range p.Retries.On {
+		if !slices.Contains(RetryConditions, on) {
+			v.add(indexPath(path+".retries.on", i), "unknown retry condition %q (one of %s)%s", on, strings.Join(RetryConditions, ", "), didYouMean(on, RetryConditions))
+		}
+	}
+	cb := p.CircuitBreaker
+	v.nonNegative(path+".circuit_breaker.max_connections", cb.MaxConnections)
+	v.nonNegative(path+".circuit_breaker.max_pending_requests", cb.MaxPendingRequests)
+	v.nonNegative(path+".circuit_breaker.max_requests", cb.MaxRequests)
+	if n := p.OutlierDetection.Consecutive5xx; n < -1 {
+		v.add(path+".outlier_detection.consecutive_5xx", "must be -1 (off), 0 (default 5) or more, got %d", n)
+	}
+}
+
+// hostPort checks a host:port address; with dial, the host must not be
+// the unspecified address.
+func (v *validator) hostPort(path, addr string, dial bool) {
+	host, port, err := net.SplitHostPort(addr)
+	switch {
+	case addr == "":
+		v.add(path, "must not be empty (host:port)")
+	case err != nil:
+		v.add(path, "must be host:port, got %q", addr)
+	case host == "":
+		v.add(path, "needs a host, got %q", addr)
+	default:
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			v.add(path, "port must be a number from 1 to 65535, got %q", port)
+		}
+		if ip := net.ParseIP(host); dial && ip != nil && ip.IsUnspecified() {
+			v.add(path, "%q cannot be dialled: name the address Envoy should connect to", addr)
+		}
+	}
+}
+
+// xds checks the control-plane settings.
+func (v *validator) xds(x XDS) {
+	for i, a := range x.SluiceAddresses {
+		v.hostPort(indexPath("xds.sluice_addresses", i), a, true)
+	}
+	if x.AccessLog == "" {
+		v.add("xds.access_log", `required: a file path, or "off"`)
+	}
+	if x.GRPCListener == "" {
+		v.add("xds.grpc_listener", "required (the name proxyless gRPC clients dial as xds:///<name>)")
+	}
+	v.names("xds.node_groups", len(x.NodeGroups), func(i int) string { return x.NodeGroups[i].Name })
+	for i, g := range x.NodeGroups {
+		path := indexPath("xds.node_groups", i)
+		if g.Name != "" && !providerName.MatchString(g.Name) {
+			v.add(path+".name", "must match %s, got %q", providerName, g.Name)
+		}
+		if g.Cluster == "" && len(g.Metadata) == 0 {
+			v.add(path, "set cluster or metadata: a group that matches every node hides the top-level configuration")
+		}
+		if g.Envoy != "" {
+			v.hostPort(path+".envoy", g.Envoy, false)
+		}
+		for j, a := range g.SluiceAddresses {
+			v.hostPort(indexPath(path+".sluice_addresses", j), a, true)
+		}
+	}
+}
+
+// dialect is the API family a provider kind speaks.
+func dialect(kind string) string {
+	if kind == KindAnthropic {
+		return "anthropic"
+	}
+	return "openai"
 }
 
 func (v *validator) baseURL(path, s string) {
@@ -196,7 +283,7 @@ func (v *validator) baseURL(path, s string) {
 // models checks the models and returns, for every model name and alias,
 // the index of the model that owns it, and the names and aliases in the
 // order they are declared.
-func (v *validator) models(ms []Model, providers map[string]int) (owners map[string]int, known []string) {
+func (v *validator) models(ms []Model, providers map[string]int, kinds map[string]string) (owners map[string]int, known []string) {
 	if len(ms) == 0 {
 		v.add("models", "at least one model is required")
 	}
@@ -235,14 +322,66 @@ func (v *validator) models(ms []Model, providers map[string]int) (owners map[str
 				claim(apath, a, i, false)
 			}
 		}
-		switch {
-		case m.Provider == "":
-			v.add(path+".provider", "required")
-		case !hasKey(providers, m.Provider):
-			v.addRef("providers", path+".provider", "unknown provider %q%s", m.Provider, didYouMean(m.Provider, providerNames))
-		}
+		v.modelProviders(path, m, providers, providerNames, kinds)
 	}
 	return owners, known
+}
+
+// modelProviders checks where a model's requests go: one provider, or a
+// list with a routing.
+func (v *validator) modelProviders(path string, m Model, providers map[string]int, providerNames []string, kinds map[string]string) {
+	switch {
+	case m.Provider != "" && len(m.Providers) > 0:
+		v.add(path, "set provider or providers, not both")
+		return
+	case m.Provider == "" && len(m.Providers) == 0:
+		v.add(path+".provider", "required (or a providers list)")
+		return
+	case m.Provider != "":
+		if !hasKey(providers, m.Provider) {
+			v.addRef("providers", path+".provider", "unknown provider %q%s", m.Provider, didYouMean(m.Provider, providerNames))
+		}
+		if m.Routing != "" {
+			v.add(path+".routing", "only allowed with a providers list")
+		}
+		return
+	}
+	switch m.Routing {
+	case "", RoutingPriority, RoutingWeighted:
+	default:
+		v.add(path+".routing", "must be %s or %s, got %q", RoutingPriority, RoutingWeighted, m.Routing)
+	}
+	seen := map[string]int{}
+	first := ""
+	for i, mp := range m.Providers {
+		ppath := indexPath(path+".providers", i)
+		switch {
+		case mp.Name == "":
+			v.add(ppath+".name", "required")
+			continue
+		case !hasKey(providers, mp.Name):
+			v.addRef("providers", ppath+".name", "unknown provider %q%s", mp.Name, didYouMean(mp.Name, providerNames))
+			continue
+		case hasKey(seen, mp.Name):
+			v.add(ppath+".name", "provider %q is listed twice (first at %s)", mp.Name, indexPath(path+".providers", seen[mp.Name]))
+			continue
+		}
+		seen[mp.Name] = i
+		if m.Routing == RoutingWeighted {
+			if mp.Weight < 0 {
+				v.add(ppath+".weight", "must not be negative, got %d", mp.Weight)
+			}
+		} else if mp.Weight != 0 {
+			v.add(ppath+".weight", "only allowed with routing: %s", RoutingWeighted)
+		}
+		if k, ok := kinds[mp.Name]; ok {
+			if first == "" {
+				first = mp.Name
+			} else if dialect(k) != dialect(kinds[first]) {
+				v.add(ppath+".name", "provider %q (%s) speaks another API than %q (%s); one model's providers must all be OpenAI-family or all Anthropic", mp.Name, k, first, kinds[first])
+			}
+		}
+	}
 }
 
 // sortedByIndex returns the keys of m ordered by their index values, so that

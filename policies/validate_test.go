@@ -143,7 +143,7 @@ func TestValidate(t *testing.T) {
 			c.Models[2].Provider = "vllm"
 		}, []string{
 			`models[0].provider: unknown provider "opnai" (did you mean "openai"?)`,
-			`models[1].provider: required`,
+			`models[1].provider: required (or a providers list)`,
 			`models[2].provider: unknown provider "vllm"`,
 		}},
 		{"pricing", func(c *Config) {
