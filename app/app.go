@@ -47,6 +47,7 @@ Commands:
   check-config   validate a sluice.yaml and print every problem
   keys           create, list and revoke API keys
   spend          report tokens and cost from the spend ledger
+  envoy          envoy bootstrap: print the bootstrap for an Envoy that takes its config from Sluice
   version        print the version
 
 Development and test tools (never for production traffic):
@@ -73,6 +74,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) 
 		return runKeys(ctx, rest, stdout, stderr, env)
 	case "spend":
 		return runSpend(ctx, rest, stdout, stderr, env)
+	case "envoy":
+		return runEnvoy(rest, stdout, stderr, env)
 	case "dev-envoy":
 		return runDevEnvoy(ctx, rest, stdout, stderr)
 	case "dev-llm":

@@ -85,7 +85,7 @@ func startServe(t *testing.T, config string, extra ...string) *server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &server{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
-	args := append([]string{"serve", "--config", config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, extra...)
+	args := append([]string{"serve", "--config", config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0"}, extra...)
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, args, s.stdout, s.stderr, noEnv) }()
 	var once sync.Once
@@ -285,7 +285,7 @@ func TestServeReloadsConfig(t *testing.T) {
 func TestServeRefusesBadConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	os.WriteFile(path, []byte("providers:\n  - name: x\n    kind: opnai\n"), 0o600)
-	_, _, err := run(t, "serve", "--config", path, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
+	_, _, err := run(t, "serve", "--config", path, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0")
 	if err == nil || !strings.Contains(err.Error(), `providers[0].kind: unknown kind "opnai" (did you mean "openai"?)`) {
 		t.Fatalf("serve with a bad config: %v", err)
 	}
@@ -389,6 +389,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"keys"}, errUsage, "Usage: sluice keys"},
 		{[]string{"serve", "--log-level", "loud"}, errUsage, "--log-level: want debug, info, warn or error"},
 		{[]string{"serve", "--nope"}, errUsage, "flag provided but not defined: -nope"},
+		{[]string{"envoy"}, errUsage, "usage: sluice envoy bootstrap"},
+		{[]string{"envoy", "bootstrap", "--help"}, nil, "Usage: sluice envoy bootstrap"},
+		{[]string{"envoy", "bootstrap", "--admin-port", "0"}, errUsage, "--admin-port must be a port number"},
 	} {
 		_, stderr, err := run(t, tt.args...)
 		if !errors.Is(err, tt.wantErr) && !(err == nil && tt.wantErr == nil) {
@@ -403,5 +406,39 @@ func TestUsage(t *testing.T) {
 	}
 	if got := ExitCode(fmt.Errorf("x: %w", errUsage)); got != 2 {
 		t.Errorf("ExitCode(usage) = %d", got)
+	}
+}
+
+func TestEnvoyBootstrap(t *testing.T) {
+	// The quickstart's listen.xds, as the checked-in envoy/bootstrap.yaml.
+	out, stderr, err := run(t, "envoy", "bootstrap", "--config", quickstart(t))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	shipped, err := os.ReadFile(filepath.Join("..", "envoy", "bootstrap.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := func(s string) string { // without the leading comment lines
+		lines := strings.Split(s, "\n")
+		for len(lines) > 0 && strings.HasPrefix(lines[0], "#") {
+			lines = lines[1:]
+		}
+		return strings.Join(lines, "\n")
+	}
+	if body(out) != body(string(shipped)) {
+		t.Errorf("sluice envoy bootstrap differs from envoy/bootstrap.yaml:\n%s", out)
+	}
+	out, _, err = run(t, "envoy", "bootstrap", "--xds-addr", "sluice.internal:18000", "--node-id", "edge-7", "--admin-port", "9902")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"id: edge-7", "address: sluice.internal", "type: STRICT_DNS", "port_value: 9902"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bootstrap lacks %q:\n%s", want, out)
+		}
+	}
+	if _, _, err := run(t, "envoy", "bootstrap", "--xds-addr", "0.0.0.0:18000"); err == nil || !strings.Contains(err.Error(), "name an address Envoy can connect to") {
+		t.Errorf("an unspecified xDS address: %v", err)
 	}
 }

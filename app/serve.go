@@ -31,6 +31,7 @@ import (
 	"github.com/sluicegw/sluice/policies"
 	"github.com/sluicegw/sluice/store"
 	"github.com/sluicegw/sluice/store/sqlite"
+	"github.com/sluicegw/sluice/xds"
 )
 
 // Intervals of the background loops. The store poll bounds how long a key
@@ -49,11 +50,12 @@ type serveFlags struct {
 	logFormat string
 	grpcAddr  string
 	adminAddr string
+	xdsAddr   string
 	readyFile string
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
-	fs := newFlags("serve", "", "Run the ext_authz and ext_proc gRPC services (with gRPC health) and the admin\nHTTP server (/healthz, /readyz, /metrics). The config file is reloaded when it changes.", stderr)
+	fs := newFlags("serve", "", "Run the ext_authz and ext_proc gRPC services (with gRPC health), the xDS\ncontrol plane (ADS) and the admin HTTP server (/healthz, /readyz, /metrics).\nThe config file is reloaded when it changes; Envoy gets the new resources\nover xDS.", stderr)
 	var f serveFlags
 	fs.StringVar(&f.config, "config", "sluice.yaml", "config `file`")
 	fs.BoolVar(&f.demoKey, "demo-key", false, "if the store has no keys yet, create one for the first team and print it once (quickstart)")
@@ -61,7 +63,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.grpcAddr, "grpc-addr", "", "override listen.grpc (host:port; port 0 picks a free one)")
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "override listen.admin (host:port; port 0 picks a free one)")
-	fs.StringVar(&f.readyFile, "ready-file", "", "once serving, write {\"grpc\": ADDR, \"admin\": ADDR} as JSON to this `file` (for scripts and tests)")
+	fs.StringVar(&f.xdsAddr, "xds-addr", "", "override listen.xds (host:port; port 0 picks a free one)")
+	fs.StringVar(&f.readyFile, "ready-file", "", "once serving, write {\"grpc\": ADDR, \"admin\": ADDR, \"xds\": ADDR} as JSON to this `file` (for scripts and tests)")
 	if err := fs.Parse(args); err != nil {
 		return flagErr(err)
 	}
@@ -115,6 +118,7 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 
 	ring := keyring.New(log)
 	var bound policies.Listen // the addresses listened on; set before Run starts the watcher
+	var control *xds.Server   // set before Run starts the watcher
 	watcher := policies.NewWatcher(f.config, policies.WatcherOptions{
 		Interval: configPoll,
 		Env:      env,
@@ -129,6 +133,9 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 				log.Warn("listen addresses changed in the config; restart sluice to apply them")
 			}
 			ring.SetPolicy(s)
+			// An invalid xDS result is logged and counted by Update, and
+			// Envoy keeps the previous resources.
+			_, _ = control.Update(s)
 		},
 	})
 	snap, err := watcher.Load()
@@ -198,6 +205,25 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 		grpcLn.Close()
 		return fmt.Errorf("listen.admin: %w", err)
 	}
+	xdsLn, err := lc.Listen(ctx, "tcp", or(f.xdsAddr, listen.XDS))
+	if err != nil {
+		grpcLn.Close()
+		adminLn.Close()
+		return fmt.Errorf("listen.xds: %w", err)
+	}
+	// Envoy's filters call the gRPC address actually bound, unless the
+	// config names Sluice's addresses itself.
+	control = xds.New(xds.Options{
+		Log: log, Metrics: xds.NewMetrics(reg),
+		SluiceAddresses: []string{policies.Dialable(grpcLn.Addr().String())},
+	})
+	if _, err := control.Update(snap); err != nil {
+		grpcLn.Close()
+		adminLn.Close()
+		xdsLn.Close()
+		return err
+	}
+	xgs := grpc.NewServer()
 
 	gs := grpc.NewServer()
 	authv3.RegisterAuthorizationServer(gs, authzServer)
@@ -224,6 +250,13 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 		}
 		return nil
 	})
+	control.Register(gctx, xgs)
+	g.Go(func() error {
+		if err := xgs.Serve(xdsLn); err != nil {
+			return fmt.Errorf("xds: %w", err)
+		}
+		return nil
+	})
 	g.Go(func() error { return adminServer.Serve(gctx, adminLn) })
 	g.Go(func() error { return watcher.Run(gctx) })
 	g.Go(func() error {
@@ -238,6 +271,8 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 	g.Go(func() error {
 		<-gctx.Done()
 		hs.Shutdown()
+		// xDS streams end with gctx; only the Envoys' reconnects remain.
+		stopGRPC(xgs, time.Second)
 		stopGRPC(gs, shutdownGrace)
 		return nil
 	})
@@ -248,13 +283,14 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 	}
 	var readyErr error
 	if f.readyFile != "" {
-		if readyErr = writeReadyFile(f.readyFile, grpcLn.Addr().String(), adminLn.Addr().String()); readyErr != nil {
+		addrs := map[string]string{"grpc": grpcLn.Addr().String(), "admin": adminLn.Addr().String(), "xds": xdsLn.Addr().String()}
+		if readyErr = writeReadyFile(f.readyFile, addrs); readyErr != nil {
 			stop()
 		}
 	}
 	if readyErr == nil {
 		log.Info("sluice serving",
-			"grpc", grpcLn.Addr().String(), "admin", adminLn.Addr().String(),
+			"grpc", grpcLn.Addr().String(), "admin", adminLn.Addr().String(), "xds", xdsLn.Addr().String(), "xds_version", control.Version(),
 			"config", f.config, "config_version", snap.Version(), "keys", ring.Len(), "version", Version())
 	}
 	err = errors.Join(readyErr, g.Wait())
@@ -268,8 +304,8 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 
 // writeReadyFile writes the bound addresses atomically (write, then
 // rename), so a reader never sees a partial file.
-func writeReadyFile(path, grpcAddr, adminAddr string) error {
-	b, _ := json.Marshal(map[string]string{"grpc": grpcAddr, "admin": adminAddr})
+func writeReadyFile(path string, addrs map[string]string) error {
+	b, _ := json.Marshal(addrs)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("--ready-file: %w", err)

@@ -1,10 +1,3 @@
-// Package chain owns the HTTP filter chain Sluice asks Envoy to run in
-// front of the router — the ext_authz and ext_proc filter configurations —
-// in one place: the emulator tests build their bootstraps from it now, and
-// the xDS server serves it later. Changing a mode, a timeout or a namespace
-// here changes it everywhere.
-//
-// It must not hold request logic; it only describes configuration.
 package chain
 
 import (
@@ -13,6 +6,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
@@ -24,6 +18,9 @@ import (
 const (
 	AuthzFilterName   = "envoy.filters.http.ext_authz"
 	ExtProcFilterName = "envoy.filters.http.ext_proc"
+	// UpstreamCodecFilterName is the terminal filter of an upstream HTTP
+	// filter chain (Envoy requires it last).
+	UpstreamCodecFilterName = "envoy.filters.http.upstream_codec"
 )
 
 // Namespaces of dynamic metadata.
@@ -38,8 +35,31 @@ const (
 )
 
 // RoutingHeader is the request header ext_proc sets to the provider's name
-// after choosing it; the route configuration matches on it.
+// after choosing it (or, for a model whose providers are tried in order, to
+// policies.FallbackClusterPrefix + the model's name); the route
+// configuration matches on it. The upstream processor removes it, so no
+// provider ever sees it.
 const RoutingHeader = "x-sluice-provider"
+
+// Fallback attempts. Each attempt of a fallback request runs, in the
+// upstream filter chain of the member cluster it goes to, an ext_proc
+// (UpstreamExtProc) whose gRPC stream carries the initial metadata
+// UpstreamMetadataKey: <provider>. That stream is served by the upstream
+// processor, which rewrites the request for the provider and adds the
+// served-by headers to its response; the downstream ext_proc reads them
+// (to meter and record the provider that answered) and removes them before
+// the response reaches the client.
+const (
+	// UpstreamMetadataKey is the gRPC initial-metadata key naming the
+	// provider of an upstream ext_proc stream.
+	UpstreamMetadataKey = "x-sluice-upstream"
+	// ServedByHeader is the response header naming the provider that
+	// answered.
+	ServedByHeader = "x-sluice-served-by"
+	// ServedModelHeader is the response header naming the model sent to
+	// that provider (its upstream name).
+	ServedModelHeader = "x-sluice-served-model"
+)
 
 // Timeouts. ext_authz answers from memory; the ext_proc final reply waits
 // for the spend record's group commit (a few ms), so its message timeout
@@ -111,6 +131,47 @@ func HTTPFilters(o Options) []*hcmv3.HttpFilter {
 	return []*hcmv3.HttpFilter{
 		filter(AuthzFilterName, Authz(o)),
 		filter(ExtProcFilterName, ExtProc(o)),
+	}
+}
+
+// UpstreamExtProc is the ext_proc filter configuration of the upstream HTTP
+// filter chain of provider's fallback member cluster: one stream per
+// attempt, whose gRPC initial metadata UpstreamMetadataKey names the
+// provider. Modes: request headers SEND (the path as the client sent it;
+// the routing header is removed there), request body BUFFERED (the model
+// is in the body, and the rewritten body and its headers go out together),
+// response headers SEND (the served-by headers are added), response body
+// NONE, trailers SKIP. Same cluster and message timeout as ExtProc; no
+// metadata is forwarded or received (the upstream processor never meters).
+//
+// It always fails closed, whatever Options.FailOpen says, with 503: an
+// attempt Sluice could not rewrite would reach the provider without its
+// credential and with the client's model name, so it could never succeed.
+func UpstreamExtProc(o Options, provider string) *extprocv3.ExternalProcessor {
+	gs := grpcService(o.Cluster, 0)
+	gs.InitialMetadata = []*corev3.HeaderValue{{Key: UpstreamMetadataKey, Value: provider}}
+	return &extprocv3.ExternalProcessor{
+		GrpcService: gs,
+		ProcessingMode: &extprocv3.ProcessingMode{
+			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
+			RequestBodyMode:     extprocv3.ProcessingMode_BUFFERED,
+			RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
+			ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
+			ResponseBodyMode:    extprocv3.ProcessingMode_NONE,
+			ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+		},
+		MessageTimeout: durationpb.New(ExtProcTimeout),
+		StatusOnError:  &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
+	}
+}
+
+// UpstreamHTTPFilters returns the upstream HTTP filter chain of provider's
+// fallback member cluster, in order: UpstreamExtProc, then the
+// upstream_codec filter Envoy requires last.
+func UpstreamHTTPFilters(o Options, provider string) []*hcmv3.HttpFilter {
+	return []*hcmv3.HttpFilter{
+		filter(ExtProcFilterName, UpstreamExtProc(o, provider)),
+		filter(UpstreamCodecFilterName, &upstreamcodecv3.UpstreamCodec{}),
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestConfigsValidate(t *testing.T) {
@@ -29,5 +31,52 @@ func TestConfigsValidate(t *testing.T) {
 	}
 	if Authz(Options{Cluster: "x", FailOpen: true}).GetFailureModeAllow() != true {
 		t.Error("FailOpen")
+	}
+}
+
+func TestUpstreamConfigsValidate(t *testing.T) {
+	o := Options{Cluster: "sluice.extension", FailOpen: true}
+	ep := UpstreamExtProc(o, "openai")
+	if err := ep.ValidateAll(); err != nil {
+		t.Fatalf("upstream ext_proc: %v", err)
+	}
+	md := ep.GetGrpcService().GetInitialMetadata()
+	if len(md) != 1 || md[0].GetKey() != UpstreamMetadataKey || md[0].GetValue() != "openai" {
+		t.Errorf("initial metadata %v", md)
+	}
+	if c := ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != o.Cluster {
+		t.Errorf("cluster %q", c)
+	}
+	if ep.GetFailureModeAllow() || ep.GetStatusOnError().GetCode() != 503 {
+		t.Errorf("upstream ext_proc must fail closed with 503: allow %v, status %v", ep.GetFailureModeAllow(), ep.GetStatusOnError())
+	}
+	if ep.GetMessageTimeout().AsDuration() != ExtProcTimeout || ep.GetMetadataOptions() != nil {
+		t.Errorf("timeout %v metadata %v", ep.GetMessageTimeout(), ep.GetMetadataOptions())
+	}
+	pm := ep.GetProcessingMode()
+	want := &extprocv3.ProcessingMode{
+		RequestHeaderMode: extprocv3.ProcessingMode_SEND, RequestBodyMode: extprocv3.ProcessingMode_BUFFERED, RequestTrailerMode: extprocv3.ProcessingMode_SKIP,
+		ResponseHeaderMode: extprocv3.ProcessingMode_SEND, ResponseBodyMode: extprocv3.ProcessingMode_NONE, ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+	}
+	if !proto.Equal(pm, want) {
+		t.Errorf("modes %v, want %v", pm, want)
+	}
+
+	fs := UpstreamHTTPFilters(o, "openai")
+	if len(fs) != 2 || fs[0].GetName() != ExtProcFilterName || fs[1].GetName() != UpstreamCodecFilterName {
+		t.Fatalf("filters %v", fs)
+	}
+	for _, f := range fs {
+		if err := f.ValidateAll(); err != nil {
+			t.Errorf("%s: %v", f.GetName(), err)
+		}
+	}
+	var codec upstreamcodecv3.UpstreamCodec
+	if err := fs[1].GetTypedConfig().UnmarshalTo(&codec); err != nil {
+		t.Errorf("upstream_codec typed config: %v", err)
+	}
+	var got extprocv3.ExternalProcessor
+	if err := fs[0].GetTypedConfig().UnmarshalTo(&got); err != nil || !proto.Equal(&got, ep) {
+		t.Errorf("ext_proc typed config %v (%v)", &got, err)
 	}
 }

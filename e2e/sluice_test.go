@@ -22,6 +22,7 @@ type sluiceProcess struct {
 	config    string
 	grpcAddr  string
 	adminAddr string
+	xdsAddr   string
 	stderr    *bytes.Buffer
 }
 
@@ -40,7 +41,7 @@ func startSluice(t *testing.T, configYAML string) *sluiceProcess {
 	done := make(chan error, 1)
 	var out syncBuf
 	go func() {
-		done <- app.Run(ctx, []string{"serve", "--config", p.config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn"}, &out, &out, noEnv)
+		done <- app.Run(ctx, []string{"serve", "--config", p.config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn"}, &out, &out, noEnv)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -55,7 +56,7 @@ func startSluice(t *testing.T, configYAML string) *sluiceProcess {
 			if err := json.Unmarshal(b, &addrs); err != nil {
 				t.Fatal(err)
 			}
-			p.grpcAddr, p.adminAddr = addrs["grpc"], addrs["admin"]
+			p.grpcAddr, p.adminAddr, p.xdsAddr = addrs["grpc"], addrs["admin"], addrs["xds"]
 			return p
 		}
 		select {

@@ -17,6 +17,9 @@ type Metrics struct {
 	unpriced     *prometheus.CounterVec
 	ledgerErrors prometheus.Counter
 	streams      prometheus.Gauge
+	// upstreamAttempts counts fallback attempts the upstream processor
+	// rewrote, by provider.
+	upstreamAttempts *prometheus.CounterVec
 }
 
 // NewMetrics registers the series on reg.
@@ -37,9 +40,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ledgerErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_errors_total",
 			Help: "Spend records that could not be written."}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_extproc_streams",
-			Help: "Open ext_proc streams."}),
+			Help: "Open ext_proc streams (downstream and upstream)."}),
+		upstreamAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_upstream_attempts_total",
+			Help: "Attempts of fallback requests rewritten for a provider by the upstream processor, by provider."}, []string{"provider"}),
 	}
-	reg.MustRegister(m.requests, m.denials, m.tokens, m.cost, m.unparsed, m.unpriced, m.ledgerErrors, m.streams)
+	reg.MustRegister(m.requests, m.denials, m.tokens, m.cost, m.unparsed, m.unpriced, m.ledgerErrors, m.streams, m.upstreamAttempts)
 	return m
 }
 

@@ -4,19 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicegw/sluice/admission"
-	"github.com/sluicegw/sluice/apierr"
-	"github.com/sluicegw/sluice/apikey"
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/chain"
 	"github.com/sluicegw/sluice/keyring"
@@ -57,6 +54,17 @@ type Deps struct {
 	Metrics  *Metrics
 	Log      *slog.Logger
 	Now      func() time.Time
+	// Rand returns a uniformly random number in [0, 2^63) choosing the
+	// provider of a weighted model. Nil means math/rand/v2, whose
+	// top-level source is per-thread in the runtime: fast and lock-free.
+	Rand func() uint64
+}
+
+func (d *Deps) random() uint64 {
+	if d.Rand != nil {
+		return d.Rand()
+	}
+	return rand.Uint64() >> 1
 }
 
 // state is where a processor is in its request's life.
@@ -78,24 +86,22 @@ type Processor struct {
 	state state
 	start time.Time
 
-	snap      *policies.Snapshot
-	requestID string
-	path      string
-	method    string
-	ep        llmapi.Endpoint
-	dialect   apierr.Dialect
+	snap *policies.Snapshot
+	clientRequest
 	principal *keyring.Principal
 	counted   bool // ext_authz counted the request
-	// clientAnthropicVersion: the client sent anthropic-version itself.
-	clientAnthropicVersion bool
 
-	req    payload.Request
-	route  *policies.ModelRoute
-	grant  admission.Grant
-	meter  *usage.Meter
-	status int
-	ttft   time.Duration
-	ended  bool // settled
+	req   payload.Request
+	route *policies.ModelRoute
+	// provider and upstream are who the request is metered and recorded
+	// against: the chosen target, or for a fallback model the first one
+	// until the response's served-by headers name the one that answered.
+	provider, upstream string
+	grant              admission.Grant
+	meter              *usage.Meter
+	status             int
+	ttft               time.Duration
+	ended              bool // settled
 }
 
 // NewProcessor returns a processor for one request.
@@ -115,14 +121,8 @@ func (p *Processor) Handle(ctx context.Context, m *extprocsvc.ProcessingRequest)
 		return p.responseHeaders(ctx, r.ResponseHeaders)
 	case *extprocsvc.ProcessingRequest_ResponseBody:
 		return p.responseBody(ctx, r.ResponseBody)
-	case *extprocsvc.ProcessingRequest_RequestTrailers:
-		return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocsvc.TrailersResponse{}}}
-	case *extprocsvc.ProcessingRequest_ResponseTrailers:
-		return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocsvc.TrailersResponse{}}}
 	}
-	// An empty oneof: answer something Envoy will treat as spurious rather
-	// than guess.
-	return &extprocsvc.ProcessingResponse{}
+	return continueReply(m)
 }
 
 // Cancel settles a request whose stream ended without the final response
@@ -152,12 +152,7 @@ func headerGetter(h *corev3.HeaderMap) func(string) (string, bool) {
 
 func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.ProcessingRequest, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
 	get := headerGetter(h.GetHeaders())
-	p.path, _ = get(":path")
-	p.method, _ = get(":method")
-	p.requestID, _ = get("x-request-id")
-	_, p.clientAnthropicVersion = get("anthropic-version")
-	p.ep = llmapi.EndpointFor(p.path)
-	p.dialect = apierr.DialectFor(p.path)
+	p.note(get)
 
 	// The principal: from ext_authz's metadata, else authenticate here.
 	if id := m.GetMetadataContext().GetFilterMetadata()[chain.AuthzNamespace].GetFields()["key_id"].GetStringValue(); id != "" {
@@ -216,9 +211,30 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 		return p.deny(403, "model_not_allowed", fmt.Sprintf("API key %s (team %s) may not use model %q", p.principal.KeyID, p.principal.Team, req.Model))
 	}
 	p.route = route
-	if msg := compatible(p.ep, route.Provider); msg != "" {
+	target, routing := route.Route(p.d.random())
+	if msg := p.compatibleRoute(route); msg != "" {
 		return p.deny(400, "unsupported_endpoint", fmt.Sprintf("model %q: %s", req.Model, msg))
 	}
+
+	// Rewrite for the provider — for a fallback model only what every
+	// provider needs: the upstream processor rewrites each attempt for its
+	// provider (upstream.go), from the request as the client sent it.
+	var hm *extprocsvc.HeaderMutation
+	var rw payload.Rewrite
+	if route.Fallback() {
+		hm = clientCredentialsRemoved()
+	} else {
+		hm, rw = p.targetRewrite(p.snap, target, req.Model)
+	}
+	hm.SetHeaders = append(hm.SetHeaders, rawHeader(chain.RoutingHeader, routing))
+	if req.Stream && (p.ep == llmapi.ChatCompletions || p.ep == llmapi.Completions) && !req.IncludeUsage {
+		rw.ForceIncludeUsage = true // so the provider reports usage in the stream
+	}
+	resp, err := bodyReply(body, hm, rw, true)
+	if err != nil {
+		return p.deny(400, payload.CodeInvalidJSON, err.Error())
+	}
+
 	grant, err := p.d.Admitter.Admit(ctx, admission.Claim{
 		Principal: p.principal, Model: route.Name, CountRequest: !p.counted,
 		InputTokens: req.InputTokens, MaxOutputTokens: req.MaxOutputTokens, At: p.d.Now(),
@@ -235,31 +251,28 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 		return p.deny(503, "admission_unavailable", "limits cannot be checked right now; retry")
 	}
 	p.grant = grant
-
-	// Rewrite the body for the provider where needed.
-	rw := payload.Rewrite{}
-	if route.Upstream != req.Model {
-		rw.Model = route.Upstream
-	}
-	if route.Provider.Kind == policies.KindAzureOpenAI {
-		rw.Model, rw.DropModel = "", true // Azure takes the deployment from the path
-	}
-	if req.Stream && (p.ep == llmapi.ChatCompletions || p.ep == llmapi.Completions) && !req.IncludeUsage {
-		rw.ForceIncludeUsage = true // so the provider reports usage in the stream
-	}
-	newBody, err := payload.Apply(body, rw)
-	if err != nil {
-		return p.deny(400, payload.CodeInvalidJSON, err.Error())
-	}
-	hm := p.providerHeaders(route)
-	cr := &extprocsvc.CommonResponse{HeaderMutation: hm, ClearRouteCache: true}
-	if len(newBody) != len(body) || string(newBody) != string(body) {
-		cr.BodyMutation = &extprocsvc.BodyMutation{Mutation: &extprocsvc.BodyMutation_Body{Body: newBody}}
-		// BUFFERED: content-length must match the new body (§1.4).
-		hm.SetHeaders = append(hm.SetHeaders, rawHeader("content-length", strconv.Itoa(len(newBody))))
-	}
+	p.provider, p.upstream = target.Provider.Name, target.Upstream
 	p.state = awaitResponseHeaders
-	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestBody{RequestBody: &extprocsvc.BodyResponse{Response: cr}}}
+	return resp
+}
+
+// compatibleRoute says why the endpoint cannot go to the model's
+// providers, or "". A weighted model must be able to send the request to
+// any of its providers, so that the answer does not depend on the draw; a
+// fallback model is checked against its first provider only, and a later
+// one that cannot serve the endpoint refuses the attempt in the upstream
+// processor.
+func (p *Processor) compatibleRoute(route *policies.ModelRoute) string {
+	check := route.Targets[:1]
+	if route.Routing == policies.RoutingWeighted {
+		check = route.Targets
+	}
+	for _, t := range check {
+		if msg := compatible(p.ep, t.Provider); msg != "" {
+			return msg
+		}
+	}
+	return ""
 }
 
 // compatible says why an endpoint cannot go to a provider, or "".
@@ -276,57 +289,6 @@ func compatible(ep llmapi.Endpoint, pr *policies.Provider) string {
 	return ""
 }
 
-// providerHeaders swaps the caller's credential for the provider's, sets
-// the routing header, and for Azure rewrites the path.
-func (p *Processor) providerHeaders(route *policies.ModelRoute) *extprocsvc.HeaderMutation {
-	pr := route.Provider
-	hm := &extprocsvc.HeaderMutation{RemoveHeaders: append([]string(nil), apikey.CredentialHeaders...)}
-	set := func(k, v string) { hm.SetHeaders = append(hm.SetHeaders, rawHeader(k, v)) }
-	set(chain.RoutingHeader, pr.Name)
-	prefix := p.snap.PathPrefix(pr.Name)
-	key := pr.APIKey.Reveal()
-	switch pr.Kind {
-	case policies.KindOpenAI, policies.KindOpenAICompatible:
-		if key != "" {
-			set("authorization", "Bearer "+key)
-		}
-		if prefix != "" {
-			set(":path", prefix+p.path)
-		}
-	case policies.KindAnthropic:
-		set("x-api-key", key)
-		if !p.clientAnthropicVersion {
-			set("anthropic-version", pr.AnthropicVersion)
-		}
-		if prefix != "" {
-			set(":path", prefix+p.path)
-		}
-	case policies.KindAzureOpenAI:
-		set("api-key", key)
-		op := map[llmapi.Endpoint]string{llmapi.ChatCompletions: "chat/completions", llmapi.Completions: "completions", llmapi.Embeddings: "embeddings"}[p.ep]
-		set(":path", prefix+"/openai/deployments/"+url.PathEscape(route.Upstream)+"/"+op+"?api-version="+url.QueryEscape(pr.APIVersion))
-	}
-	// Credential headers are removed, then the provider's set: drop the
-	// provider's own header from the removal list.
-	keep := hm.RemoveHeaders[:0]
-	for _, k := range hm.RemoveHeaders {
-		if !hasSet(hm, k) {
-			keep = append(keep, k)
-		}
-	}
-	hm.RemoveHeaders = keep
-	return hm
-}
-
-func hasSet(hm *extprocsvc.HeaderMutation, k string) bool {
-	for _, h := range hm.GetSetHeaders() {
-		if h.GetHeader().GetKey() == k {
-			return true
-		}
-	}
-	return false
-}
-
 func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
 	if p.state != awaitResponseHeaders {
 		return headersResponse(nil)
@@ -336,13 +298,36 @@ func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeade
 	p.status, _ = strconv.Atoi(st)
 	ct, _ := get("content-type")
 	ce, _ := get("content-encoding")
-	p.meter = usage.NewMeter(usage.Options{Endpoint: p.ep, Stream: p.req.Stream, ContentType: ct, ContentEncoding: ce, Model: p.route.Upstream})
+	hm := p.servedBy(get)
+	p.meter = usage.NewMeter(usage.Options{Endpoint: p.ep, Stream: p.req.Stream, ContentType: ct, ContentEncoding: ce, Model: p.upstream})
 	p.state = streamingResponse
+	resp := headersResponse(hm)
 	if h.GetEndOfStream() {
-		md := p.settle(ctx, true)
-		return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocsvc.HeadersResponse{}}, DynamicMetadata: md}
+		resp.DynamicMetadata = p.settle(ctx, true)
 	}
-	return headersResponse(nil)
+	return resp
+}
+
+// servedBy reads who answered a fallback request from the served-by
+// headers the upstream processor added (the provider, and the model sent
+// to it), and returns the mutation that removes them before the response
+// reaches the client (nil when there are none). Without them — the request
+// failed before any attempt reached Sluice's upstream filter — the first
+// provider stays. Only a fallback model's response is believed: for any
+// other, the headers can only come from the provider itself, and are just
+// removed.
+func (p *Processor) servedBy(get func(string) (string, bool)) *extprocsvc.HeaderMutation {
+	by, okBy := get(chain.ServedByHeader)
+	model, okModel := get(chain.ServedModelHeader)
+	if !okBy && !okModel {
+		return nil
+	}
+	if p.route.Fallback() && by != "" {
+		// served-model is absent when the upstream processor refused the
+		// attempt: nothing was sent.
+		p.provider, p.upstream = by, model
+	}
+	return &extprocsvc.HeaderMutation{RemoveHeaders: []string{chain.ServedByHeader, chain.ServedModelHeader}}
 }
 
 func (p *Processor) responseBody(ctx context.Context, b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
@@ -407,7 +392,7 @@ func (p *Processor) settle(ctx context.Context, complete bool) *structpb.Struct 
 	now := p.d.Now()
 	rec := ledger.Record{
 		RequestID: p.requestID, KeyID: p.principal.KeyID, Team: p.principal.Team, Org: p.principal.Org,
-		Endpoint: p.ep.String(), Model: p.route.Name, Provider: p.route.Provider.Name, UpstreamModel: p.route.Upstream,
+		Endpoint: p.ep.String(), Model: p.route.Name, Provider: p.provider, UpstreamModel: p.upstream,
 		InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens, CacheCreationTokens: u.CacheCreationTokens,
 		OutputTokens: u.OutputTokens, ReasoningTokens: u.ReasoningTokens,
 		CostMicros: cost, Priced: p.route.Priced, Status: p.status, Outcome: outcome,
@@ -448,13 +433,7 @@ func usageMetadata(r ledger.Record) *structpb.Struct {
 // deny answers with an ImmediateResponse in the dialect of the API called.
 func (p *Processor) deny(status int, code, msg string) *extprocsvc.ProcessingResponse {
 	p.state = finished
-	p.d.Metrics.denials.WithLabelValues(code).Inc()
-	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocsvc.ImmediateResponse{
-		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
-		Headers: &extprocsvc.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{rawHeader("content-type", "application/json")}},
-		Body:    apierr.Body(p.dialect, status, code, msg),
-		Details: "sluice_" + code,
-	}}}
+	return denial(p.d.Metrics, p.dialect, status, code, msg)
 }
 
 // rawHeader builds a header for Envoy's ext_proc, which reads raw_value

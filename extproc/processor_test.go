@@ -34,16 +34,29 @@ providers:
   - {name: openai, kind: openai, base_url: "https://api.openai.com", api_key: "sk-upstream"}
   - {name: claude, kind: anthropic, base_url: "https://api.anthropic.com/prefix", api_key: "sk-ant"}
   - {name: az, kind: azure-openai, base_url: "https://x.openai.azure.com", api_key: "azkey", api_version: "2024-10-21"}
+  - {name: compat, kind: openai-compatible, base_url: "http://llm.internal:8000/api", api_key: "sk-compat"}
+  - {name: claude2, kind: anthropic, base_url: "https://claude2.example", api_key: "sk-ant2", anthropic_version: "2023-01-01"}
 models:
   - {name: gpt-4o-mini, aliases: [mini], provider: openai, upstream: gpt-4o-mini-2024-07-18}
   - {name: gpt-4o, provider: openai}
   - {name: plain, provider: openai}
   - {name: sonnet, provider: claude, upstream: claude-sonnet-4}
   - {name: az-4o, provider: az, upstream: dep1}
+  - name: mix
+    upstream: gpt-4o
+    routing: weighted
+    providers: [{name: openai, weight: 1}, {name: compat, weight: 3, upstream: llama-mix}]
+  - {name: mix-az, routing: weighted, providers: [{name: openai}, {name: az, upstream: dep-mix}]}
+  - name: fb
+    aliases: [fb-alias]
+    upstream: gpt-4o-fb
+    providers: [{name: openai}, {name: az, upstream: dep-fb}, {name: compat, upstream: local-fb}]
+  - {name: fb-claude, providers: [{name: claude, upstream: claude-sonnet-4}, {name: claude2, upstream: claude-sonnet-4-b}]}
 pricing:
   gpt-4o-mini: {input: 150000, cached_input: 75000, output: 600000}
+  fb: {input: 1000000, output: 2000000}
 teams:
-  - {name: t, models: ["gpt-4o-mini", plain, sonnet, az-4o], limits: {requests: {per_minute: 2}}}
+  - {name: t, models: ["gpt-4o-mini", plain, sonnet, az-4o, mix, mix-az, fb, fb-claude], limits: {requests: {per_minute: 2}}}
 keys:
   - {name: k, team: t, sha256: %s}
 `

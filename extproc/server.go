@@ -1,20 +1,38 @@
 package extproc
 
 import (
+	"context"
 	"errors"
 	"io"
 
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sluicegw/sluice/chain"
 )
 
 // Server is the envoy.service.ext_proc.v3.ExternalProcessor gRPC service:
-// one Processor per stream.
+// one Processor per stream, or an UpstreamProcessor for a stream whose
+// initial metadata carries chain.UpstreamMetadataKey (the ext_proc of a
+// fallback member cluster's upstream filter chain, chain.UpstreamExtProc).
 type Server struct {
 	extprocsvc.UnimplementedExternalProcessorServer
 	deps *Deps
 }
 
 var _ extprocsvc.ExternalProcessorServer = (*Server)(nil)
+
+// handler is what the stream loop drives.
+type handler interface {
+	Handle(ctx context.Context, m *extprocsvc.ProcessingRequest) *extprocsvc.ProcessingResponse
+	// Cancel is called once when the stream ends, however it ends.
+	Cancel(ctx context.Context)
+}
+
+var (
+	_ handler = (*Processor)(nil)
+	_ handler = (*UpstreamProcessor)(nil)
+)
 
 // NewServer returns the service.
 func NewServer(d *Deps) *Server { return &Server{deps: d} }
@@ -26,7 +44,12 @@ func (s *Server) Process(stream extprocsvc.ExternalProcessor_ProcessServer) erro
 	ctx := stream.Context()
 	s.deps.Metrics.streams.Inc()
 	defer s.deps.Metrics.streams.Dec()
-	p := NewProcessor(s.deps)
+	var p handler
+	if v := metadata.ValueFromIncomingContext(ctx, chain.UpstreamMetadataKey); len(v) > 0 {
+		p = NewUpstreamProcessor(s.deps, v[0])
+	} else {
+		p = NewProcessor(s.deps)
+	}
 	for {
 		m, err := stream.Recv()
 		if err != nil {

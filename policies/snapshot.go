@@ -169,7 +169,7 @@ func Compile(cfg *Config, file string) (*Snapshot, error) {
 		xds:        c.XDS,
 	}
 	if len(s.xds.SluiceAddresses) == 0 {
-		s.xds.SluiceAddresses = []string{dialable(c.Listen.GRPC)}
+		s.xds.SluiceAddresses = []string{Dialable(c.Listen.GRPC)}
 	}
 	for _, p := range c.Providers {
 		if p.Kind == KindAnthropic && p.AnthropicVersion == "" {
@@ -488,9 +488,9 @@ func (p *Provider) applyDefaults() {
 	}
 }
 
-// dialable turns a listen address into one a client can dial: an
+// Dialable turns a listen address into one a client can dial: an
 // unspecified host (0.0.0.0, ::, empty) becomes the loopback address.
-func dialable(addr string) string {
+func Dialable(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr

@@ -1,8 +1,19 @@
-// Package xds will own Sluice's xDS control plane (go-control-plane, ADS,
-// state-of-the-world and delta): provider clusters, routes on Sluice's
-// routing header, and the listener whose filter chain is ext_authz →
-// ext_proc → router, validated before it is served.
+// Package xds is Sluice's xDS control plane. It turns each compiled
+// policies.Snapshot into Envoy resources (Build: a cluster per provider,
+// fallback member and aggregate clusters, Sluice's own cluster, one route
+// configuration routing on chain.RoutingHeader, and the listener whose
+// filters are chain.HTTPFilters then the router — or an api_listener for
+// proxyless gRPC clients), validates them before they are served
+// (Snapshot: deep proto validation into every Any, Consistent, and
+// cross-references), and serves them over ADS, state-of-the-world and
+// delta, with go-control-plane (Server).
 //
-// It holds no code yet; docs/architecture.md says what exists. It will build
-// from policies.Snapshot and must not make per-request decisions.
+// Server keeps one cache entry per node, all nodes of a group sharing one
+// immutable snapshot; its callbacks detect NACKs, which go-control-plane
+// ignores, and pin the node to the version it accepted so the rejected one
+// is not resent in a loop. Bootstrap prints the Envoy bootstrap that points
+// an Envoy at this server.
+//
+// It must not make per-request decisions: that is authz's and extproc's.
+// docs/architecture.md ("The control plane") describes the resources.
 package xds

@@ -66,6 +66,7 @@ func (s *Server) controls(h http.Header) (controls, error) {
 		gzip:             o.Gzip,
 		crlf:             o.CRLF,
 		omitUsage:        o.OmitUsage,
+		status:           o.Status,
 		abortAfter:       -1,
 		errorAfter:       -1,
 		cachedTokens:     o.CachedTokens,

@@ -403,6 +403,19 @@ func TestInjectedStatus(t *testing.T) {
 	}
 }
 
+func TestOptionsStatus(t *testing.T) {
+	// A provider that is down: every request fails, until a header asks
+	// for another error.
+	_, base := start(t, Options{Status: 503})
+	c := client(t, false)
+	if r := post(t, c, base+"/v1/chat/completions", streamChat); r.status != 503 {
+		t.Errorf("Options.Status 503: got %d", r.status)
+	}
+	if r := post(t, c, base+"/v1/chat/completions", streamChat, "x-mock-status", "429"); r.status != 429 {
+		t.Errorf("x-mock-status over Options.Status: got %d", r.status)
+	}
+}
+
 func TestH2C(t *testing.T) {
 	_, base := start(t, Options{Chunks: 4})
 	r := post(t, client(t, true), base+"/v1/chat/completions", streamChat, "x-mock-split", "3", "x-mock-gzip", "1")

@@ -126,7 +126,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c.status != 0 {
-		s.fail(w, r, &c, d, c.status, "", fmt.Sprintf("mock: injected error (x-mock-status: %d)", c.status))
+		s.fail(w, r, &c, d, c.status, "", fmt.Sprintf("mock: injected error (status %d: x-mock-status or Options.Status)", c.status))
 		return
 	}
 	if e := s.match(r.Method, r.URL.Path, body); e != nil {

@@ -61,6 +61,10 @@ type Options struct {
 	// OmitUsage leaves usage out of every synthesised reply, even when
 	// the request asks for it.
 	OmitUsage bool
+	// Status, when set (400–599), answers every request with that error
+	// status, as x-mock-status does for one request: a provider that is
+	// down, for fallback tests.
+	Status int
 	// CachedTokens is the part of the prompt reported as read from the
 	// provider's prompt cache (capped at the prompt size).
 	CachedTokens int64

@@ -1,0 +1,161 @@
+package extproc
+
+import (
+	"net/url"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/sluicegw/sluice/apierr"
+	"github.com/sluicegw/sluice/apikey"
+	"github.com/sluicegw/sluice/llmapi"
+	"github.com/sluicegw/sluice/payload"
+	"github.com/sluicegw/sluice/policies"
+)
+
+// clientRequest is what a processor notes from the request headers, as the
+// client sent them (the downstream processor never rewrites them for a
+// fallback model, so the upstream processor sees the same values).
+type clientRequest struct {
+	path      string // :path, query included
+	method    string
+	requestID string
+	ep        llmapi.Endpoint
+	dialect   apierr.Dialect
+	// clientAnthropicVersion: the client sent anthropic-version itself.
+	clientAnthropicVersion bool
+}
+
+func (c *clientRequest) note(get func(string) (string, bool)) {
+	c.path, _ = get(":path")
+	c.method, _ = get(":method")
+	c.requestID, _ = get("x-request-id")
+	_, c.clientAnthropicVersion = get("anthropic-version")
+	c.ep = llmapi.EndpointFor(c.path)
+	c.dialect = apierr.DialectFor(c.path)
+}
+
+// targetRewrite is the provider-specific rewrite of the request for target
+// t — the one definition, applied by the downstream processor for a
+// single-provider or weighted model and by the upstream processor on every
+// attempt of a fallback model:
+//   - headers: the caller's credential headers removed and the provider's
+//     set (authorization, x-api-key or api-key); for Azure OpenAI the path
+//     /openai/deployments/<upstream>/<operation>?api-version=…; otherwise
+//     the base URL's path prefix before the client's path; for Anthropic
+//     anthropic-version when the client sent none;
+//   - body: the model renamed to t.Upstream where it differs from model
+//     (the name in the request), or dropped for Azure, which takes the
+//     deployment from the path.
+//
+// The caller adds its own provider-agnostic parts (the routing header,
+// ForceIncludeUsage) and answers with bodyReply.
+func (c *clientRequest) targetRewrite(snap *policies.Snapshot, t policies.Target, model string) (*extprocsvc.HeaderMutation, payload.Rewrite) {
+	pr := t.Provider
+	hm := &extprocsvc.HeaderMutation{}
+	set := func(k, v string) { hm.SetHeaders = append(hm.SetHeaders, rawHeader(k, v)) }
+	prefix := snap.PathPrefix(pr.Name)
+	key := pr.APIKey.Reveal()
+	var rw payload.Rewrite
+	if t.Upstream != model {
+		rw.Model = t.Upstream
+	}
+	switch pr.Kind {
+	case policies.KindOpenAI, policies.KindOpenAICompatible:
+		if key != "" {
+			set("authorization", "Bearer "+key)
+		}
+		if prefix != "" {
+			set(":path", prefix+c.path)
+		}
+	case policies.KindAnthropic:
+		set("x-api-key", key)
+		if !c.clientAnthropicVersion {
+			set("anthropic-version", pr.AnthropicVersion)
+		}
+		if prefix != "" {
+			set(":path", prefix+c.path)
+		}
+	case policies.KindAzureOpenAI:
+		set("api-key", key)
+		op := map[llmapi.Endpoint]string{llmapi.ChatCompletions: "chat/completions", llmapi.Completions: "completions", llmapi.Embeddings: "embeddings"}[c.ep]
+		set(":path", prefix+"/openai/deployments/"+url.PathEscape(t.Upstream)+"/"+op+"?api-version="+url.QueryEscape(pr.APIVersion))
+		rw.Model, rw.DropModel = "", true
+	}
+	// The caller's credential headers are removed, except the one the
+	// provider's credential is set in (a set overwrites it).
+	for _, k := range apikey.CredentialHeaders {
+		if !hasSet(hm, k) {
+			hm.RemoveHeaders = append(hm.RemoveHeaders, k)
+		}
+	}
+	return hm, rw
+}
+
+// clientCredentialsRemoved is the provider-agnostic header mutation: the
+// caller's credential headers removed, nothing set.
+func clientCredentialsRemoved() *extprocsvc.HeaderMutation {
+	return &extprocsvc.HeaderMutation{RemoveHeaders: append([]string(nil), apikey.CredentialHeaders...)}
+}
+
+func hasSet(hm *extprocsvc.HeaderMutation, k string) bool {
+	for _, h := range hm.GetSetHeaders() {
+		if h.GetHeader().GetKey() == k {
+			return true
+		}
+	}
+	return false
+}
+
+// bodyReply answers a BUFFERED request body: hm, and when rw changes the
+// body the new body with a content-length to match (envoy-protocol.md
+// §1.4). clearRouteCache re-routes on hm (downstream only: Envoy ignores it
+// in an upstream filter chain).
+func bodyReply(body []byte, hm *extprocsvc.HeaderMutation, rw payload.Rewrite, clearRouteCache bool) (*extprocsvc.ProcessingResponse, error) {
+	newBody, err := payload.Apply(body, rw)
+	if err != nil {
+		return nil, err
+	}
+	cr := &extprocsvc.CommonResponse{HeaderMutation: hm, ClearRouteCache: clearRouteCache}
+	if string(newBody) != string(body) {
+		cr.BodyMutation = &extprocsvc.BodyMutation{Mutation: &extprocsvc.BodyMutation_Body{Body: newBody}}
+		hm.SetHeaders = append(hm.SetHeaders, rawHeader("content-length", strconv.Itoa(len(newBody))))
+	}
+	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestBody{RequestBody: &extprocsvc.BodyResponse{Response: cr}}}, nil
+}
+
+// denial is an ImmediateResponse in the dialect of the API called, counted
+// by code.
+func denial(m *Metrics, dialect apierr.Dialect, status int, code, msg string) *extprocsvc.ProcessingResponse {
+	m.denials.WithLabelValues(code).Inc()
+	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocsvc.ImmediateResponse{
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
+		Headers: &extprocsvc.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{rawHeader("content-type", "application/json")}},
+		Body:    apierr.Body(dialect, status, code, msg),
+		Details: "sluice_" + code,
+	}}}
+}
+
+// continueReply answers m, whatever its type, with "continue" and no
+// mutation.
+func continueReply(m *extprocsvc.ProcessingRequest) *extprocsvc.ProcessingResponse {
+	switch m.GetRequest().(type) {
+	case *extprocsvc.ProcessingRequest_RequestHeaders:
+		return headersContinue(nil)
+	case *extprocsvc.ProcessingRequest_RequestBody:
+		return bodyContinue(nil)
+	case *extprocsvc.ProcessingRequest_ResponseHeaders:
+		return headersResponse(nil)
+	case *extprocsvc.ProcessingRequest_ResponseBody:
+		return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseBody{ResponseBody: &extprocsvc.BodyResponse{}}}
+	case *extprocsvc.ProcessingRequest_RequestTrailers:
+		return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocsvc.TrailersResponse{}}}
+	case *extprocsvc.ProcessingRequest_ResponseTrailers:
+		return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocsvc.TrailersResponse{}}}
+	}
+	// An empty oneof: answer something Envoy will treat as spurious rather
+	// than guess.
+	return &extprocsvc.ProcessingResponse{}
+}

@@ -1,0 +1,568 @@
+package xds
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	fileaccesslogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	aggregatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	previouspriov3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicegw/sluice/chain"
+	"github.com/sluicegw/sluice/policies"
+)
+
+// Names of the resources Sluice serves. Provider names match
+// [a-z0-9_-]+, so none of these can collide with a provider's cluster.
+const (
+	// SluiceCluster is the cluster of Sluice's own gRPC service, which
+	// ext_authz and ext_proc call.
+	SluiceCluster = "sluice.extension"
+	// RouteName is the one RouteConfiguration.
+	RouteName = "sluice"
+	// ListenerName is the Envoy listener.
+	ListenerName = "sluice"
+	// FallbackSuffix ends the name of a provider's fallback member cluster.
+	FallbackSuffix = ".fallback"
+)
+
+// Flavour is the kind of xDS client a node is: Envoy, or a proxyless gRPC
+// client, which needs an api_listener and no Sluice filters.
+type Flavour int
+
+// Flavours.
+const (
+	FlavourEnvoy Flavour = iota
+	FlavourGRPC
+)
+
+func (f Flavour) String() string {
+	if f == FlavourGRPC {
+		return "grpc"
+	}
+	return "envoy"
+}
+
+// Group is what differs between node groups: where Envoy listens and which
+// Sluice replicas its filters call.
+type Group struct {
+	Name            string // "" for the default group
+	Envoy           string // listener address, host:port
+	SluiceAddresses []string
+}
+
+// Groups returns the default group followed by the configured node groups,
+// with unset fields taken from the top-level configuration.
+func Groups(snap *policies.Snapshot) []Group {
+	x := snap.XDS()
+	out := []Group{{Envoy: snap.Listen().Envoy, SluiceAddresses: x.SluiceAddresses}}
+	for _, g := range x.NodeGroups {
+		grp := Group{Name: g.Name, Envoy: g.Envoy, SluiceAddresses: g.SluiceAddresses}
+		if grp.Envoy == "" {
+			grp.Envoy = snap.Listen().Envoy
+		}
+		if len(grp.SluiceAddresses) == 0 {
+			grp.SluiceAddresses = x.SluiceAddresses
+		}
+		out = append(out, grp)
+	}
+	return out
+}
+
+// Resources is one complete set of xDS resources, by kind.
+type Resources struct {
+	Clusters    []*clusterv3.Cluster
+	Endpoints   []*endpointv3.ClusterLoadAssignment
+	Routes      []*routev3.RouteConfiguration
+	Listeners   []*listenerv3.Listener
+	ListenerFor Flavour
+}
+
+// Build turns a policy snapshot into the resources for one node group and
+// flavour. It is a pure function of its arguments.
+func Build(snap *policies.Snapshot, g Group, f Flavour) (*Resources, error) {
+	b := &builder{snap: snap, group: g, flavour: f, opts: chain.Options{Cluster: SluiceCluster}}
+	return b.build()
+}
+
+type builder struct {
+	snap    *policies.Snapshot
+	group   Group
+	flavour Flavour
+	opts    chain.Options
+	out     Resources
+}
+
+func (b *builder) build() (*Resources, error) {
+	b.out.ListenerFor = b.flavour
+	members := map[string]bool{} // providers that are fallback members
+	for _, m := range b.snap.Models() {
+		if m.Fallback() {
+			for _, t := range m.Targets {
+				members[t.Provider.Name] = true
+			}
+		}
+	}
+	for _, p := range b.snap.Providers() {
+		up, err := parseUpstream(p)
+		if err != nil {
+			return nil, err
+		}
+		b.out.Clusters = append(b.out.Clusters, b.providerCluster(p, up, p.Name, nil))
+		if up.eds {
+			b.out.Endpoints = append(b.out.Endpoints, up.assignment(p.Name))
+		}
+		if members[p.Name] {
+			filters := chain.UpstreamHTTPFilters(b.opts, p.Name)
+			b.out.Clusters = append(b.out.Clusters, b.providerCluster(p, up, p.Name+FallbackSuffix, filters))
+		}
+	}
+	for _, m := range b.snap.Models() {
+		if m.Fallback() {
+			b.out.Clusters = append(b.out.Clusters, aggregateCluster(m))
+		}
+	}
+	if b.flavour == FlavourEnvoy {
+		c, err := b.sluiceCluster()
+		if err != nil {
+			return nil, err
+		}
+		b.out.Clusters = append(b.out.Clusters, c)
+	}
+	b.out.Routes = []*routev3.RouteConfiguration{b.routeConfig()}
+	l, err := b.listener()
+	if err != nil {
+		return nil, err
+	}
+	b.out.Listeners = []*listenerv3.Listener{l}
+	return &b.out, nil
+}
+
+// upstream is a provider's parsed base URL and endpoints.
+type upstream struct {
+	host  string // base_url host, for SNI, Host and endpoint hostnames
+	tls   bool
+	eds   bool
+	addrs []*corev3.Address
+}
+
+func parseUpstream(p *policies.Provider) (upstream, error) {
+	u, err := url.Parse(p.BaseURL)
+	if err != nil {
+		return upstream{}, fmt.Errorf("providers %s: base_url: %w", p.Name, err)
+	}
+	up := upstream{host: u.Hostname(), tls: u.Scheme == "https"}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if up.tls {
+			port = "443"
+		}
+	}
+	hostports := p.Endpoints
+	if len(hostports) == 0 {
+		hostports = []string{net.JoinHostPort(up.host, port)}
+	}
+	for _, hp := range hostports {
+		a, err := socketAddress(hp)
+		if err != nil {
+			return upstream{}, fmt.Errorf("providers %s: %w", p.Name, err)
+		}
+		up.addrs = append(up.addrs, a)
+	}
+	// Listed endpoints, or an IP literal in base_url: EDS (which proxyless
+	// gRPC clients understand, unlike STATIC). A DNS name: LOGICAL_DNS.
+	up.eds = len(p.Endpoints) > 0 || net.ParseIP(up.host) != nil
+	return up, nil
+}
+
+func socketAddress(hostport string) (*corev3.Address, error) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return nil, fmt.Errorf("address %q: %w", hostport, err)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("address %q: bad port", hostport)
+	}
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(n)},
+	}}}, nil
+}
+
+// assignment is the ClusterLoadAssignment of an EDS provider: one locality
+// with weight 1 (gRPC clients need a locality weight), each endpoint named
+// by the base URL's host for auto_host_rewrite.
+func (up upstream) assignment(name string) *endpointv3.ClusterLoadAssignment {
+	la := &endpointv3.LocalityLbEndpoints{LoadBalancingWeight: wrapperspb.UInt32(1)}
+	for _, a := range up.addrs {
+		la.LbEndpoints = append(la.LbEndpoints, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{
+			Endpoint: &endpointv3.Endpoint{Address: a, Hostname: up.host},
+		}})
+	}
+	return &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{la}}
+}
+
+func adsSource() *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+	}
+}
+
+// providerCluster is the cluster for provider p under the given name; with
+// upstream filters it is a fallback member.
+func (b *builder) providerCluster(p *policies.Provider, up upstream, name string, filters []*hcmv3.HttpFilter) *clusterv3.Cluster {
+	c := &clusterv3.Cluster{
+		Name:           name,
+		ConnectTimeout: durationpb.New(p.ConnectTimeout),
+		LbPolicy:       clusterv3.Cluster_ROUND_ROBIN,
+	}
+	if up.eds {
+		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}
+		c.EdsClusterConfig = &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: p.Name}
+	} else {
+		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_LOGICAL_DNS}
+		c.DnsLookupFamily = clusterv3.Cluster_V4_PREFERRED
+		c.LoadAssignment = up.assignment(name)
+	}
+	opts := &upstreamhttpv3.HttpProtocolOptions{HttpFilters: filters}
+	if len(filters) > 0 {
+		// The upstream ext_proc buffers the request body too; whichever
+		// buffer limit Envoy applies there, the cluster's holds it.
+		c.PerConnectionBufferLimitBytes = wrapperspb.UInt32(clampU32(b.snap.Gateway().MaxRequestBodyBytes + 64<<10))
+	}
+	if p.HTTP2 {
+		opts.UpstreamProtocolOptions = &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+		}}
+	} else {
+		opts.UpstreamProtocolOptions = &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}},
+		}}
+	}
+	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsName: mustAny(opts)}
+	if up.tls {
+		alpn := "http/1.1"
+		if p.HTTP2 {
+			alpn = "h2"
+		}
+		tc := &tlsv3.UpstreamTlsContext{
+			Sni: up.host,
+			CommonTlsContext: &tlsv3.CommonTlsContext{
+				AlpnProtocols: []string{alpn},
+				ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+					SystemRootCerts: &tlsv3.CertificateValidationContext_SystemRootCerts{},
+					MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+						SanType: tlsv3.SubjectAltNameMatcher_DNS,
+						Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: up.host}},
+					}},
+				}},
+			},
+		}
+		c.TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(tc)}}
+	}
+	cb := p.CircuitBreaker
+	if cb != (policies.CircuitBreaker{}) {
+		th := &clusterv3.CircuitBreakers_Thresholds{}
+		if cb.MaxConnections > 0 {
+			th.MaxConnections = wrapperspb.UInt32(clampU32(cb.MaxConnections))
+		}
+		if cb.MaxPendingRequests > 0 {
+			th.MaxPendingRequests = wrapperspb.UInt32(clampU32(cb.MaxPendingRequests))
+		}
+		if cb.MaxRequests > 0 {
+			th.MaxRequests = wrapperspb.UInt32(clampU32(cb.MaxRequests))
+		}
+		c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{th}}
+	}
+	if od := p.OutlierDetection; od.Consecutive5xx > 0 {
+		c.OutlierDetection = &clusterv3.OutlierDetection{
+			Consecutive_5Xx:  wrapperspb.UInt32(clampU32(od.Consecutive5xx)),
+			BaseEjectionTime: durationpb.New(od.BaseEjectionTime),
+		}
+	}
+	return c
+}
+
+const httpProtocolOptionsName = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+func clampU32(n int64) uint32 {
+	if n > 1<<32-1 {
+		return 1<<32 - 1
+	}
+	return uint32(n)
+}
+
+// aggregateCluster is a fallback model's cluster: its members' fallback
+// clusters as priorities, in order.
+func aggregateCluster(m *policies.ModelRoute) *clusterv3.Cluster {
+	cfg := &aggregatev3.ClusterConfig{}
+	var connect time.Duration
+	for _, t := range m.Targets {
+		cfg.Clusters = append(cfg.Clusters, t.Provider.Name+FallbackSuffix)
+		connect = max(connect, t.Provider.ConnectTimeout)
+	}
+	return &clusterv3.Cluster{
+		Name:           policies.FallbackClusterPrefix + m.Name,
+		ConnectTimeout: durationpb.New(connect),
+		LbPolicy:       clusterv3.Cluster_CLUSTER_PROVIDED,
+		ClusterDiscoveryType: &clusterv3.Cluster_ClusterType{ClusterType: &clusterv3.Cluster_CustomClusterType{
+			Name: "envoy.clusters.aggregate", TypedConfig: mustAny(cfg),
+		}},
+	}
+}
+
+// sluiceCluster is the cluster of Sluice's replicas: HTTP/2, STATIC for IP
+// addresses, STRICT_DNS for names.
+func (b *builder) sluiceCluster() (*clusterv3.Cluster, error) {
+	la := &endpointv3.LocalityLbEndpoints{}
+	static := true
+	for _, hp := range b.group.SluiceAddresses {
+		a, err := socketAddress(hp)
+		if err != nil {
+			return nil, fmt.Errorf("xds.sluice_addresses: %w", err)
+		}
+		if net.ParseIP(a.GetSocketAddress().GetAddress()) == nil {
+			static = false
+		}
+		la.LbEndpoints = append(la.LbEndpoints, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: a}}})
+	}
+	typ := clusterv3.Cluster_STATIC
+	if !static {
+		typ = clusterv3.Cluster_STRICT_DNS
+	}
+	opts := &upstreamhttpv3.HttpProtocolOptions{UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+		ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+	}}}
+	// Every request in flight holds an ext_proc stream for as long as its
+	// response streams: Envoy's default of 1,024 requests per cluster
+	// would fail request 1,025 closed.
+	limit := wrapperspb.UInt32(100_000)
+	return &clusterv3.Cluster{
+		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+			MaxConnections: limit, MaxPendingRequests: limit, MaxRequests: limit,
+		}}},
+		Name:                          SluiceCluster,
+		ConnectTimeout:                durationpb.New(time.Second),
+		ClusterDiscoveryType:          &clusterv3.Cluster_Type{Type: typ},
+		LbPolicy:                      clusterv3.Cluster_ROUND_ROBIN,
+		LoadAssignment:                &endpointv3.ClusterLoadAssignment{ClusterName: SluiceCluster, Endpoints: []*endpointv3.LocalityLbEndpoints{la}},
+		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsName: mustAny(opts)},
+	}, nil
+}
+
+// routeConfig routes on the routing header: one route per provider, one
+// per fallback model, and a catch-all that answers with a clear error.
+func (b *builder) routeConfig() *routev3.RouteConfiguration {
+	vh := &routev3.VirtualHost{Name: "sluice", Domains: []string{"*"}}
+	for _, p := range b.snap.Providers() {
+		vh.Routes = append(vh.Routes, headerRoute(p.Name, p.Name, p.Timeout, p.IdleTimeout, retryPolicy(p)))
+	}
+	for _, m := range b.snap.Models() {
+		if !m.Fallback() {
+			continue
+		}
+		name := policies.FallbackClusterPrefix + m.Name
+		var timeout, idle time.Duration
+		var on []string
+		unbounded := false
+		for _, t := range m.Targets {
+			unbounded = unbounded || t.Provider.Timeout == 0
+			timeout += t.Provider.Timeout
+			idle = max(idle, t.Provider.IdleTimeout)
+			for _, c := range t.Provider.Retries.On {
+				if !slices.Contains(on, c) {
+					on = append(on, c)
+				}
+			}
+		}
+		if unbounded {
+			timeout = 0
+		}
+		rp := retryOn(on, uint32(len(m.Targets)-1))
+		rp.RetryPriority = &routev3.RetryPolicy_RetryPriority{
+			Name:       "envoy.retry_priorities.previous_priorities",
+			ConfigType: &routev3.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: mustAny(&previouspriov3.PreviousPrioritiesConfig{UpdateFrequency: 1})},
+		}
+		vh.Routes = append(vh.Routes, headerRoute(name, name, timeout, idle, rp))
+	}
+	vh.Routes = append(vh.Routes, &routev3.Route{
+		Name:  "no-provider",
+		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{
+			Status: 404,
+			Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: noRouteBody}},
+		}},
+	})
+	return &routev3.RouteConfiguration{Name: RouteName, VirtualHosts: []*routev3.VirtualHost{vh}}
+}
+
+// noRouteBody answers a request that reached the router without a routing
+// header Sluice set: ext_proc did not run on it (unknown_paths: pass, or a
+// route that skips Sluice), or it names no configured provider.
+const noRouteBody = `{"error":{"message":"no provider route: this request was not routed by Sluice (it is not an LLM API path Sluice handles, or names no configured provider)","type":"invalid_request_error","code":"no_route"}}` + "\n"
+
+func headerRoute(name, cluster string, timeout, idle time.Duration, rp *routev3.RetryPolicy) *routev3.Route {
+	return &routev3.Route{
+		Name: name,
+		Match: &routev3.RouteMatch{
+			PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"},
+			Headers: []*routev3.HeaderMatcher{{
+				Name: chain.RoutingHeader,
+				HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+					MatchPattern: &matcherv3.StringMatcher_Exact{Exact: name},
+				}},
+			}},
+		},
+		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+			ClusterSpecifier:     &routev3.RouteAction_Cluster{Cluster: cluster},
+			Timeout:              durationpb.New(timeout),
+			IdleTimeout:          durationpb.New(idle),
+			HostRewriteSpecifier: &routev3.RouteAction_AutoHostRewrite{AutoHostRewrite: wrapperspb.Bool(true)},
+			RetryPolicy:          rp,
+		}},
+	}
+}
+
+// retryPolicy is a provider's retry policy, or nil when retries are off.
+func retryPolicy(p *policies.Provider) *routev3.RetryPolicy {
+	if p.Retries.Max == nil || *p.Retries.Max == 0 {
+		return nil
+	}
+	return retryOn(p.Retries.On, uint32(*p.Retries.Max))
+}
+
+// retryOn maps Sluice's retry conditions to Envoy's retry_on.
+func retryOn(on []string, n uint32) *routev3.RetryPolicy {
+	rp := &routev3.RetryPolicy{NumRetries: wrapperspb.UInt32(n)}
+	var conds []string
+	for _, c := range on {
+		switch c {
+		case "429":
+			conds = append(conds, "retriable-status-codes")
+			rp.RetriableStatusCodes = []uint32{429}
+		default:
+			conds = append(conds, c)
+		}
+	}
+	rp.RetryOn = strings.Join(conds, ",")
+	return rp
+}
+
+// listener is the Envoy listener (ext_authz → ext_proc → router) or, for
+// gRPC clients, an api_listener with the router alone.
+func (b *builder) listener() (*listenerv3.Listener, error) {
+	hcm := &hcmv3.HttpConnectionManager{
+		StatPrefix: "sluice",
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource: adsSource(), RouteConfigName: RouteName,
+		}},
+	}
+	if b.flavour == FlavourGRPC {
+		hcm.HttpFilters = []*hcmv3.HttpFilter{routerFilter()}
+		a := mustAny(hcm)
+		// The HCM is also in a filter chain: Snapshot.Consistent finds RDS
+		// references only there (envoy-protocol.md §5).
+		return &listenerv3.Listener{
+			Name:        b.snap.XDS().GRPCListener,
+			ApiListener: &listenerv3.ApiListener{ApiListener: a},
+			FilterChains: []*listenerv3.FilterChain{{Name: "api", Filters: []*listenerv3.Filter{{
+				Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: a},
+			}}}},
+		}, nil
+	}
+	hcm.HttpFilters = append(chain.HTTPFilters(b.opts), routerFilter())
+	if path := b.snap.XDS().AccessLog; path != "off" {
+		hcm.AccessLog = []*accesslogv3.AccessLog{accessLog(path)}
+	}
+	addr, err := socketAddress(b.group.Envoy)
+	if err != nil {
+		return nil, fmt.Errorf("listen.envoy: %w", err)
+	}
+	// ext_proc buffers the request body in Envoy: the connection buffer
+	// must hold the largest body Sluice accepts.
+	limit := b.snap.Gateway().MaxRequestBodyBytes + 64<<10
+	return &listenerv3.Listener{
+		Name:                          ListenerName,
+		Address:                       addr,
+		PerConnectionBufferLimitBytes: wrapperspb.UInt32(clampU32(limit)),
+		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
+			Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcm)},
+		}}}},
+	}, nil
+}
+
+func routerFilter() *hcmv3.HttpFilter {
+	return &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})}}
+}
+
+// accessLogFields is the JSON access-log line: the request and Sluice's
+// usage metadata (namespace "sluice", set by ext_proc's final reply).
+var accessLogFields = [][2]string{
+	{"start_time", "%START_TIME%"},
+	{"request_id", "%REQ(X-REQUEST-ID)%"},
+	{"method", "%REQ(:METHOD)%"},
+	{"path", "%REQ(:PATH)%"},
+	{"status", "%RESPONSE_CODE%"},
+	{"flags", "%RESPONSE_FLAGS%"},
+	{"details", "%RESPONSE_CODE_DETAILS%"},
+	{"upstream_cluster", "%UPSTREAM_CLUSTER%"},
+	{"attempts", "%UPSTREAM_REQUEST_ATTEMPT_COUNT%"},
+	{"duration_ms", "%DURATION%"},
+	{"model", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":model)%"},
+	{"provider", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":provider)%"},
+	{"key_id", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":key_id)%"},
+	{"team", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":team)%"},
+	{"input_tokens", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":input_tokens)%"},
+	{"output_tokens", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":output_tokens)%"},
+	{"cost_micros", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":cost_micros)%"},
+	{"estimated", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":estimated)%"},
+	{"outcome", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":outcome)%"},
+}
+
+func accessLog(path string) *accesslogv3.AccessLog {
+	fields := map[string]*structpb.Value{}
+	for _, f := range accessLogFields {
+		fields[f[0]] = structpb.NewStringValue(f[1])
+	}
+	fal := &fileaccesslogv3.FileAccessLog{
+		Path: path,
+		AccessLogFormat: &fileaccesslogv3.FileAccessLog_LogFormat{LogFormat: &corev3.SubstitutionFormatString{
+			Format: &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: &structpb.Struct{Fields: fields}},
+		}},
+	}
+	return &accesslogv3.AccessLog{Name: "envoy.access_loggers.file", ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: mustAny(fal)}}
+}
+
+// mustAny packs m deterministically (map fields in key order), so the same
+// config always yields the same bytes and the same version. It fails only
+// for a nil message, a programmer error.
+func mustAny(m proto.Message) *anypb.Any {
+	a := &anypb.Any{}
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+		panic(fmt.Sprintf("xds: pack %T: %v", m, err))
+	}
+	return a
+}

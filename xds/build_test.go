@@ -1,0 +1,306 @@
+package xds
+
+import (
+	"strings"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	aggregatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/sluicegw/sluice/chain"
+	"github.com/sluicegw/sluice/policies"
+)
+
+// testPolicy is a config with every kind of provider cluster: https by
+// DNS name (TLS), plain http to an IP (EDS), listed endpoints (EDS), and a
+// fallback model over two providers.
+const testPolicy = `
+listen: {grpc: "127.0.0.1:9001", envoy: "127.0.0.1:10000"}
+providers:
+  - {name: openai, kind: openai, base_url: "https://api.openai.com/v1", api_key: sk-x, retries: {max: 2, on: [connect-failure, 5xx, 429]}}
+  - {name: azure, kind: azure-openai, base_url: "https://contoso.openai.azure.com", api_key: az, api_version: "2024-10-21", http2: true, timeout: 10m}
+  - {name: local, kind: openai-compatible, base_url: "http://127.0.0.1:8081", retries: {max: 0}}
+  - {name: pool, kind: openai-compatible, base_url: "http://vllm.internal:8000/v1", endpoints: ["10.0.0.1:8000", "10.0.0.2:8000"],
+     circuit_breaker: {max_requests: 64}, outlier_detection: {consecutive_5xx: -1}}
+models:
+  - {name: gpt-4o, provider: openai}
+  - name: gpt-4o-ha
+    upstream: gpt-4o
+    providers: [{name: openai}, {name: azure, upstream: gpt4o-prod}]
+  - {name: llama, provider: pool}
+  - {name: mock, provider: local}
+xds:
+  node_groups:
+    - {name: eu, cluster: "eu-*", envoy: "127.0.0.1:10443", sluice_addresses: ["sluice-eu.internal:9001"]}
+`
+
+func compile(t testing.TB, yaml string) *policies.Snapshot {
+	t.Helper()
+	cfg, err := policies.Parse([]byte(yaml), "test.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := policies.Compile(cfg, "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func names[T interface{ GetName() string }](items []T) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, it.GetName())
+	}
+	return out
+}
+
+func TestBuild(t *testing.T) {
+	p := compile(t, testPolicy)
+	groups := Groups(p)
+	if len(groups) != 2 || groups[1].Envoy != "127.0.0.1:10443" || groups[0].SluiceAddresses[0] != "127.0.0.1:9001" {
+		t.Fatalf("Groups = %+v", groups)
+	}
+	r, err := Build(p, groups[0], FlavourEnvoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Snapshot(r); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	wantClusters := []string{"openai", "openai.fallback", "azure", "azure.fallback", "local", "pool", "sluice.fallback.gpt-4o-ha", SluiceCluster}
+	if diff := cmp.Diff(wantClusters, names(r.Clusters)); diff != "" {
+		t.Errorf("clusters (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"local", "pool"}, func() (out []string) {
+		for _, e := range r.Endpoints {
+			out = append(out, e.GetClusterName())
+		}
+		return
+	}()); diff != "" {
+		t.Errorf("endpoint assignments (-want +got):\n%s", diff)
+	}
+	cl := map[string]*clusterv3.Cluster{}
+	for _, c := range r.Clusters {
+		cl[c.GetName()] = c
+	}
+
+	openai := cl["openai"]
+	if openai.GetType() != clusterv3.Cluster_LOGICAL_DNS || openai.GetTransportSocket() == nil {
+		t.Errorf("openai: type %v, TLS %v; want LOGICAL_DNS with TLS", openai.GetType(), openai.GetTransportSocket() != nil)
+	}
+	if got := openai.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress(); got.GetAddress() != "api.openai.com" || got.GetPortValue() != 443 {
+		t.Errorf("openai address = %v", got)
+	}
+	if cl["local"].GetType() != clusterv3.Cluster_EDS || cl["local"].GetTransportSocket() != nil {
+		t.Errorf("local (IP, http): type %v; want EDS without TLS", cl["local"].GetType())
+	}
+	if cl["pool"].GetOutlierDetection() != nil || cl["pool"].GetCircuitBreakers().GetThresholds()[0].GetMaxRequests().GetValue() != 64 {
+		t.Errorf("pool: outlier %v, breakers %v", cl["pool"].GetOutlierDetection(), cl["pool"].GetCircuitBreakers())
+	}
+
+	// Fallback members carry the upstream filter chain; plain clusters do not.
+	upstreamFilters := func(c *clusterv3.Cluster) []*hcmv3.HttpFilter {
+		o := &upstreamhttpv3.HttpProtocolOptions{}
+		if err := c.GetTypedExtensionProtocolOptions()[httpProtocolOptionsName].UnmarshalTo(o); err != nil {
+			t.Fatal(err)
+		}
+		return o.GetHttpFilters()
+	}
+	if n := len(upstreamFilters(openai)); n != 0 {
+		t.Errorf("openai has %d upstream filters, want none", n)
+	}
+	if diff := cmp.Diff(chain.UpstreamHTTPFilters(chain.Options{Cluster: SluiceCluster}, "azure"), upstreamFilters(cl["azure.fallback"]), protocmp.Transform()); diff != "" {
+		t.Errorf("azure.fallback upstream filters (-want +got):\n%s", diff)
+	}
+	agg := &aggregatev3.ClusterConfig{}
+	if err := cl["sluice.fallback.gpt-4o-ha"].GetClusterType().GetTypedConfig().UnmarshalTo(agg); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"openai.fallback", "azure.fallback"}, agg.GetClusters()); diff != "" {
+		t.Errorf("aggregate members (-want +got):\n%s", diff)
+	}
+
+	// Routes: one per provider, one per fallback model, then the catch-all.
+	routes := r.Routes[0].GetVirtualHosts()[0].GetRoutes()
+	if diff := cmp.Diff([]string{"openai", "azure", "local", "pool", "sluice.fallback.gpt-4o-ha", "no-provider"}, names(routes)); diff != "" {
+		t.Errorf("routes (-want +got):\n%s", diff)
+	}
+	byName := map[string]*routev3.Route{}
+	for _, rt := range routes {
+		byName[rt.GetName()] = rt
+	}
+	if rp := byName["openai"].GetRoute().GetRetryPolicy(); rp.GetRetryOn() != "connect-failure,5xx,retriable-status-codes" || rp.GetNumRetries().GetValue() != 2 || rp.GetRetriableStatusCodes()[0] != 429 {
+		t.Errorf("openai retry policy = %v", rp)
+	}
+	if rp := byName["local"].GetRoute().GetRetryPolicy(); rp != nil {
+		t.Errorf("retries.max 0 still has a retry policy: %v", rp)
+	}
+	if ra := byName["openai"].GetRoute(); ra.GetTimeout().AsDuration() != 0 || ra.GetIdleTimeout().AsDuration() != policies.DefaultIdleTimeout {
+		t.Errorf("openai timeouts: total %v, idle %v; want none and the default idle", ra.GetTimeout().AsDuration(), ra.GetIdleTimeout().AsDuration())
+	}
+	fb := byName["sluice.fallback.gpt-4o-ha"].GetRoute()
+	if fb.GetRetryPolicy().GetNumRetries().GetValue() != 1 || fb.GetRetryPolicy().GetRetryPriority().GetName() != "envoy.retry_priorities.previous_priorities" {
+		t.Errorf("fallback retry policy = %v", fb.GetRetryPolicy())
+	}
+	if fb.GetTimeout().AsDuration() != 0 {
+		t.Errorf("fallback timeout %v: a member without a timeout makes it unbounded", fb.GetTimeout().AsDuration())
+	}
+	if dr := byName["no-provider"].GetDirectResponse(); dr.GetStatus() != 404 || !strings.Contains(dr.GetBody().GetInlineString(), "no_route") {
+		t.Errorf("catch-all = %v", dr)
+	}
+
+	// The listener runs the single definition of Sluice's filters.
+	hcm := &hcmv3.HttpConnectionManager{}
+	if err := r.Listeners[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(hcm); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(append(chain.HTTPFilters(chain.Options{Cluster: SluiceCluster}), routerFilter()), hcm.GetHttpFilters(), protocmp.Transform()); diff != "" {
+		t.Errorf("listener filters (-want +got):\n%s", diff)
+	}
+	if r.Listeners[0].GetAddress().GetSocketAddress().GetPortValue() != 10000 || len(hcm.GetAccessLog()) != 1 {
+		t.Errorf("listener address %v, access logs %d", r.Listeners[0].GetAddress(), len(hcm.GetAccessLog()))
+	}
+
+	// The eu group: its own listener port and Sluice addresses (a DNS
+	// name, so STRICT_DNS).
+	eu, err := Build(p, groups[1], FlavourEnvoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eu.Listeners[0].GetAddress().GetSocketAddress().GetPortValue() != 10443 {
+		t.Errorf("eu listener = %v", eu.Listeners[0].GetAddress())
+	}
+	if c := eu.Clusters[len(eu.Clusters)-1]; c.GetType() != clusterv3.Cluster_STRICT_DNS {
+		t.Errorf("eu sluice cluster type %v", c.GetType())
+	}
+}
+
+func TestBuildGRPCFlavour(t *testing.T) {
+	p := compile(t, testPolicy)
+	r, err := Build(p, Groups(p)[0], FlavourGRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Snapshot(r); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	l := r.Listeners[0]
+	if l.GetName() != "sluice-grpc" || l.GetApiListener() == nil || l.GetAddress() != nil {
+		t.Errorf("grpc listener = %v", l)
+	}
+	for _, c := range r.Clusters {
+		if c.GetName() == SluiceCluster {
+			t.Error("gRPC clients must not get the Sluice cluster (STATIC, which grpc-go refuses)")
+		}
+	}
+}
+
+func TestSnapshotVersions(t *testing.T) {
+	p := compile(t, testPolicy)
+	version := func(p *policies.Snapshot) (map[string]string, string) {
+		r, err := Build(p, Groups(p)[0], FlavourEnvoy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, v, err := Snapshot(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, typ := range typeOrder {
+			out[ShortType(typ)] = s.GetVersion(typ)
+		}
+		return out, v
+	}
+	a, va := version(p)
+	b, vb := version(compile(t, testPolicy))
+	if va != vb || !cmp.Equal(a, b) {
+		t.Errorf("the same config gave versions %v (%s) and %v (%s)", a, va, b, vb)
+	}
+	// A new idle timeout changes the routes only.
+	c, vc := version(compile(t, strings.Replace(testPolicy, "timeout: 10m", "timeout: 10m, idle_timeout: 1m", 1)))
+	if vc == va || c["rds"] == a["rds"] || c["cds"] != a["cds"] || c["lds"] != a["lds"] || c["eds"] != a["eds"] {
+		t.Errorf("idle timeout change: %v → %v", a, c)
+	}
+	// Keys, teams and prices are not Envoy's business: same resources.
+	_, vd := version(compile(t, testPolicy+"\npricing: {gpt-4o: {input: 1, output: 2}}\nteams: [{name: t}]\n"))
+	if vd != va {
+		t.Errorf("pricing and teams changed the xDS version")
+	}
+}
+
+func TestSnapshotRefusesBrokenReferences(t *testing.T) {
+	p := compile(t, testPolicy)
+	tests := []struct {
+		name   string
+		breakR func(r *Resources)
+		want   string
+	}{
+		{"route to a missing cluster", func(r *Resources) {
+			r.Routes[0].VirtualHosts[0].Routes[0].GetRoute().ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: "ghost"}
+		}, `names cluster "ghost", which does not exist`},
+		{"aggregate member missing", func(r *Resources) {
+			r.Clusters = removeCluster(r.Clusters, "azure.fallback")
+		}, `aggregate member "azure.fallback" does not exist`},
+		{"EDS without assignment", func(r *Resources) { r.Endpoints = r.Endpoints[1:] }, `EDS service "local" has no ClusterLoadAssignment`},
+		{"filter names another cluster", func(r *Resources) {
+			hcm := &hcmv3.HttpConnectionManager{}
+			f := r.Listeners[0].FilterChains[0].Filters[0]
+			if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
+				t.Fatal(err)
+			}
+			hcm.HttpFilters = chain.HTTPFilters(chain.Options{Cluster: "elsewhere"})
+			f.GetTypedConfig().Value = mustAny(hcm).Value
+		}, `gRPC service names cluster "elsewhere", want "sluice.extension"`},
+		{"no router", func(r *Resources) {
+			hcm := &hcmv3.HttpConnectionManager{}
+			f := r.Listeners[0].FilterChains[0].Filters[0]
+			if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
+				t.Fatal(err)
+			}
+			hcm.HttpFilters = hcm.HttpFilters[:len(hcm.HttpFilters)-1]
+			f.GetTypedConfig().Value = mustAny(hcm).Value
+		}, "the last HTTP filter must be the router"},
+		{"Sluice cluster missing", func(r *Resources) { r.Clusters = removeCluster(r.Clusters, SluiceCluster) }, `names cluster "sluice.extension", which does not exist`},
+		{"listener names a missing route configuration", func(r *Resources) { r.Routes[0].Name = "other" }, `RDS names route configuration "sluice", which does not exist`},
+		{"HCM without stat_prefix, inside an Any", func(r *Resources) {
+			hcm := &hcmv3.HttpConnectionManager{}
+			f := r.Listeners[0].FilterChains[0].Filters[0]
+			if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
+				t.Fatal(err)
+			}
+			hcm.StatPrefix = ""
+			f.GetTypedConfig().Value = mustAny(hcm).Value
+		}, "StatPrefix"},
+		{"invalid cluster", func(r *Resources) { r.Clusters[0].ConnectTimeout.Seconds = -1 }, "ConnectTimeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Build(p, Groups(p)[0], FlavourEnvoy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.breakR(r)
+			_, _, err = Snapshot(r)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Snapshot error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func removeCluster(cs []*clusterv3.Cluster, name string) []*clusterv3.Cluster {
+	var out []*clusterv3.Cluster
+	for _, c := range cs {
+		if c.GetName() != name {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,285 @@
+package xds
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/sluicegw/sluice/chain"
+)
+
+// istioCluster is the name the Istio manifests give Sluice's gRPC cluster.
+const istioCluster = "sluice.extension"
+
+// istioManifest is one YAML document of envoy/istio: an Istio resource.
+type istioManifest struct {
+	file       string
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Metadata   struct{ Name, Namespace string }
+	Spec       yaml.Node `yaml:"spec"`
+}
+
+// istioEnvoyFilterSpec is the part of an EnvoyFilter the tests check.
+type istioEnvoyFilterSpec struct {
+	WorkloadSelector struct {
+		Labels map[string]string `yaml:"labels"`
+	} `yaml:"workloadSelector"`
+	ConfigPatches []struct {
+		ApplyTo string `yaml:"applyTo"`
+		Match   struct {
+			Context  string `yaml:"context"`
+			Listener *struct {
+				FilterChain struct {
+					Filter struct {
+						Name      string `yaml:"name"`
+						SubFilter struct {
+							Name string `yaml:"name"`
+						} `yaml:"subFilter"`
+					} `yaml:"filter"`
+				} `yaml:"filterChain"`
+			} `yaml:"listener"`
+		} `yaml:"match"`
+		Patch struct {
+			Operation string `yaml:"operation"`
+			Value     any    `yaml:"value"`
+		} `yaml:"patch"`
+	} `yaml:"configPatches"`
+}
+
+// readIstioManifests reads every document of ../envoy/istio/*.yaml.
+func readIstioManifests(t *testing.T) []istioManifest {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "envoy", "istio", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no manifests in ../envoy/istio")
+	}
+	var out []istioManifest
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		for i := 0; ; i++ {
+			var m istioManifest
+			err := dec.Decode(&m)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: document %d: %v", f, i, err)
+			}
+			m.file = filepath.Base(f)
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// parsePatchValue parses an EnvoyFilter patch value the way Istio does, as
+// Envoy's proto JSON (YAML → JSON → protojson), refusing unknown fields and
+// types that are not linked in, then validates it deeply.
+func parsePatchValue(t *testing.T, v any, into proto.Message) {
+	t.Helper()
+	js, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(js, into); err != nil {
+		t.Fatalf("patch.value as %T: %v", into, err)
+	}
+	if err := Validate(into); err != nil {
+		t.Errorf("patch.value as %T: %v", into, err)
+	}
+}
+
+// The EnvoyFilter carries exactly Sluice's filters, as package chain
+// defines them, and a valid cluster for them.
+func TestIstioEnvoyFilter(t *testing.T) {
+	opts := chain.Options{Cluster: istioCluster}
+	wantFilters := chain.HTTPFilters(opts)
+	var gotFilters []*hcmv3.HttpFilter
+	var clusters []*clusterv3.Cluster
+	var listeners []*listenerv3.Listener
+
+	for _, m := range readIstioManifests(t) {
+		if m.Kind != "EnvoyFilter" {
+			continue
+		}
+		where := m.file + ": EnvoyFilter " + m.Metadata.Name
+		if m.APIVersion != "networking.istio.io/v1alpha3" {
+			t.Errorf("%s: apiVersion %q", where, m.APIVersion)
+		}
+		var spec istioEnvoyFilterSpec
+		if err := m.Spec.Decode(&spec); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		if got := spec.WorkloadSelector.Labels; len(got) != 1 || got["istio"] != "ingressgateway" {
+			t.Errorf("%s: workloadSelector.labels %v, want istio: ingressgateway", where, got)
+		}
+		for i, p := range spec.ConfigPatches {
+			if p.Match.Context != "GATEWAY" {
+				t.Errorf("%s: configPatches[%d]: match.context %q, want GATEWAY", where, i, p.Match.Context)
+			}
+			switch p.ApplyTo {
+			case "CLUSTER":
+				if p.Patch.Operation != "ADD" {
+					t.Errorf("%s: configPatches[%d]: CLUSTER patch %s, want ADD", where, i, p.Patch.Operation)
+				}
+				c := &clusterv3.Cluster{}
+				parsePatchValue(t, p.Patch.Value, c)
+				clusters = append(clusters, c)
+			case "LISTENER":
+				if p.Patch.Operation != "MERGE" {
+					t.Errorf("%s: configPatches[%d]: LISTENER patch %s, want MERGE", where, i, p.Patch.Operation)
+				}
+				l := &listenerv3.Listener{}
+				parsePatchValue(t, p.Patch.Value, l)
+				listeners = append(listeners, l)
+			case "HTTP_FILTER":
+				fc := p.Match.Listener
+				if p.Patch.Operation != "INSERT_BEFORE" || fc == nil ||
+					fc.FilterChain.Filter.Name != "envoy.filters.network.http_connection_manager" ||
+					fc.FilterChain.Filter.SubFilter.Name != "envoy.filters.http.router" {
+					t.Errorf("%s: configPatches[%d]: want INSERT_BEFORE envoy.filters.http.router in the http_connection_manager", where, i)
+				}
+				f := &hcmv3.HttpFilter{}
+				parsePatchValue(t, p.Patch.Value, f)
+				gotFilters = append(gotFilters, f)
+			default:
+				t.Errorf("%s: configPatches[%d]: unexpected applyTo %q", where, i, p.ApplyTo)
+			}
+		}
+	}
+
+	// INSERT_BEFORE the router, in order: the result is the chain's order.
+	if diff := cmp.Diff(wantFilters, gotFilters, protocmp.Transform()); diff != "" {
+		t.Errorf("HTTP_FILTER patches differ from chain.HTTPFilters (-chain +manifest):\n%s", diff)
+	}
+	// The same, per filter config, for a clearer message on drift.
+	for _, f := range gotFilters {
+		var want proto.Message
+		switch f.GetName() {
+		case chain.AuthzFilterName:
+			want = chain.Authz(opts)
+		case chain.ExtProcFilterName:
+			want = chain.ExtProc(opts)
+		default:
+			continue
+		}
+		got, err := f.GetTypedConfig().UnmarshalNew()
+		if err != nil {
+			t.Errorf("%s: %v", f.GetName(), err)
+			continue
+		}
+		if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+			t.Errorf("%s typed_config differs from package chain (-chain +manifest):\n%s", f.GetName(), diff)
+		}
+	}
+
+	if len(clusters) != 1 {
+		t.Fatalf("%d CLUSTER patches, want 1 (Sluice's gRPC service)", len(clusters))
+	}
+	c := clusters[0]
+	if c.GetName() != istioCluster || c.GetLoadAssignment().GetClusterName() != istioCluster {
+		t.Errorf("cluster %q, load_assignment.cluster_name %q: want %q, the name the filters use", c.GetName(), c.GetLoadAssignment().GetClusterName(), istioCluster)
+	}
+	if c.GetType() != clusterv3.Cluster_STRICT_DNS {
+		t.Errorf("cluster type %v, want STRICT_DNS", c.GetType())
+	}
+	opt := &httpv3.HttpProtocolOptions{}
+	if a := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]; a == nil {
+		t.Error("cluster: no HttpProtocolOptions; gRPC needs HTTP/2")
+	} else if err := a.UnmarshalTo(opt); err != nil {
+		t.Error(err)
+	} else if opt.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+		t.Errorf("cluster: protocol options %v, want explicit HTTP/2", opt)
+	}
+
+	if len(listeners) != 1 {
+		t.Fatalf("%d LISTENER patches, want 1 (the buffer limit)", len(listeners))
+	}
+	if got := listeners[0].GetPerConnectionBufferLimitBytes().GetValue(); got < chain.MaxRequestBodySize {
+		t.Errorf("per_connection_buffer_limit_bytes %d, below chain.MaxRequestBodySize %d", got, chain.MaxRequestBodySize)
+	}
+}
+
+// The routing examples are Istio resources of the expected kinds, and the
+// VirtualService routes on Sluice's routing header.
+func TestIstioRoutingExamples(t *testing.T) {
+	kinds := map[string]int{}
+	for _, m := range readIstioManifests(t) {
+		where := m.file + ": " + m.Kind + " " + m.Metadata.Name
+		switch m.Kind {
+		case "EnvoyFilter":
+			continue
+		case "ServiceEntry", "DestinationRule", "VirtualService":
+		default:
+			t.Errorf("%s: unexpected kind", where)
+			continue
+		}
+		kinds[m.Kind]++
+		if m.APIVersion != "networking.istio.io/v1" {
+			t.Errorf("%s: apiVersion %q, want networking.istio.io/v1", where, m.APIVersion)
+		}
+		if m.Metadata.Name == "" || m.Spec.Kind != yaml.MappingNode {
+			t.Errorf("%s: needs metadata.name and a spec", where)
+		}
+		if m.Kind != "VirtualService" {
+			continue
+		}
+		var spec struct {
+			HTTP []struct {
+				Match []struct {
+					Headers map[string]map[string]string `yaml:"headers"`
+				} `yaml:"match"`
+				Route          []any `yaml:"route"`
+				DirectResponse any   `yaml:"directResponse"`
+			} `yaml:"http"`
+		}
+		if err := m.Spec.Decode(&spec); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		if len(spec.HTTP) < 2 {
+			t.Fatalf("%s: want provider routes and a catch-all", where)
+		}
+		last := spec.HTTP[len(spec.HTTP)-1]
+		if len(last.Match) != 0 {
+			t.Errorf("%s: the last route must match everything (ext_authz is skipped when no route matches)", where)
+		}
+		for i, r := range spec.HTTP[:len(spec.HTTP)-1] {
+			if len(r.Match) == 0 || !slices.ContainsFunc(r.Match, func(m struct {
+				Headers map[string]map[string]string `yaml:"headers"`
+			}) bool {
+				return m.Headers[chain.RoutingHeader]["exact"] != ""
+			}) {
+				t.Errorf("%s: http[%d] does not match on %s", where, i, chain.RoutingHeader)
+			}
+		}
+	}
+	for _, k := range []string{"ServiceEntry", "DestinationRule", "VirtualService"} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s example in envoy/istio", k)
+		}
+	}
+}

@@ -1,0 +1,38 @@
+package xds
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the control plane's Prometheus metrics.
+type Metrics struct {
+	nacks          *prometheus.CounterVec
+	snapshotErrors prometheus.Counter
+	updates        prometheus.Counter
+	nodes          prometheus.Gauge
+	version        *prometheus.GaugeVec
+}
+
+// NewMetrics creates the metrics and registers them with reg (none when
+// reg is nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_xds_nacks_total", Help: "xDS responses rejected by a client (NACK), by type (cds, eds, lds, rds).",
+		}, []string{"type"}),
+		snapshotErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_xds_snapshot_errors_total", Help: "Configurations whose xDS resources failed validation and were not served.",
+		}),
+		updates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_xds_updates_total", Help: "New xDS snapshot versions served.",
+		}),
+		nodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_xds_connected_nodes", Help: "xDS clients (by node id) with an open stream.",
+		}),
+		version: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_xds_snapshot_info", Help: "The xDS snapshot version served (value 1).",
+		}, []string{"version"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.nacks, m.snapshotErrors, m.updates, m.nodes, m.version)
+	}
+	return m
+}

@@ -1,0 +1,492 @@
+package xds
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicegw/sluice/policies"
+)
+
+// historySize is how many versions of each resource type are kept for
+// rolling a node back after a NACK.
+const historySize = 8
+
+// Options configure a Server.
+type Options struct {
+	Log     *slog.Logger
+	Metrics *Metrics
+	// SluiceAddresses, when set, replace the default of
+	// xds.sluice_addresses (listen.grpc) for groups whose config does not
+	// name addresses: serve sets it to the address it actually bound.
+	SluiceAddresses []string
+}
+
+// Server is Sluice's xDS control plane: go-control-plane's ADS server
+// (state-of-the-world and delta) over a SnapshotCache with one entry per
+// node, all entries of a group sharing one snapshot. Sluice's callbacks
+// see every request: they place new nodes in their group, detect NACKs
+// and roll the node back. It is safe for concurrent use.
+type Server struct {
+	log    *slog.Logger
+	m      *Metrics
+	cache  cachev3.SnapshotCache
+	sluice []string // Options.SluiceAddresses
+
+	mu      sync.Mutex
+	policy  *policies.Snapshot
+	groups  []policies.NodeGroup
+	snaps   [][2]*cachev3.Snapshot // by group index, then flavour
+	version string
+	nodes   map[string]*node
+	streams map[int64]*xdsStream
+	history [types.UnknownType]*history
+}
+
+// node is one xDS client, by node id; several streams (ADS and its
+// reconnections) may share it.
+type node struct {
+	id      string
+	md      *corev3.Node
+	streams int
+	group   int
+	flavour Flavour
+	pinned  bool
+	acked   map[string]string // type URL → version last ACKed
+	nacked  map[string]string // type URL → version last rejected
+	lastErr string
+}
+
+// xdsStream remembers, per type, the version of each response sent, to
+// name the version a NACK rejects and the one a delta ACK accepts.
+type xdsStream struct {
+	node   string
+	sent   map[string]string // nonce → version
+	byType map[string]string // type URL → last nonce sent
+}
+
+// history holds the last versions of one resource type.
+type history struct {
+	order []string
+	res   map[string]cachev3.Resources
+}
+
+func (h *history) add(r cachev3.Resources) {
+	if _, ok := h.res[r.Version]; ok {
+		return
+	}
+	h.res[r.Version] = r
+	h.order = append(h.order, r.Version)
+	if len(h.order) > historySize {
+		delete(h.res, h.order[0])
+		h.order = h.order[1:]
+	}
+}
+
+// New returns a server with no configuration; Update gives it one.
+func New(opts Options) *Server {
+	s := &Server{log: opts.Log, m: opts.Metrics, sluice: opts.SluiceAddresses, nodes: map[string]*node{}, streams: map[int64]*xdsStream{}}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log = s.log.With("component", "xds")
+	if s.m == nil {
+		s.m = NewMetrics(nil)
+	}
+	for i := range s.history {
+		s.history[i] = &history{res: map[string]cachev3.Resources{}}
+	}
+	s.cache = cachev3.NewSnapshotCache(true, cachev3.IDHash{}, cacheLogger{s.log})
+	return s
+}
+
+// Register serves ADS (state-of-the-world and delta) on g until ctx ends.
+// State-of-the-world responses go through one ordered channel, so Envoy
+// receives clusters before the listeners and routes that use them.
+func (s *Server) Register(ctx context.Context, g *grpc.Server) {
+	cb := serverv3.CallbackFuncs{
+		StreamClosedFunc:      func(id int64, _ *corev3.Node) { s.closed(id) },
+		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) { s.closed(id) },
+		StreamRequestFunc:     s.onRequest,
+		StreamResponseFunc: func(_ context.Context, id int64, _ *discoverygrpc.DiscoveryRequest, r *discoverygrpc.DiscoveryResponse) {
+			s.sent(id, r.GetTypeUrl(), r.GetNonce(), r.GetVersionInfo())
+		},
+		StreamDeltaRequestFunc: s.onDeltaRequest,
+		StreamDeltaResponseFunc: func(id int64, _ *discoverygrpc.DeltaDiscoveryRequest, r *discoverygrpc.DeltaDiscoveryResponse) {
+			s.sent(id, r.GetTypeUrl(), r.GetNonce(), r.GetSystemVersionInfo())
+		},
+	}
+	srv := serverv3.NewServer(ctx, s.cache, cb, sotw.WithOrderedADS(), sotw.WithLogger(cacheLogger{s.log}))
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, srv)
+}
+
+// Update builds, validates and serves the resources of a new policy
+// snapshot. An invalid result is not served: the error is returned,
+// logged and counted, and the previous configuration stays. Resources
+// equal to those served push nothing. Every node is unpinned.
+func (s *Server) Update(p *policies.Snapshot) (changed bool, err error) {
+	groups := Groups(p)
+	if len(s.sluice) > 0 && len(p.Config().XDS.SluiceAddresses) == 0 {
+		for i := range groups {
+			if i == 0 || len(p.XDS().NodeGroups[i-1].SluiceAddresses) == 0 {
+				groups[i].SluiceAddresses = s.sluice
+			}
+		}
+	}
+	snaps := make([][2]*cachev3.Snapshot, len(groups))
+	versions := make([]string, 0, 2*len(groups))
+	for i, g := range groups {
+		for _, f := range []Flavour{FlavourEnvoy, FlavourGRPC} {
+			r, err := Build(p, g, f)
+			if err == nil {
+				snaps[i][f], _, err = Snapshot(r)
+			}
+			if err != nil {
+				s.m.snapshotErrors.Inc()
+				err = fmt.Errorf("xds: config %s: group %q, %s clients: %w", p.Version(), g.Name, f, err)
+				s.log.Error("invalid xDS snapshot not served; the previous one stays", "config_version", p.Version(), "err", err)
+				return false, err
+			}
+			for _, typ := range typeOrder {
+				versions = append(versions, snaps[i][f].GetVersion(typ))
+			}
+		}
+	}
+	version := hashStrings(versions)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.policy = p
+	s.groups = p.XDS().NodeGroups
+	if version == s.version {
+		return false, nil
+	}
+	s.snaps, s.version = snaps, version
+	for _, gs := range snaps {
+		for _, snap := range gs {
+			for i, r := range snap.Resources {
+				if r.Items != nil || r.Version != "" {
+					s.history[i].add(r)
+				}
+			}
+		}
+	}
+	for _, n := range s.nodes {
+		n.group = s.groupOf(n.md)
+		n.pinned = false
+		s.setSnapshot(n)
+	}
+	s.m.version.Reset()
+	s.m.version.WithLabelValues(version).Set(1)
+	s.m.updates.Inc()
+	s.log.Info("xDS snapshot served", "version", version, "config_version", p.Version(), "nodes", len(s.nodes))
+	return true, nil
+}
+
+// Version is the version of the resources served ("" before Update).
+func (s *Server) Version() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
+// setSnapshot gives node n its group's snapshot. s.mu is held.
+func (s *Server) setSnapshot(n *node) {
+	if s.snaps == nil {
+		return // no config yet: the node's watches wait
+	}
+	if err := s.cache.SetSnapshot(context.Background(), n.id, s.snaps[n.group][n.flavour]); err != nil {
+		s.log.Error("set snapshot", "node", n.id, "err", err)
+	}
+}
+
+// groupOf returns the index in s.snaps of the group a node belongs to:
+// the first node group that matches, or 0.
+func (s *Server) groupOf(md *corev3.Node) int {
+	for i, g := range s.groups {
+		if g.Cluster != "" && !globMatch(g.Cluster, md.GetCluster()) {
+			continue
+		}
+		ok := true
+		for k, v := range g.Metadata {
+			if md.GetMetadata().GetFields()[k].GetStringValue() != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// globMatch matches s against a pattern where '*' matches any run of
+// characters.
+func globMatch(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return strings.HasSuffix(s, parts[len(parts)-1])
+}
+
+// FlavourOf tells a proxyless gRPC client (user agent "gRPC Go", "gRPC
+// Java"…) from Envoy.
+func FlavourOf(n *corev3.Node) Flavour {
+	if strings.HasPrefix(n.GetUserAgentName(), "gRPC") {
+		return FlavourGRPC
+	}
+	return FlavourEnvoy
+}
+
+// attach registers the stream's node on its first request.
+func (s *Server) attach(streamID int64, md *corev3.Node) (*node, *xdsStream, error) {
+	st := s.streams[streamID]
+	if st != nil {
+		return s.nodes[st.node], st, nil
+	}
+	id := md.GetId()
+	if id == "" {
+		return nil, nil, status.Error(codes.InvalidArgument, "xds: the first request of a stream must carry node.id")
+	}
+	st = &xdsStream{node: id, sent: map[string]string{}, byType: map[string]string{}}
+	s.streams[streamID] = st
+	n := s.nodes[id]
+	if n == nil {
+		n = &node{id: id, md: md, acked: map[string]string{}, nacked: map[string]string{}}
+		n.group = s.groupOf(md)
+		n.flavour = FlavourOf(md)
+		s.nodes[id] = n
+		s.setSnapshot(n)
+		s.log.Info("xDS node connected", "node", id, "cluster", md.GetCluster(), "flavour", n.flavour, "user_agent", md.GetUserAgentName())
+	}
+	n.streams++
+	s.m.nodes.Set(float64(len(s.nodes)))
+	return n, st, nil
+}
+
+func (s *Server) closed(streamID int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streams[streamID]
+	if st == nil {
+		return
+	}
+	delete(s.streams, streamID)
+	n := s.nodes[st.node]
+	if n == nil {
+		return
+	}
+	if n.streams--; n.streams == 0 {
+		delete(s.nodes, n.id)
+		s.cache.ClearSnapshot(n.id)
+		s.m.nodes.Set(float64(len(s.nodes)))
+	}
+}
+
+// sent records the version of a response, by nonce.
+func (s *Server) sent(streamID int64, typeURL, nonce, version string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streams[streamID]
+	if st == nil {
+		return
+	}
+	if old, ok := st.byType[typeURL]; ok {
+		delete(st.sent, old)
+	}
+	st.byType[typeURL] = nonce
+	st.sent[nonce] = version
+}
+
+// onRequest sees a state-of-the-world request before the cache does.
+// go-control-plane ignores error_detail, and its cache would answer a NACK
+// (which carries the last accepted version, not the served one) by
+// sending the rejected version again, at once, forever. So a NACK pins the
+// node to the version it accepted: the watch then sees no difference and
+// sends nothing.
+func (s *Server) onRequest(streamID int64, req *discoverygrpc.DiscoveryRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, st, err := s.attach(streamID, req.GetNode())
+	if err != nil {
+		return err
+	}
+	typ := req.GetTypeUrl()
+	switch {
+	case req.GetErrorDetail() != nil:
+		s.nack(n, typ, st.sent[req.GetResponseNonce()], req.GetVersionInfo(), req.GetErrorDetail().GetMessage())
+	case req.GetResponseNonce() != "":
+		s.ack(n, typ, req.GetVersionInfo())
+	}
+	return nil
+}
+
+// onDeltaRequest is onRequest for delta streams, where requests carry no
+// version: the nonce names the response.
+func (s *Server) onDeltaRequest(streamID int64, req *discoverygrpc.DeltaDiscoveryRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, st, err := s.attach(streamID, req.GetNode())
+	if err != nil {
+		return err
+	}
+	typ := req.GetTypeUrl()
+	switch {
+	case req.GetErrorDetail() != nil:
+		s.nack(n, typ, st.sent[req.GetResponseNonce()], n.acked[typ], req.GetErrorDetail().GetMessage())
+	case req.GetResponseNonce() != "":
+		if v, ok := st.sent[req.GetResponseNonce()]; ok {
+			s.ack(n, typ, v)
+		}
+	}
+	return nil
+}
+
+func (s *Server) ack(n *node, typ, version string) {
+	if n.acked[typ] != version {
+		s.log.Debug("xDS ACK", "node", n.id, "type", ShortType(typ), "version", version)
+	}
+	n.acked[typ] = version
+	if n.nacked[typ] == version {
+		delete(n.nacked, typ)
+	}
+}
+
+// nack logs and counts a rejection and pins the node: for the rejected
+// type it is served the version it last accepted (from the history), for
+// the others what it has now. s.mu is held.
+func (s *Server) nack(n *node, typ, rejected, accepted, msg string) {
+	s.m.nacks.WithLabelValues(ShortType(typ)).Inc()
+	n.nacked[typ], n.lastErr = rejected, msg
+	s.log.Warn("xDS NACK: config rejected; node rolled back to the version it accepted",
+		"node", n.id, "type", ShortType(typ), "rejected_version", rejected, "kept_version", accepted, "error", msg)
+	if s.snaps == nil {
+		return
+	}
+	cur := s.snaps[n.group][n.flavour]
+	if n.pinned {
+		if snap, err := s.cache.GetSnapshot(n.id); err == nil {
+			if c, ok := snap.(*cachev3.Snapshot); ok {
+				cur = c
+			}
+		}
+	}
+	pinned := &cachev3.Snapshot{Resources: cur.Resources}
+	i := cachev3.GetResponseType(typ)
+	if i == types.UnknownType {
+		return
+	}
+	if old, ok := s.history[i].res[accepted]; ok {
+		pinned.Resources[i] = old
+	} else {
+		// Nothing accepted yet, or too old to remember: serve the
+		// node's own version with no resources, which sends nothing.
+		pinned.Resources[i] = cachev3.Resources{Version: accepted, Items: map[string]types.ResourceWithTTL{}}
+	}
+	if err := pinned.ConstructVersionMap(); err != nil {
+		s.log.Error("pin node", "node", n.id, "err", err)
+		return
+	}
+	n.pinned = true
+	if err := s.cache.SetSnapshot(context.Background(), n.id, pinned); err != nil {
+		s.log.Error("pin node", "node", n.id, "err", err)
+	}
+}
+
+// NodeStatus is what the server knows about one connected node.
+type NodeStatus struct {
+	ID      string
+	Group   string // "" for the default group
+	Flavour Flavour
+	Streams int
+	// Pinned: the node rejected a version and is held at what it accepted
+	// until the next config change.
+	Pinned bool
+	Acked  map[string]string // short type ("cds") → version last ACKed
+	Nacked map[string]string // short type → version last rejected
+	// LastError is the error_detail of the node's last NACK.
+	LastError string
+}
+
+// Nodes reports the connected nodes, sorted by id.
+func (s *Server) Nodes() []NodeStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]NodeStatus, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		ns := NodeStatus{ID: n.id, Flavour: n.flavour, Streams: n.streams, Pinned: n.pinned, LastError: n.lastErr, Acked: map[string]string{}, Nacked: map[string]string{}}
+		if n.group > 0 && n.group <= len(s.groups) {
+			ns.Group = s.groups[n.group-1].Name
+		}
+		for k, v := range n.acked {
+			ns.Acked[ShortType(k)] = v
+		}
+		for k, v := range n.nacked {
+			ns.Nacked[ShortType(k)] = v
+		}
+		out = append(out, ns)
+	}
+	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Served returns the version of each type (short names) that a node of
+// the given group index and flavour is served now.
+func (s *Server) Served(group int, f Flavour) (map[string]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if group >= len(s.snaps) {
+		return nil, errors.New("xds: no such group")
+	}
+	out := map[string]string{}
+	for _, typ := range typeOrder {
+		out[ShortType(typ)] = s.snaps[group][f].GetVersion(typ)
+	}
+	return out, nil
+}
+
+func hashStrings(ss []string) string {
+	h := sha256.New()
+	for _, s := range ss {
+		h.Write([]byte(s + "\n"))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// cacheLogger routes go-control-plane's logs to slog: its chatter at
+// debug, its warnings and errors as such.
+type cacheLogger struct{ l *slog.Logger }
+
+func (c cacheLogger) Debugf(f string, a ...any) { c.l.Debug(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Infof(f string, a ...any)  { c.l.Debug(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Warnf(f string, a ...any)  { c.l.Warn(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Errorf(f string, a ...any) { c.l.Error(fmt.Sprintf(f, a...)) }
