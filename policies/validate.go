@@ -277,6 +277,9 @@ func (v *validator) baseURL(path, s string) {
 		v.add(path, "must not contain credentials (put the provider's key in api_key)")
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.HasSuffix(s, "#"):
 		v.add(path, "must not have a query or fragment, got %s", got)
+	case len(u.Hostname()) > 253:
+		// Envoy refuses such an SNI, and DNS such a name.
+		v.add(path, "host name is %d characters; at most 253 are allowed", len(u.Hostname()))
 	}
 }
 

@@ -190,7 +190,11 @@ func TestWatcherKeepsLastGoodOnBadReload(t *testing.T) {
 	good := wt.load()
 	wt.run()
 
-	wt.write(badWatcherFile)
+	// Written by rename, never truncated in place: a test goroutine that
+	// stalls for over a second between truncating and writing (a loaded
+	// CI machine) would leave an empty file that has settled, and the
+	// watcher would rightly report that instead.
+	wt.replace(badWatcherFile)
 	r := wt.next()
 	var ps Problems
 	if r.s != nil || !errors.As(r.err, &ps) {
@@ -210,7 +214,7 @@ func TestWatcherKeepsLastGoodOnBadReload(t *testing.T) {
 	assertNoEnvValues(t, logs)
 	wt.quiet() // the same bad content is not reported again
 
-	wt.write(watcherFile("gpt-4.1"))
+	wt.replace(watcherFile("gpt-4.1"))
 	if r := wt.next(); r.err != nil || modelOf(r.s) != "gpt-4.1" {
 		t.Fatalf("OnReload(%v, %v) after fixing the file, want the new snapshot", r.s, r.err)
 	}

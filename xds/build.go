@@ -116,9 +116,13 @@ type builder struct {
 
 func (b *builder) build() (*Resources, error) {
 	b.out.ListenerFor = b.flavour
+	// Fallback needs Envoy's upstream ext_proc to rewrite each attempt:
+	// proxyless gRPC clients get no fallback resources (grpc-go would
+	// also refuse the aggregate's CLUSTER_PROVIDED lb_policy).
+	fallback := func(m *policies.ModelRoute) bool { return m.Fallback() && b.flavour == FlavourEnvoy }
 	members := map[string]bool{} // providers that are fallback members
 	for _, m := range b.snap.Models() {
-		if m.Fallback() {
+		if fallback(m) {
 			for _, t := range m.Targets {
 				members[t.Provider.Name] = true
 			}
@@ -139,7 +143,7 @@ func (b *builder) build() (*Resources, error) {
 		}
 	}
 	for _, m := range b.snap.Models() {
-		if m.Fallback() {
+		if fallback(m) {
 			b.out.Clusters = append(b.out.Clusters, aggregateCluster(m))
 		}
 	}
@@ -215,7 +219,9 @@ func socketAddress(hostport string) (*corev3.Address, error) {
 // with weight 1 (gRPC clients need a locality weight), each endpoint named
 // by the base URL's host for auto_host_rewrite.
 func (up upstream) assignment(name string) *endpointv3.ClusterLoadAssignment {
-	la := &endpointv3.LocalityLbEndpoints{LoadBalancingWeight: wrapperspb.UInt32(1)}
+	// An empty Locality, not none: grpc-go NACKs a locality without one
+	// ("EDS response contains a locality without ID").
+	la := &endpointv3.LocalityLbEndpoints{Locality: &corev3.Locality{}, LoadBalancingWeight: wrapperspb.UInt32(1)}
 	for _, a := range up.addrs {
 		la.LbEndpoints = append(la.LbEndpoints, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{
 			Endpoint: &endpointv3.Endpoint{Address: a, Hostname: up.host},
@@ -381,7 +387,7 @@ func (b *builder) routeConfig() *routev3.RouteConfiguration {
 		vh.Routes = append(vh.Routes, headerRoute(p.Name, p.Name, p.Timeout, p.IdleTimeout, retryPolicy(p)))
 	}
 	for _, m := range b.snap.Models() {
-		if !m.Fallback() {
+		if !m.Fallback() || b.flavour != FlavourEnvoy {
 			continue
 		}
 		name := policies.FallbackClusterPrefix + m.Name

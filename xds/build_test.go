@@ -304,3 +304,20 @@ func removeCluster(cs []*clusterv3.Cluster, name string) []*clusterv3.Cluster {
 	}
 	return out
 }
+
+// BenchmarkBuildAndValidate is the work of one config change for one group
+// and flavour: build the resources, validate them deeply, hash versions.
+func BenchmarkBuildAndValidate(b *testing.B) {
+	p := compile(b, testPolicy)
+	g := Groups(p)[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := Build(p, g, FlavourEnvoy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := Snapshot(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

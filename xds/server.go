@@ -48,6 +48,8 @@ type Server struct {
 	m      *Metrics
 	cache  cachev3.SnapshotCache
 	sluice []string // Options.SluiceAddresses
+	// build is Build; tests replace it to produce what no config can.
+	build func(*policies.Snapshot, Group, Flavour) (*Resources, error)
 
 	mu      sync.Mutex
 	policy  *policies.Snapshot
@@ -101,7 +103,7 @@ func (h *history) add(r cachev3.Resources) {
 
 // New returns a server with no configuration; Update gives it one.
 func New(opts Options) *Server {
-	s := &Server{log: opts.Log, m: opts.Metrics, sluice: opts.SluiceAddresses, nodes: map[string]*node{}, streams: map[int64]*xdsStream{}}
+	s := &Server{log: opts.Log, m: opts.Metrics, sluice: opts.SluiceAddresses, build: Build, nodes: map[string]*node{}, streams: map[int64]*xdsStream{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -139,7 +141,8 @@ func (s *Server) Register(ctx context.Context, g *grpc.Server) {
 // Update builds, validates and serves the resources of a new policy
 // snapshot. An invalid result is not served: the error is returned,
 // logged and counted, and the previous configuration stays. Resources
-// equal to those served push nothing. Every node is unpinned.
+// equal to those served push nothing. A node stays pinned to what it
+// accepted only while the version it rejected is still the one served.
 func (s *Server) Update(p *policies.Snapshot) (changed bool, err error) {
 	groups := Groups(p)
 	if len(s.sluice) > 0 && len(p.Config().XDS.SluiceAddresses) == 0 {
@@ -153,7 +156,7 @@ func (s *Server) Update(p *policies.Snapshot) (changed bool, err error) {
 	versions := make([]string, 0, 2*len(groups))
 	for i, g := range groups {
 		for _, f := range []Flavour{FlavourEnvoy, FlavourGRPC} {
-			r, err := Build(p, g, f)
+			r, err := s.build(p, g, f)
 			if err == nil {
 				snaps[i][f], _, err = Snapshot(r)
 			}
@@ -189,7 +192,6 @@ func (s *Server) Update(p *policies.Snapshot) (changed bool, err error) {
 	}
 	for _, n := range s.nodes {
 		n.group = s.groupOf(n.md)
-		n.pinned = false
 		s.setSnapshot(n)
 	}
 	s.m.version.Reset()
@@ -206,12 +208,41 @@ func (s *Server) Version() string {
 	return s.version
 }
 
-// setSnapshot gives node n its group's snapshot. s.mu is held.
+// setSnapshot gives node n its group's snapshot, except that a type whose
+// current version the node rejected stays at the version the node
+// accepted (from the history; if too old to remember, an empty set under
+// the accepted version, which sends nothing). A type whose version has
+// moved on is unpinned. s.mu is held.
 func (s *Server) setSnapshot(n *node) {
 	if s.snaps == nil {
 		return // no config yet: the node's watches wait
 	}
-	if err := s.cache.SetSnapshot(context.Background(), n.id, s.snaps[n.group][n.flavour]); err != nil {
+	snap := s.snaps[n.group][n.flavour]
+	var pinned *cachev3.Snapshot
+	for typ, rejected := range n.nacked {
+		if snap.GetVersion(typ) != rejected {
+			delete(n.nacked, typ)
+			continue
+		}
+		if pinned == nil {
+			pinned = &cachev3.Snapshot{Resources: snap.Resources}
+		}
+		i := cachev3.GetResponseType(typ)
+		if old, ok := s.history[i].res[n.acked[typ]]; ok {
+			pinned.Resources[i] = old
+		} else {
+			pinned.Resources[i] = cachev3.Resources{Version: n.acked[typ], Items: map[string]types.ResourceWithTTL{}}
+		}
+	}
+	n.pinned = pinned != nil
+	if pinned != nil {
+		if err := pinned.ConstructVersionMap(); err != nil {
+			s.log.Error("pin node", "node", n.id, "err", err)
+			return
+		}
+		snap = pinned
+	}
+	if err := s.cache.SetSnapshot(context.Background(), n.id, snap); err != nil {
 		s.log.Error("set snapshot", "node", n.id, "err", err)
 	}
 }
@@ -382,44 +413,22 @@ func (s *Server) ack(n *node, typ, version string) {
 }
 
 // nack logs and counts a rejection and pins the node: for the rejected
-// type it is served the version it last accepted (from the history), for
-// the others what it has now. s.mu is held.
+// type it is served the version it last accepted, so the cache sees no
+// difference and sends nothing, until a config change gives that type a
+// new version. s.mu is held.
 func (s *Server) nack(n *node, typ, rejected, accepted, msg string) {
 	s.m.nacks.WithLabelValues(ShortType(typ)).Inc()
-	n.nacked[typ], n.lastErr = rejected, msg
+	n.lastErr = msg
 	s.log.Warn("xDS NACK: config rejected; node rolled back to the version it accepted",
 		"node", n.id, "type", ShortType(typ), "rejected_version", rejected, "kept_version", accepted, "error", msg)
-	if s.snaps == nil {
+	if s.snaps == nil || cachev3.GetResponseType(typ) == types.UnknownType {
 		return
 	}
-	cur := s.snaps[n.group][n.flavour]
-	if n.pinned {
-		if snap, err := s.cache.GetSnapshot(n.id); err == nil {
-			if c, ok := snap.(*cachev3.Snapshot); ok {
-				cur = c
-			}
-		}
+	if rejected == "" { // a response this stream did not see sent: the current one
+		rejected = s.snaps[n.group][n.flavour].GetVersion(typ)
 	}
-	pinned := &cachev3.Snapshot{Resources: cur.Resources}
-	i := cachev3.GetResponseType(typ)
-	if i == types.UnknownType {
-		return
-	}
-	if old, ok := s.history[i].res[accepted]; ok {
-		pinned.Resources[i] = old
-	} else {
-		// Nothing accepted yet, or too old to remember: serve the
-		// node's own version with no resources, which sends nothing.
-		pinned.Resources[i] = cachev3.Resources{Version: accepted, Items: map[string]types.ResourceWithTTL{}}
-	}
-	if err := pinned.ConstructVersionMap(); err != nil {
-		s.log.Error("pin node", "node", n.id, "err", err)
-		return
-	}
-	n.pinned = true
-	if err := s.cache.SetSnapshot(context.Background(), n.id, pinned); err != nil {
-		s.log.Error("pin node", "node", n.id, "err", err)
-	}
+	n.nacked[typ], n.acked[typ] = rejected, accepted
+	s.setSnapshot(n)
 }
 
 // NodeStatus is what the server knows about one connected node.

@@ -1,0 +1,225 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	grpcxds "google.golang.org/grpc/xds" // registers the xds resolver and balancers
+
+	"github.com/sluicegw/sluice/chain"
+)
+
+// grpc-go as an independent xDS client of Sluice: a proxyless gRPC channel
+// dials xds:///sluice-grpc, routes each RPC on x-sluice-provider to a
+// provider's EDS endpoints, and is the judge of what Sluice serves.
+
+// startBackend serves the gRPC health service on 127.0.0.1:0 and names
+// itself in every response's "backend" header.
+func startBackend(t *testing.T, name string) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := grpc.SetHeader(ctx, metadata.Pairs("backend", name)); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}))
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(lis) }()
+	t.Cleanup(func() {
+		g.Stop()
+		if err := <-done; err != nil {
+			t.Errorf("backend %s: %v", name, err)
+		}
+	})
+	return lis.Addr().String()
+}
+
+// grpcPolicy has providers a and b on the given endpoints. a's scheme and
+// connect timeout vary: https makes its cluster carry TLS with the system
+// roots, which grpc-go rejects unless GRPC_EXPERIMENTAL_XDS_SYSTEM_ROOT_CERTS
+// is set (gRFC A82), while Envoy's validation accepts it.
+func grpcPolicy(aScheme, aAddr, bAddr, aConnect string, more ...string) string {
+	return fmt.Sprintf(`
+listen: {grpc: "127.0.0.1:9001", envoy: "127.0.0.1:10000"}
+providers:
+  - {name: a, kind: openai-compatible, base_url: "%s://backend-a.test:8443", endpoints: ["%s"], connect_timeout: %s}
+  - {name: b, kind: openai-compatible, base_url: "http://backend-b.test:80", endpoints: ["%s"]}
+models:
+  - {name: model-a, provider: a}
+  - {name: model-b, provider: b}
+%s
+xds: {access_log: "off"}
+`, aScheme, aAddr, aConnect, bAddr, strings.Join(more, "\n"))
+}
+
+// grpcClient is a proxyless gRPC channel with its own bootstrap (the
+// environment's is read once at init, envoy-protocol.md §5).
+type grpcClient struct {
+	t    *testing.T
+	node string
+	hc   healthpb.HealthClient
+}
+
+func newGRPCClient(t *testing.T, xdsAddr string) *grpcClient {
+	t.Helper()
+	node := fmt.Sprintf("grpc-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
+	bootstrap := fmt.Sprintf(`{
+		"xds_servers": [{"server_uri": "passthrough:///%s", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+		"node": {"id": %q}
+	}`, xdsAddr, node)
+	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient("xds:///sluice-grpc", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return &grpcClient{t: t, node: node, hc: healthpb.NewHealthClient(cc)}
+}
+
+// call sends one RPC routed to provider (none: no routing header) and
+// returns the backend that answered.
+func (c *grpcClient) call(provider string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if provider != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, chain.RoutingHeader, provider)
+	}
+	var hdr metadata.MD
+	if _, err := c.hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr)); err != nil {
+		return "", err
+	}
+	if b := hdr.Get("backend"); len(b) == 1 {
+		return b[0], nil
+	}
+	return "", fmt.Errorf("no backend header in %v", hdr)
+}
+
+// waitRoute polls until RPCs for provider reach backend.
+func (c *grpcClient) waitRoute(provider, backend string) {
+	c.t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		got, err := c.call(provider)
+		if err == nil && got == backend {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("RPCs for provider %s: got backend %q, error %v; want backend %s within %v", provider, got, err, backend, testTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// expectRoutes checks one RPC per provider against the backend it must
+// reach.
+func (c *grpcClient) expectRoutes(want map[string]string) {
+	c.t.Helper()
+	for provider, backend := range want {
+		if got, err := c.call(provider); err != nil || got != backend {
+			c.t.Errorf("RPC for provider %s: backend %q, error %v; want %s", provider, got, err, backend)
+		}
+	}
+}
+
+func TestGRPCClient(t *testing.T) {
+	if v := os.Getenv("GRPC_EXPERIMENTAL_XDS_SYSTEM_ROOT_CERTS"); strings.EqualFold(v, "true") {
+		t.Skip("GRPC_EXPERIMENTAL_XDS_SYSTEM_ROOT_CERTS=true: grpc-go accepts the TLS cluster this test relies on it rejecting")
+	}
+	ts := startXDS(t)
+	addrA, addrB := startBackend(t, "A"), startBackend(t, "B")
+	ts.update(t, grpcPolicy("http", addrA, addrB, "5s"))
+	c := newGRPCClient(t, ts.addr)
+
+	// Routing on the header, to each provider's endpoints.
+	c.waitRoute("a", "A")
+	c.waitRoute("b", "B")
+	if _, err := c.call(""); err == nil {
+		t.Error("an RPC without the routing header succeeded; the catch-all route (a direct_response grpc-go cannot serve) should fail it")
+	}
+	v1 := ts.served(t, FlavourGRPC)
+	n := ts.waitNode(t, c.node, "ACK all four types", func(n NodeStatus) bool { return ackedAll(n, v1) })
+	if n.Flavour != FlavourGRPC || n.Pinned || len(n.Nacked) != 0 {
+		t.Fatalf("grpc-go node after the first config: %+v", n)
+	}
+
+	// NACK: a becomes https, which changes only its cluster, and grpc-go
+	// rejects it.
+	ts.update(t, grpcPolicy("https", addrA, addrB, "5s"))
+	v2 := ts.served(t, FlavourGRPC)
+	for _, typ := range typeOrder {
+		if changed := v2[typ] != v1[typ]; changed != (typ == resourcev3.ClusterType) {
+			t.Fatalf("%s version %s → %s: the bad config must change the clusters only", ShortType(typ), v1[typ], v2[typ])
+		}
+	}
+	n = ts.waitNode(t, c.node, "NACK the TLS cluster", func(n NodeStatus) bool { return n.Nacked["cds"] == v2[resourcev3.ClusterType] })
+	if !n.Pinned || n.Acked["cds"] != v1[resourcev3.ClusterType] || !strings.Contains(n.LastError, "ca_certificate_provider_instance") {
+		t.Errorf("after grpc-go's NACK: pinned %v, cds ACKed %s (want %s), last error %q", n.Pinned, n.Acked["cds"], v1[resourcev3.ClusterType], n.LastError)
+	}
+	if got := metricValue(t, ts.m.nacks.WithLabelValues("cds")); got != 1 {
+		t.Errorf("sluice_xds_nacks_total{type=cds} = %v, want 1", got)
+	}
+
+	// No resend loop: for 2 s the old config keeps serving RPCs and the
+	// node is sent nothing more. Unpatched, go-control-plane resends the
+	// rejected version thousands of times a second.
+	sent, nacks := ts.wire.responses(c.node, ""), ts.wire.nacksFrom(c.node)
+	rpcs := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); rpcs += 2 {
+		c.expectRoutes(map[string]string{"a": "A", "b": "B"})
+	}
+	extra, extraNacks := ts.wire.responses(c.node, "")-sent, ts.wire.nacksFrom(c.node)-nacks
+	t.Logf("in the 2 s after the NACK: %d RPCs on the old config, %d responses sent to the node, %d more NACKs (total NACKs %d)", rpcs, extra, extraNacks, ts.wire.nacksFrom(c.node))
+	if extra > 1 || extraNacks > 1 {
+		t.Errorf("resend loop: %d responses and %d NACKs in the 2 s after the NACK, want at most 1 of each", extra, extraNacks)
+	}
+
+	// Fixed: back to plain HTTP, a new connect timeout (a new cluster
+	// version), and a now served by backend B.
+	ts.update(t, grpcPolicy("http", addrB, addrB, "2s"))
+	v3 := ts.served(t, FlavourGRPC)
+	if v3[resourcev3.ClusterType] == v1[resourcev3.ClusterType] || v3[resourcev3.EndpointType] == v1[resourcev3.EndpointType] {
+		t.Fatalf("the fix must change clusters and endpoints: %v → %v", v1, v3)
+	}
+	ts.waitNode(t, c.node, "ACK the fix", func(n NodeStatus) bool { return ackedAll(n, v3) && !n.Pinned })
+	c.waitRoute("a", "B")
+	c.expectRoutes(map[string]string{"a": "B", "b": "B"})
+
+}
+
+// TestGRPCClientFallbackModel: a priority model's fallback resources
+// (aggregate and member clusters, the fallback route) are Envoy's only —
+// each attempt needs the upstream ext_proc. grpc-go, which names only the
+// clusters its routes reach and refuses CLUSTER_PROVIDED, must keep
+// routing to the providers and keep receiving cluster changes.
+func TestGRPCClientFallbackModel(t *testing.T) {
+	ts := startXDS(t)
+	addrA, addrB := startBackend(t, "A"), startBackend(t, "B")
+	ha := "  - {name: model-ha, providers: [{name: a}, {name: b}]}"
+	ts.update(t, grpcPolicy("http", addrA, addrB, "2s", ha))
+	c := newGRPCClient(t, ts.addr)
+	c.waitRoute("a", "A")
+	c.waitRoute("b", "B")
+	ts.update(t, grpcPolicy("http", addrA, addrB, "3s", ha))
+	v := ts.served(t, FlavourGRPC)
+	ts.waitNode(t, c.node, "ACK the new clusters", func(n NodeStatus) bool { return n.Acked["cds"] == v[resourcev3.ClusterType] })
+	c.expectRoutes(map[string]string{"a": "A", "b": "B"})
+}
