@@ -659,8 +659,27 @@ func TestSotwNACKPinsNode(t *testing.T) {
 		t.Errorf("%d CDS responses, want 2 (v1 and the rejected v2)", got)
 	}
 
-	// The next change unpins: the node gets the new clusters.
-	ts.update(t, serverPolicy("1m", "3s"))
+	// A change elsewhere (routes only) leaves the rejected clusters
+	// current: the node stays pinned and gets the routes, not the
+	// rejected clusters again.
+	ts.update(t, serverPolicy("2m", "2s"))
+	if v := ts.served(t, FlavourEnvoy); v[resourcev3.ClusterType] != v2[resourcev3.ClusterType] || v[resourcev3.RouteType] == v2[resourcev3.RouteType] {
+		t.Fatalf("the idle-timeout change must change routes only: %v → %v", v2, v)
+	}
+	if r := c.next(); r.GetTypeUrl() != resourcev3.RouteType {
+		t.Fatalf("after an unrelated change got %s %s, want rds only", ShortType(r.GetTypeUrl()), r.GetVersionInfo())
+	} else {
+		c.ack(r)
+	}
+	if n := ts.waitNode(t, "envoy-1", "still pinned", func(n NodeStatus) bool { return n.Acked["rds"] != v2[resourcev3.RouteType] }); !n.Pinned {
+		t.Errorf("an unrelated change unpinned the node: %+v", n)
+	}
+	if got := ts.wire.responses("envoy-1", resourcev3.ClusterType); got != 2 {
+		t.Errorf("%d CDS responses after an unrelated change, want still 2", got)
+	}
+
+	// A change of the rejected type unpins: the node gets the new clusters.
+	ts.update(t, serverPolicy("2m", "3s"))
 	v3 := ts.served(t, FlavourEnvoy)
 	r = c.next()
 	if r.GetTypeUrl() != resourcev3.ClusterType || r.GetVersionInfo() != v3[resourcev3.ClusterType] {
