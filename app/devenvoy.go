@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/sluicegw/sluice/envoy/envoytest"
+	"golang.org/x/sync/errgroup"
 )
 
 func runDevEnvoy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -14,7 +15,9 @@ func runDevEnvoy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 Runs the Envoy emulator (envoy/envoytest) from an Envoy bootstrap file — the
 same file a real Envoy takes with -c: one listener whose http_connection_manager
-runs ext_authz / ext_proc / router, and static clusters. Prints one access log
+runs ext_authz / ext_proc / router, and static clusters; or dynamic_resources
+taking listeners, routes, clusters and endpoints over ADS from an xDS server
+(it listens once a complete configuration has arrived). Prints one access log
 line per request to stdout. For tests and demos only.`, stderr)
 	config := fs.String("config", "", "Envoy bootstrap `file` (YAML or JSON)")
 	addr := fs.String("addr", "", "override the listener address (host:port)")
@@ -40,15 +43,27 @@ line per request to stdout. For tests and demos only.`, stderr)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *config, err)
 	}
-	listenAddr := e.ListenAddr()
-	if *addr != "" {
-		listenAddr = *addr
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", listenAddr)
-	if err != nil {
-		return fmt.Errorf("dev-envoy: %w", err)
-	}
-	fmt.Fprintf(stderr, "%s\nlistening on http://%s\n", envoytest.Banner, ln.Addr())
-	return e.Serve(ctx, ln)
+	// Run subscribes over ADS (with a static bootstrap it just waits);
+	// Listen waits for the listener address LDS gives.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return e.Run(ctx) })
+	g.Go(func() error {
+		var ln net.Listener
+		var err error
+		if *addr != "" {
+			var lc net.ListenConfig
+			ln, err = lc.Listen(ctx, "tcp", *addr)
+		} else {
+			ln, err = e.Listen(ctx)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped before a configuration arrived
+			}
+			return fmt.Errorf("dev-envoy: %w", err)
+		}
+		fmt.Fprintf(stderr, "%s\nlistening on http://%s\n", envoytest.Banner, ln.Addr())
+		return e.Serve(ctx, ln)
+	})
+	return g.Wait()
 }

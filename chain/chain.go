@@ -42,17 +42,35 @@ const (
 const RoutingHeader = "x-sluice-provider"
 
 // Fallback attempts. Each attempt of a fallback request runs, in the
-// upstream filter chain of the member cluster it goes to, an ext_proc
-// (UpstreamExtProc) whose gRPC stream carries the initial metadata
-// UpstreamMetadataKey: <provider>. That stream is served by the upstream
-// processor, which rewrites the request for the provider and adds the
+// upstream filter chain of the model's aggregate cluster (Envoy builds an
+// attempt's upstream filters from the route's cluster, never from the
+// aggregate's member the host came from: envoyproxy/envoy#29318), an
+// ext_proc (UpstreamExtProc) whose gRPC stream carries the initial metadata
+// UpstreamMetadataKey. That stream is served by the upstream processor: it
+// learns the attempt's number from AttemptCountHeader (the route's virtual
+// host asks Envoy to set it), and so its provider — with every member
+// healthy, previous_priorities sends attempt n to the n-th member — and the
+// client's path from the dynamic metadata the downstream processor left
+// (FallbackPathKey in UsageNamespace; the header map is shared by all
+// attempts, so the :path an attempt sees may be a previous attempt's
+// rewrite). It rewrites the request for that provider and adds the
 // served-by headers to its response; the downstream ext_proc reads them
 // (to meter and record the provider that answered) and removes them before
 // the response reaches the client.
 const (
-	// UpstreamMetadataKey is the gRPC initial-metadata key naming the
-	// provider of an upstream ext_proc stream.
-	UpstreamMetadataKey = "x-sluice-upstream"
+	// UpstreamMetadataKey is the gRPC initial-metadata key that marks an
+	// upstream ext_proc stream (value UpstreamMetadataValue).
+	UpstreamMetadataKey   = "x-sluice-upstream"
+	UpstreamMetadataValue = "fallback"
+	// AttemptCountHeader is the request header in which Envoy numbers the
+	// attempts of a request, from 1 (include_request_attempt_count).
+	AttemptCountHeader = "x-envoy-attempt-count"
+	// FallbackPathKey and FallbackAnthropicVersionKey are the dynamic
+	// metadata fields (namespace UsageNamespace) in which the downstream
+	// processor leaves, for the attempts, the :path the client sent and
+	// whether it sent anthropic-version itself.
+	FallbackPathKey             = "fallback_client_path"
+	FallbackAnthropicVersionKey = "fallback_client_anthropic_version"
 	// ServedByHeader is the response header naming the provider that
 	// answered.
 	ServedByHeader = "x-sluice-served-by"
@@ -135,21 +153,22 @@ func HTTPFilters(o Options) []*hcmv3.HttpFilter {
 }
 
 // UpstreamExtProc is the ext_proc filter configuration of the upstream HTTP
-// filter chain of provider's fallback member cluster: one stream per
-// attempt, whose gRPC initial metadata UpstreamMetadataKey names the
-// provider. Modes: request headers SEND (the path as the client sent it;
-// the routing header is removed there), request body BUFFERED (the model
-// is in the body, and the rewritten body and its headers go out together),
-// response headers SEND (the served-by headers are added), response body
-// NONE, trailers SKIP. Same cluster and message timeout as ExtProc; no
-// metadata is forwarded or received (the upstream processor never meters).
+// filter chain of a fallback model's aggregate cluster: one stream per
+// attempt, marked by the gRPC initial metadata UpstreamMetadataKey. Modes:
+// request headers SEND (the attempt count; the routing header is removed
+// there), request body BUFFERED (the model is in the body, and the
+// rewritten body and its headers go out together), response headers SEND
+// (the served-by headers are added), response body NONE, trailers SKIP.
+// Same cluster and message timeout as ExtProc; UsageNamespace is forwarded
+// (the client's path, left by the downstream processor), nothing is
+// received (the upstream processor never meters).
 //
 // It always fails closed, whatever Options.FailOpen says, with 503: an
 // attempt Sluice could not rewrite would reach the provider without its
 // credential and with the client's model name, so it could never succeed.
-func UpstreamExtProc(o Options, provider string) *extprocv3.ExternalProcessor {
+func UpstreamExtProc(o Options) *extprocv3.ExternalProcessor {
 	gs := grpcService(o.Cluster, 0)
-	gs.InitialMetadata = []*corev3.HeaderValue{{Key: UpstreamMetadataKey, Value: provider}}
+	gs.InitialMetadata = []*corev3.HeaderValue{{Key: UpstreamMetadataKey, Value: UpstreamMetadataValue}}
 	return &extprocv3.ExternalProcessor{
 		GrpcService: gs,
 		ProcessingMode: &extprocv3.ProcessingMode{
@@ -162,15 +181,18 @@ func UpstreamExtProc(o Options, provider string) *extprocv3.ExternalProcessor {
 		},
 		MessageTimeout: durationpb.New(ExtProcTimeout),
 		StatusOnError:  &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
+		MetadataOptions: &extprocv3.MetadataOptions{
+			ForwardingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{Untyped: []string{UsageNamespace}},
+		},
 	}
 }
 
-// UpstreamHTTPFilters returns the upstream HTTP filter chain of provider's
-// fallback member cluster, in order: UpstreamExtProc, then the
+// UpstreamHTTPFilters returns the upstream HTTP filter chain of a fallback
+// model's aggregate cluster, in order: UpstreamExtProc, then the
 // upstream_codec filter Envoy requires last.
-func UpstreamHTTPFilters(o Options, provider string) []*hcmv3.HttpFilter {
+func UpstreamHTTPFilters(o Options) []*hcmv3.HttpFilter {
 	return []*hcmv3.HttpFilter{
-		filter(ExtProcFilterName, UpstreamExtProc(o, provider)),
+		filter(ExtProcFilterName, UpstreamExtProc(o)),
 		filter(UpstreamCodecFilterName, &upstreamcodecv3.UpstreamCodec{}),
 	}
 }

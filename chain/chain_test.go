@@ -36,12 +36,12 @@ func TestConfigsValidate(t *testing.T) {
 
 func TestUpstreamConfigsValidate(t *testing.T) {
 	o := Options{Cluster: "sluice.extension", FailOpen: true}
-	ep := UpstreamExtProc(o, "openai")
+	ep := UpstreamExtProc(o)
 	if err := ep.ValidateAll(); err != nil {
 		t.Fatalf("upstream ext_proc: %v", err)
 	}
 	md := ep.GetGrpcService().GetInitialMetadata()
-	if len(md) != 1 || md[0].GetKey() != UpstreamMetadataKey || md[0].GetValue() != "openai" {
+	if len(md) != 1 || md[0].GetKey() != UpstreamMetadataKey || md[0].GetValue() != UpstreamMetadataValue {
 		t.Errorf("initial metadata %v", md)
 	}
 	if c := ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != o.Cluster {
@@ -50,8 +50,11 @@ func TestUpstreamConfigsValidate(t *testing.T) {
 	if ep.GetFailureModeAllow() || ep.GetStatusOnError().GetCode() != 503 {
 		t.Errorf("upstream ext_proc must fail closed with 503: allow %v, status %v", ep.GetFailureModeAllow(), ep.GetStatusOnError())
 	}
-	if ep.GetMessageTimeout().AsDuration() != ExtProcTimeout || ep.GetMetadataOptions() != nil {
-		t.Errorf("timeout %v metadata %v", ep.GetMessageTimeout(), ep.GetMetadataOptions())
+	if ep.GetMessageTimeout().AsDuration() != ExtProcTimeout {
+		t.Errorf("timeout %v", ep.GetMessageTimeout())
+	}
+	if mo := ep.GetMetadataOptions(); len(mo.GetForwardingNamespaces().GetUntyped()) != 1 || mo.GetForwardingNamespaces().GetUntyped()[0] != UsageNamespace || mo.GetReceivingNamespaces() != nil {
+		t.Errorf("metadata options %v: want the usage namespace forwarded (the client's path), nothing received", mo)
 	}
 	pm := ep.GetProcessingMode()
 	want := &extprocv3.ProcessingMode{
@@ -62,7 +65,7 @@ func TestUpstreamConfigsValidate(t *testing.T) {
 		t.Errorf("modes %v, want %v", pm, want)
 	}
 
-	fs := UpstreamHTTPFilters(o, "openai")
+	fs := UpstreamHTTPFilters(o)
 	if len(fs) != 2 || fs[0].GetName() != ExtProcFilterName || fs[1].GetName() != UpstreamCodecFilterName {
 		t.Fatalf("filters %v", fs)
 	}

@@ -1,6 +1,6 @@
 // Package chain owns the HTTP filter chains Sluice asks Envoy to run — the
 // ext_authz and ext_proc filters in front of the router (HTTPFilters), and
-// the upstream ext_proc of a fallback member cluster
+// the upstream ext_proc of a fallback model's aggregate cluster
 // (UpstreamHTTPFilters) — in one place, with the names both sides of the
 // wire agree on (routing and served-by headers, metadata key and
 // namespaces): the emulator tests build their bootstraps from it and the

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -103,13 +104,21 @@ func eachProxy(t *testing.T, b *bootstrapv3.Bootstrap, fn func(t *testing.T, p p
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		ln, err := e.Listen(ctx)
+		// Run subscribes over ADS when the bootstrap is dynamic; Listen
+		// waits for the first complete configuration (bounded here).
+		xdsDone := make(chan error, 1)
+		go func() { xdsDone <- e.Run(ctx) }()
+		lctx, lcancel := context.WithTimeout(ctx, 20*time.Second)
+		ln, err := e.Listen(lctx)
+		lcancel()
 		if err != nil {
-			t.Fatal(err)
+			cancel()
+			<-xdsDone
+			t.Fatalf("emulator: %v (xDS status %+v)", err, e.XDSStatus())
 		}
 		done := make(chan error, 1)
 		go func() { done <- e.Serve(ctx, ln) }()
-		t.Cleanup(func() { cancel(); <-done })
+		t.Cleanup(func() { cancel(); <-done; <-xdsDone })
 		fn(t, proxy{url: "http://" + ln.Addr().String(), emu: e})
 	})
 	t.Run("real-envoy", func(t *testing.T) {

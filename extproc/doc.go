@@ -15,10 +15,13 @@
 //
 // A fallback model's request is rewritten for its provider not here but on
 // each attempt, by the UpstreamProcessor that serves the ext_proc of the
-// member cluster's upstream filter chain (streams whose gRPC metadata
-// carries chain.UpstreamMetadataKey); it reports who answered in response
-// headers that the downstream processor reads, removes, and meters with.
-// Both apply the one provider rewrite (targetRewrite).
+// model's aggregate cluster's upstream filter chain (streams whose gRPC
+// metadata carries chain.UpstreamMetadataKey): the attempt's number
+// (x-envoy-attempt-count) names its provider, and the client's path comes
+// from the dynamic metadata the downstream processor left. It reports who
+// answered in response headers that the downstream processor reads,
+// removes, and meters with. Both apply the one provider rewrite
+// (targetRewrite).
 // docs/architecture.md describes the state machine.
 //
 // Processor and UpstreamProcessor are transport-free (ProcessingRequest in,

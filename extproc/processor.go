@@ -235,6 +235,16 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 		return p.deny(400, payload.CodeInvalidJSON, err.Error())
 	}
 
+	if route.Fallback() {
+		// For the attempts' upstream processor (chain.FallbackPathKey).
+		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+			chain.UsageNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				chain.FallbackPathKey:             structpb.NewStringValue(p.path),
+				chain.FallbackAnthropicVersionKey: structpb.NewBoolValue(p.clientAnthropicVersion),
+			}}),
+		}}
+	}
+
 	grant, err := p.d.Admitter.Admit(ctx, admission.Claim{
 		Principal: p.principal, Model: route.Name, CountRequest: !p.counted,
 		InputTokens: req.InputTokens, MaxOutputTokens: req.MaxOutputTokens, At: p.d.Now(),

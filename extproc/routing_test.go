@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicegw/sluice/admission"
 	"github.com/sluicegw/sluice/chain"
@@ -214,6 +216,12 @@ func TestFallbackDownstream(t *testing.T) {
 			if !cr.GetClearRouteCache() {
 				t.Error("clear_route_cache not set")
 			}
+			// Left for the attempts: the client's path, and whether it sent
+			// anthropic-version (none of these cases does).
+			md := r.GetDynamicMetadata().GetFields()[chain.UsageNamespace].GetStructValue().GetFields()
+			if md[chain.FallbackPathKey].GetStringValue() != tc.path || md[chain.FallbackAnthropicVersionKey] == nil || md[chain.FallbackAnthropicVersionKey].GetBoolValue() {
+				t.Errorf("dynamic metadata for the attempts = %v", md)
+			}
 			if adm.admits != 1 {
 				t.Errorf("%d admissions, want 1", adm.admits)
 			}
@@ -226,7 +234,10 @@ func TestFallbackDownstream(t *testing.T) {
 func TestUpstreamProcessor(t *testing.T) {
 	tests := []struct {
 		name       string
-		provider   string
+		provider   string // the attempt's provider, and the expected served-by
+		attempt    int    // default: the provider's place in the model's list
+		routing    string // default: the body model's fallback cluster
+		md         *corev3.Metadata
 		path, body string
 		extra      []string
 		wantStatus int // 0: rewritten
@@ -262,23 +273,43 @@ func TestUpstreamProcessor(t *testing.T) {
 			wantServed: []string{"x-sluice-served-by: claude", "x-sluice-served-model: claude-sonnet-4"}},
 		{name: "a later provider that cannot serve the endpoint refuses the attempt", provider: "az",
 			path: "/v1/responses", body: `{"model":"fb","input":"hi"}`, wantStatus: 400, wantCode: "unsupported_endpoint"},
-		{name: "provider no longer serves the model (config changed)", provider: "claude",
-			path: "/v1/chat/completions", body: `{"model":"fb","messages":[]}`, wantStatus: 503, wantCode: "provider_not_configured"},
-		{name: "model no longer configured", provider: "openai",
+		{name: "a second attempt restores the client's path and anthropic-version from the metadata", provider: "claude2",
+			md: fallbackMeta("/v1/messages", false), path: "/prefix/v1/messages", extra: []string{"anthropic-version", "2023-06-01"},
+			body:       `{"model":"fb-claude","max_tokens":10,"messages":[]}`,
+			want:       mutation{Set: []string{"x-api-key: sk-ant2", "anthropic-version: 2023-01-01", ":path: /v1/messages", contentLength(`{"model":"claude-sonnet-4-b","max_tokens":10,"messages":[]}`)}, Remove: []string{"authorization", "api-key"}},
+			wantBody:   `{"model":"claude-sonnet-4-b","max_tokens":10,"messages":[]}`,
+			wantServed: []string{"x-sluice-served-by: claude2", "x-sluice-served-model: claude-sonnet-4-b"}},
+		{name: "attempts beyond the last provider start again from the first", provider: "openai", attempt: 4,
+			path: "/v1/chat/completions", body: `{"model":"fb","messages":[]}`,
+			want:       mutation{Set: []string{"authorization: Bearer sk-upstream", contentLength(`{"model":"gpt-4o-fb","messages":[]}`)}, Remove: otherCredentials},
+			wantBody:   `{"model":"gpt-4o-fb","messages":[]}`,
+			wantServed: []string{"x-sluice-served-by: openai", "x-sluice-served-model: gpt-4o-fb"}},
+		{name: "the model no longer falls back (config changed)", attempt: 1,
+			path: "/v1/chat/completions", body: `{"model":"plain","messages":[]}`, wantStatus: 503, wantCode: "provider_not_configured"},
+		{name: "model no longer configured", attempt: 1,
 			path: "/v1/chat/completions", body: `{"model":"gone","messages":[]}`, wantStatus: 404, wantCode: "model_not_found"},
-		{name: "unknown provider", provider: "nope",
-			path: "/v1/chat/completions", body: `{"model":"fb","messages":[]}`, wantStatus: 503, wantCode: "provider_not_configured"},
 	}
+	place := map[string]int{"openai": 1, "az": 2, "compat": 3, "claude": 1, "claude2": 2}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d, led := newDeps(t)
 			adm := countAdmissions(d)
 			ctx := context.Background()
-			u := NewUpstreamProcessor(d, tc.provider)
+			u := NewUpstreamProcessor(d)
+			attempt, routing := tc.attempt, tc.routing
+			if attempt == 0 {
+				attempt = place[tc.provider]
+			}
+			if routing == "" {
+				routing = "sluice.fallback.fb"
+				if strings.Contains(tc.body, "fb-claude") {
+					routing = "sluice.fallback.fb-claude"
+				}
+			}
 			// As the downstream processor left it: routing header set,
-			// the caller's credentials gone.
-			r := u.Handle(ctx, reqHeaders(tc.path, false, nil, append([]string{chain.RoutingHeader, "sluice.fallback.fb"}, tc.extra...)...))
-			if diff := cmp.Diff(mutation{Remove: []string{chain.RoutingHeader}}, flatten(r.GetRequestHeaders().GetResponse().GetHeaderMutation())); diff != "" {
+			// the caller's credentials gone; Envoy numbered the attempt.
+			r := u.Handle(ctx, reqHeaders(tc.path, false, tc.md, append([]string{chain.RoutingHeader, routing, chain.AttemptCountHeader, strconv.Itoa(attempt)}, tc.extra...)...))
+			if diff := cmp.Diff(mutation{Remove: []string{chain.RoutingHeader, chain.AttemptCountHeader}}, flatten(r.GetRequestHeaders().GetResponse().GetHeaderMutation())); diff != "" {
 				t.Errorf("request headers (-want +got):\n%s", diff)
 			}
 			r = u.Handle(ctx, reqBody(tc.body))
@@ -311,8 +342,19 @@ func TestUpstreamProcessor(t *testing.T) {
 func TestUpstreamProcessorRefusesBeforeTheBody(t *testing.T) {
 	d, _ := newDeps(t)
 	ctx := context.Background()
-	denied(t, NewUpstreamProcessor(d, "openai").Handle(ctx, reqHeaders("/v1/models", false, nil)), 404, "unknown_path")
-	denied(t, NewUpstreamProcessor(d, "openai").Handle(ctx, reqHeaders("/v1/chat/completions", true, nil)), 400, "empty_body")
+	first := []string{chain.RoutingHeader, "sluice.fallback.fb", chain.AttemptCountHeader, "1"}
+	denied(t, NewUpstreamProcessor(d).Handle(ctx, reqHeaders("/v1/models", false, nil, first...)), 404, "unknown_path")
+	denied(t, NewUpstreamProcessor(d).Handle(ctx, reqHeaders("/v1/chat/completions", true, nil, first...)), 400, "empty_body")
+	denied(t, NewUpstreamProcessor(d).Handle(ctx, reqHeaders("/v1/chat/completions", false, nil, first[:2]...)), 503, "fallback_misconfigured")
+}
+
+// fallbackMeta is the dynamic metadata the downstream processor leaves for
+// the attempts of a fallback request.
+func fallbackMeta(path string, clientAnthropicVersion bool) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{chain.UsageNamespace: {Fields: map[string]*structpb.Value{
+		chain.FallbackPathKey:             structpb.NewStringValue(path),
+		chain.FallbackAnthropicVersionKey: structpb.NewBoolValue(clientAnthropicVersion),
+	}}}}
 }
 
 // TestServedByRoundTrip: the downstream processor meters and records the
@@ -323,6 +365,7 @@ func TestServedByRoundTrip(t *testing.T) {
 		name         string
 		model        string
 		attempt      string // provider of the upstream attempt whose headers the response carries; "" none
+		path         string // default /v1/chat/completions
 		status       string
 		served       []string // served-by headers set by hand (a provider's own)
 		want         mutation
@@ -336,8 +379,8 @@ func TestServedByRoundTrip(t *testing.T) {
 			wantProvider: "compat", wantUpstream: "local-fb", wantCost: 1400},
 		{name: "no attempt reached Sluice: the first provider", model: "fb", status: "503",
 			wantProvider: "openai", wantUpstream: "gpt-4o-fb"},
-		{name: "an attempt refused by the upstream processor", model: "fb", attempt: "claude", status: "503", want: removeServed,
-			wantProvider: "claude", wantUpstream: ""}, // nothing was sent to it
+		{name: "an attempt refused by the upstream processor", model: "fb", attempt: "az", path: "/v1/responses", status: "400", want: removeServed,
+			wantProvider: "az", wantUpstream: ""}, // nothing was sent to it
 		{name: "single-provider model: a provider's own served-by is removed, not believed", model: "plain", status: "200",
 			served: []string{chain.ServedByHeader, "az", chain.ServedModelHeader, "x"}, want: removeServed,
 			wantProvider: "openai", wantUpstream: "plain"},
@@ -347,8 +390,15 @@ func TestServedByRoundTrip(t *testing.T) {
 			d, led := newDeps(t)
 			ctx := context.Background()
 			p := NewProcessor(d)
-			p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
+			path := tc.path
+			if path == "" {
+				path = "/v1/chat/completions"
+			}
+			p.Handle(ctx, reqHeaders(path, false, authzMeta("config:k")))
 			body := `{"model":"` + tc.model + `","messages":[]}`
+			if path == "/v1/responses" {
+				body = `{"model":"` + tc.model + `","input":"hi"}`
+			}
 			if r := p.Handle(ctx, reqBody(body)); r.GetImmediateResponse() != nil {
 				t.Fatalf("refused: %v", r)
 			}
@@ -357,8 +407,9 @@ func TestServedByRoundTrip(t *testing.T) {
 			hs := resp.GetResponseHeaders().GetHeaders()
 			add := func(h *corev3.HeaderValueOption) { hs.Headers = append(hs.Headers, h.GetHeader()) }
 			if tc.attempt != "" {
-				u := NewUpstreamProcessor(d, tc.attempt)
-				u.Handle(ctx, reqHeaders("/v1/chat/completions", false, nil))
+				u := NewUpstreamProcessor(d)
+				n := map[string]string{"openai": "1", "az": "2", "compat": "3"}[tc.attempt]
+				u.Handle(ctx, reqHeaders(path, false, nil, chain.RoutingHeader, "sluice.fallback."+tc.model, chain.AttemptCountHeader, n))
 				var served []*corev3.HeaderValueOption
 				if r := u.Handle(ctx, reqBody(body)); r.GetImmediateResponse() != nil {
 					served = r.GetImmediateResponse().GetHeaders().GetSetHeaders()
@@ -435,12 +486,13 @@ func TestServerUpstreamStream(t *testing.T) {
 		return r
 	}
 
-	up, err := client.Process(metadata.AppendToOutgoingContext(ctx, chain.UpstreamMetadataKey, "compat"))
+	up, err := client.Process(metadata.AppendToOutgoingContext(ctx, chain.UpstreamMetadataKey, chain.UpstreamMetadataValue))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := exchange(up, reqHeaders("/v1/chat/completions", false, nil, chain.RoutingHeader, "sluice.fallback.fb"))
-	if diff := cmp.Diff(mutation{Remove: []string{chain.RoutingHeader}}, flatten(r.GetRequestHeaders().GetResponse().GetHeaderMutation())); diff != "" {
+	// The third attempt: fb's third provider, compat.
+	r := exchange(up, reqHeaders("/v1/chat/completions", false, nil, chain.RoutingHeader, "sluice.fallback.fb", chain.AttemptCountHeader, "3"))
+	if diff := cmp.Diff(mutation{Remove: []string{chain.RoutingHeader, chain.AttemptCountHeader}}, flatten(r.GetRequestHeaders().GetResponse().GetHeaderMutation())); diff != "" {
 		t.Errorf("request headers (-want +got):\n%s", diff)
 	}
 	r = exchange(up, reqBody(`{"model":"fb","messages":[]}`))

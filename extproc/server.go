@@ -14,7 +14,8 @@ import (
 // Server is the envoy.service.ext_proc.v3.ExternalProcessor gRPC service:
 // one Processor per stream, or an UpstreamProcessor for a stream whose
 // initial metadata carries chain.UpstreamMetadataKey (the ext_proc of a
-// fallback member cluster's upstream filter chain, chain.UpstreamExtProc).
+// fallback model's aggregate cluster's upstream filter chain,
+// chain.UpstreamExtProc).
 type Server struct {
 	extprocsvc.UnimplementedExternalProcessorServer
 	deps *Deps
@@ -46,7 +47,7 @@ func (s *Server) Process(stream extprocsvc.ExternalProcessor_ProcessServer) erro
 	defer s.deps.Metrics.streams.Dec()
 	var p handler
 	if v := metadata.ValueFromIncomingContext(ctx, chain.UpstreamMetadataKey); len(v) > 0 {
-		p = NewUpstreamProcessor(s.deps, v[0])
+		p = NewUpstreamProcessor(s.deps)
 	} else {
 		p = NewProcessor(s.deps)
 	}

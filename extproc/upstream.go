@@ -3,10 +3,12 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/sluicegw/sluice/apierr"
 	"github.com/sluicegw/sluice/chain"
 	"github.com/sluicegw/sluice/llmapi"
 	"github.com/sluicegw/sluice/payload"
@@ -15,14 +17,20 @@ import (
 
 // UpstreamProcessor handles the ext_proc messages of one attempt of a
 // fallback request: the stream of chain.UpstreamExtProc, in the upstream
-// filter chain of a provider's fallback member cluster (Envoy opens one per
-// attempt, so a retry on the next provider gets a new one). It sees the
-// request as the downstream processor left it — the client's path, model
-// and anthropic-version, the caller's credentials already removed — and
-// applies the same provider-specific rewrite as the single-provider path
-// (targetRewrite) for its provider; on the response it adds the served-by
-// headers the downstream processor meters with. It never admits, settles
-// or writes the ledger: the downstream processor does, once per request.
+// filter chain of the model's aggregate cluster (Envoy opens one per
+// attempt, so a retry on the next provider gets a new one). Its provider
+// is the model's target number n, n being the attempt's
+// chain.AttemptCountHeader: with every member healthy — fallback members
+// have no outlier detection — previous_priorities sends attempt n to the
+// n-th member. It rewrites from the request as the client sent it: the
+// body is the router's buffered copy, the path and whether the client sent
+// anthropic-version come from the dynamic metadata the downstream
+// processor left (the header map itself carries any previous attempt's
+// rewrite). It applies the same provider-specific rewrite as the
+// single-provider path (targetRewrite); on the response it adds the
+// served-by headers the downstream processor meters with. It never admits,
+// settles or writes the ledger: the downstream processor does, once per
+// request.
 //
 // An attempt it cannot rewrite — the endpoint is one the provider cannot
 // serve, or the model or the provider is no longer configured (the
@@ -35,18 +43,19 @@ import (
 //
 // It is not safe for concurrent use; Server gives each stream its own.
 type UpstreamProcessor struct {
-	d        *Deps
-	provider string
-	snap     *policies.Snapshot
-	state    state
+	d          *Deps
+	snap       *policies.Snapshot
+	state      state
+	attempt    int    // from chain.AttemptCountHeader, 1 for the first
+	headerPath string // :path as this attempt found it
 	clientRequest
-	target policies.Target // set once the body is rewritten
+	provider string          // known once the model is
+	target   policies.Target // set once the body is rewritten
 }
 
-// NewUpstreamProcessor returns a processor for one attempt on the named
-// provider (the stream's chain.UpstreamMetadataKey).
-func NewUpstreamProcessor(d *Deps, provider string) *UpstreamProcessor {
-	return &UpstreamProcessor{d: d, provider: provider, snap: d.Policy()}
+// NewUpstreamProcessor returns a processor for one attempt.
+func NewUpstreamProcessor(d *Deps) *UpstreamProcessor {
+	return &UpstreamProcessor{d: d, snap: d.Policy()}
 }
 
 // Handle answers one message with exactly one reply of the matching type
@@ -55,7 +64,7 @@ func (u *UpstreamProcessor) Handle(_ context.Context, m *extprocsvc.ProcessingRe
 	switch r := m.GetRequest().(type) {
 	case *extprocsvc.ProcessingRequest_RequestHeaders:
 		if u.state == awaitRequestHeaders {
-			return u.requestHeaders(r.RequestHeaders)
+			return u.requestHeaders(m, r.RequestHeaders)
 		}
 	case *extprocsvc.ProcessingRequest_RequestBody:
 		if u.state == awaitRequestBody {
@@ -71,16 +80,34 @@ func (u *UpstreamProcessor) Handle(_ context.Context, m *extprocsvc.ProcessingRe
 // record; the downstream processor settles the request.
 func (u *UpstreamProcessor) Cancel(context.Context) {}
 
-func (u *UpstreamProcessor) requestHeaders(h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
-	u.note(headerGetter(h.GetHeaders()))
+func (u *UpstreamProcessor) requestHeaders(m *extprocsvc.ProcessingRequest, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
+	get := headerGetter(h.GetHeaders())
+	u.note(get)
+	u.headerPath = u.path
+	// The client's request, as the downstream processor saw it.
+	md := m.GetMetadataContext().GetFilterMetadata()[chain.UsageNamespace].GetFields()
+	if p := md[chain.FallbackPathKey].GetStringValue(); p != "" {
+		u.path = p
+		u.ep, u.dialect = llmapi.EndpointFor(p), apierr.DialectFor(p)
+		u.clientAnthropicVersion = md[chain.FallbackAnthropicVersionKey].GetBoolValue()
+	}
+	n, err := strconv.Atoi(headerOr(get, chain.AttemptCountHeader))
 	switch {
+	case err != nil || n < 1:
+		return u.deny(503, "fallback_misconfigured", "the fallback attempt has no "+chain.AttemptCountHeader+" header: the route must set include_request_attempt_count")
 	case u.ep == llmapi.Unknown:
-		return u.deny(404, "unknown_path", fmt.Sprintf("%s is not an API Sluice can rewrite for provider %q", pathOnly(u.path), u.provider))
+		return u.deny(404, "unknown_path", fmt.Sprintf("%s is not an API Sluice can rewrite for a provider", pathOnly(u.path)))
 	case h.GetEndOfStream():
 		return u.deny(400, payload.CodeEmptyBody, "the request has no body; send the JSON request")
 	}
+	u.attempt = n
 	u.state = awaitRequestBody
-	return headersContinue(&extprocsvc.HeaderMutation{RemoveHeaders: []string{chain.RoutingHeader}})
+	return headersContinue(&extprocsvc.HeaderMutation{RemoveHeaders: []string{chain.RoutingHeader, chain.AttemptCountHeader}})
+}
+
+func headerOr(get func(string) (string, bool), k string) string {
+	v, _ := get(k)
+	return v
 }
 
 func (u *UpstreamProcessor) requestBody(b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
@@ -97,14 +124,24 @@ func (u *UpstreamProcessor) requestBody(b *extprocsvc.HttpBody) *extprocsvc.Proc
 	if !ok {
 		return u.deny(404, "model_not_found", fmt.Sprintf("model %q does not exist on this gateway", req.Model))
 	}
-	t, ok := route.Target(u.provider)
-	if !ok {
-		return u.deny(503, "provider_not_configured", fmt.Sprintf("model %q is no longer served by provider %q (the configuration changed); retry", route.Name, u.provider))
+	// (The routing header is not compared: the first attempt removed it
+	// from the header map every attempt shares.)
+	if !route.Fallback() {
+		return u.deny(503, "provider_not_configured", fmt.Sprintf("model %q no longer falls back over providers (the configuration changed); retry", route.Name))
 	}
+	// Attempts beyond the last provider start again from the first, as
+	// previous_priorities does once every priority has been tried.
+	t := route.Targets[(u.attempt-1)%len(route.Targets)]
+	u.provider = t.Provider.Name
 	if msg := compatible(u.ep, t.Provider); msg != "" {
 		return u.deny(400, "unsupported_endpoint", fmt.Sprintf("model %q: %s", route.Name, msg))
 	}
 	hm, rw := u.targetRewrite(u.snap, t, req.Model)
+	if !hasSet(hm, ":path") && u.headerPath != u.path {
+		// A previous attempt rewrote :path for its provider; this one
+		// needs the client's back.
+		hm.SetHeaders = append(hm.SetHeaders, rawHeader(":path", u.path))
+	}
 	resp, err := bodyReply(body, hm, rw, false)
 	if err != nil {
 		return u.deny(400, payload.CodeInvalidJSON, err.Error())
@@ -124,6 +161,9 @@ func (u *UpstreamProcessor) responseHeaders() *extprocsvc.ProcessingResponse {
 // servedBy is the served-by header, and the served-model header once the
 // target is known.
 func (u *UpstreamProcessor) servedBy() []*corev3.HeaderValueOption {
+	if u.provider == "" {
+		return nil
+	}
 	hs := []*corev3.HeaderValueOption{rawHeader(chain.ServedByHeader, u.provider)}
 	if u.target.Provider != nil {
 		hs = append(hs, rawHeader(chain.ServedModelHeader, u.target.Upstream))

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # make run: the quickstart on one machine with only Go installed.
 #   - the mock LLM provider     127.0.0.1:8081   (sluice dev-llm)
-#   - Sluice                    127.0.0.1:9001 gRPC, 127.0.0.1:9090 admin
-#   - the Envoy emulator        127.0.0.1:10000  (sluice dev-envoy; a real
-#                                Envoy can take examples/envoy-quickstart.yaml too)
-# Ctrl-C stops all three.
+#   - Sluice                    127.0.0.1:9001 gRPC, 127.0.0.1:9090 admin,
+#                               127.0.0.1:18000 xDS
+#   - the Envoy emulator        127.0.0.1:10000  (sluice dev-envoy), which takes
+#                               its listener, routes and clusters from Sluice's
+#                               xDS server, as a real Envoy does with
+#                               envoy/bootstrap.yaml. EMULATOR=0 leaves it out,
+#                               so that a real Envoy can take its place.
+# Ctrl-C stops them all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${SLUICE_BIN:-bin/sluice}
 config=${CONFIG:-examples/quickstart.yaml}
-bootstrap=${BOOTSTRAP:-examples/envoy-quickstart.yaml}
+bootstrap=${BOOTSTRAP:-envoy/bootstrap.yaml}
+emulator=${EMULATOR:-1}
 
 pids=()
 cleanup() {
@@ -20,8 +25,10 @@ trap cleanup EXIT INT TERM
 
 "$bin" dev-llm --addr 127.0.0.1:8081 &
 pids+=($!)
-"$bin" dev-envoy --config "$bootstrap" &
-pids+=($!)
+if [ "$emulator" != 0 ]; then
+  "$bin" dev-envoy --config "$bootstrap" &
+  pids+=($!)
+fi
 
 cat <<MSG
 

@@ -133,18 +133,17 @@ func (b *builder) build() (*Resources, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.out.Clusters = append(b.out.Clusters, b.providerCluster(p, up, p.Name, nil))
+		b.out.Clusters = append(b.out.Clusters, b.providerCluster(p, up, p.Name, false))
 		if up.eds {
 			b.out.Endpoints = append(b.out.Endpoints, up.assignment(p.Name))
 		}
 		if members[p.Name] {
-			filters := chain.UpstreamHTTPFilters(b.opts, p.Name)
-			b.out.Clusters = append(b.out.Clusters, b.providerCluster(p, up, p.Name+FallbackSuffix, filters))
+			b.out.Clusters = append(b.out.Clusters, b.providerCluster(p, up, p.Name+FallbackSuffix, true))
 		}
 	}
 	for _, m := range b.snap.Models() {
 		if fallback(m) {
-			b.out.Clusters = append(b.out.Clusters, aggregateCluster(m))
+			b.out.Clusters = append(b.out.Clusters, b.aggregateCluster(m))
 		}
 	}
 	if b.flavour == FlavourEnvoy {
@@ -237,9 +236,12 @@ func adsSource() *corev3.ConfigSource {
 	}
 }
 
-// providerCluster is the cluster for provider p under the given name; with
-// upstream filters it is a fallback member.
-func (b *builder) providerCluster(p *policies.Provider, up upstream, name string, filters []*hcmv3.HttpFilter) *clusterv3.Cluster {
+// providerCluster is the cluster for provider p under the given name. A
+// fallback member has no outlier detection: the upstream processor knows an
+// attempt's provider only from its number, which is the member's place only
+// while every member is healthy (previous_priorities then sends attempt n
+// to member n); the fallback itself is the failure handling.
+func (b *builder) providerCluster(p *policies.Provider, up upstream, name string, member bool) *clusterv3.Cluster {
 	c := &clusterv3.Cluster{
 		Name:           name,
 		ConnectTimeout: durationpb.New(p.ConnectTimeout),
@@ -253,12 +255,7 @@ func (b *builder) providerCluster(p *policies.Provider, up upstream, name string
 		c.DnsLookupFamily = clusterv3.Cluster_V4_PREFERRED
 		c.LoadAssignment = up.assignment(name)
 	}
-	opts := &upstreamhttpv3.HttpProtocolOptions{HttpFilters: filters}
-	if len(filters) > 0 {
-		// The upstream ext_proc buffers the request body too; whichever
-		// buffer limit Envoy applies there, the cluster's holds it.
-		c.PerConnectionBufferLimitBytes = wrapperspb.UInt32(clampU32(b.snap.Gateway().MaxRequestBodyBytes + 64<<10))
-	}
+	opts := &upstreamhttpv3.HttpProtocolOptions{}
 	if p.HTTP2 {
 		opts.UpstreamProtocolOptions = &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
 			ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
@@ -303,7 +300,7 @@ func (b *builder) providerCluster(p *policies.Provider, up upstream, name string
 		}
 		c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{th}}
 	}
-	if od := p.OutlierDetection; od.Consecutive5xx > 0 {
+	if od := p.OutlierDetection; od.Consecutive5xx > 0 && !member {
 		c.OutlierDetection = &clusterv3.OutlierDetection{
 			Consecutive_5Xx:  wrapperspb.UInt32(clampU32(od.Consecutive5xx)),
 			BaseEjectionTime: durationpb.New(od.BaseEjectionTime),
@@ -322,18 +319,30 @@ func clampU32(n int64) uint32 {
 }
 
 // aggregateCluster is a fallback model's cluster: its members' fallback
-// clusters as priorities, in order.
-func aggregateCluster(m *policies.ModelRoute) *clusterv3.Cluster {
+// clusters as priorities, in order. It carries the upstream filter chain
+// (chain.UpstreamHTTPFilters): Envoy builds an attempt's upstream filters
+// from the route's cluster, never from the member the host belongs to
+// (envoyproxy/envoy#29318).
+func (b *builder) aggregateCluster(m *policies.ModelRoute) *clusterv3.Cluster {
 	cfg := &aggregatev3.ClusterConfig{}
 	var connect time.Duration
 	for _, t := range m.Targets {
 		cfg.Clusters = append(cfg.Clusters, t.Provider.Name+FallbackSuffix)
 		connect = max(connect, t.Provider.ConnectTimeout)
 	}
+	// The protocol Envoy speaks is each member's; the aggregate's own
+	// options hold the filters (and the protocol field the API requires).
+	opts := &upstreamhttpv3.HttpProtocolOptions{
+		HttpFilters: chain.UpstreamHTTPFilters(b.opts),
+		UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}},
+		}},
+	}
 	return &clusterv3.Cluster{
-		Name:           policies.FallbackClusterPrefix + m.Name,
-		ConnectTimeout: durationpb.New(connect),
-		LbPolicy:       clusterv3.Cluster_CLUSTER_PROVIDED,
+		Name:                          policies.FallbackClusterPrefix + m.Name,
+		ConnectTimeout:                durationpb.New(connect),
+		LbPolicy:                      clusterv3.Cluster_CLUSTER_PROVIDED,
+		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsName: mustAny(opts)},
 		ClusterDiscoveryType: &clusterv3.Cluster_ClusterType{ClusterType: &clusterv3.Cluster_CustomClusterType{
 			Name: "envoy.clusters.aggregate", TypedConfig: mustAny(cfg),
 		}},
@@ -382,7 +391,9 @@ func (b *builder) sluiceCluster() (*clusterv3.Cluster, error) {
 // routeConfig routes on the routing header: one route per provider, one
 // per fallback model, and a catch-all that answers with a clear error.
 func (b *builder) routeConfig() *routev3.RouteConfiguration {
-	vh := &routev3.VirtualHost{Name: "sluice", Domains: []string{"*"}}
+	// Envoy numbers attempts in x-envoy-attempt-count: the fallback
+	// upstream processor takes an attempt's provider from it.
+	vh := &routev3.VirtualHost{Name: "sluice", Domains: []string{"*"}, IncludeRequestAttemptCount: true}
 	for _, p := range b.snap.Providers() {
 		vh.Routes = append(vh.Routes, headerRoute(p.Name, p.Name, p.Timeout, p.IdleTimeout, retryPolicy(p)))
 	}

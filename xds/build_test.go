@@ -6,6 +6,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	fileaccesslogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	aggregatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -104,7 +105,9 @@ func TestBuild(t *testing.T) {
 		t.Errorf("pool: outlier %v, breakers %v", cl["pool"].GetOutlierDetection(), cl["pool"].GetCircuitBreakers())
 	}
 
-	// Fallback members carry the upstream filter chain; plain clusters do not.
+	// The aggregate carries the upstream filter chain (Envoy builds it from
+	// the route's cluster); its members and plain clusters carry none, and
+	// members are never ejected (an attempt's number names its provider).
 	upstreamFilters := func(c *clusterv3.Cluster) []*hcmv3.HttpFilter {
 		o := &upstreamhttpv3.HttpProtocolOptions{}
 		if err := c.GetTypedExtensionProtocolOptions()[httpProtocolOptionsName].UnmarshalTo(o); err != nil {
@@ -112,11 +115,19 @@ func TestBuild(t *testing.T) {
 		}
 		return o.GetHttpFilters()
 	}
-	if n := len(upstreamFilters(openai)); n != 0 {
-		t.Errorf("openai has %d upstream filters, want none", n)
+	for _, name := range []string{"openai", "openai.fallback", "azure.fallback"} {
+		if n := len(upstreamFilters(cl[name])); n != 0 {
+			t.Errorf("%s has %d upstream filters, want none", name, n)
+		}
 	}
-	if diff := cmp.Diff(chain.UpstreamHTTPFilters(chain.Options{Cluster: SluiceCluster}, "azure"), upstreamFilters(cl["azure.fallback"]), protocmp.Transform()); diff != "" {
-		t.Errorf("azure.fallback upstream filters (-want +got):\n%s", diff)
+	if diff := cmp.Diff(chain.UpstreamHTTPFilters(chain.Options{Cluster: SluiceCluster}), upstreamFilters(cl["sluice.fallback.gpt-4o-ha"]), protocmp.Transform()); diff != "" {
+		t.Errorf("aggregate upstream filters (-want +got):\n%s", diff)
+	}
+	if openai.GetOutlierDetection() == nil || cl["openai.fallback"].GetOutlierDetection() != nil {
+		t.Errorf("outlier detection: openai %v, openai.fallback %v; want it on the plain cluster only", openai.GetOutlierDetection(), cl["openai.fallback"].GetOutlierDetection())
+	}
+	if !r.Routes[0].GetVirtualHosts()[0].GetIncludeRequestAttemptCount() {
+		t.Error("the virtual host must number attempts (x-envoy-attempt-count) for the fallback upstream processor")
 	}
 	agg := &aggregatev3.ClusterConfig{}
 	if err := cl["sluice.fallback.gpt-4o-ha"].GetClusterType().GetTypedConfig().UnmarshalTo(agg); err != nil {
@@ -164,7 +175,25 @@ func TestBuild(t *testing.T) {
 		t.Errorf("listener filters (-want +got):\n%s", diff)
 	}
 	if r.Listeners[0].GetAddress().GetSocketAddress().GetPortValue() != 10000 || len(hcm.GetAccessLog()) != 1 {
-		t.Errorf("listener address %v, access logs %d", r.Listeners[0].GetAddress(), len(hcm.GetAccessLog()))
+		t.Fatalf("listener address %v, access logs %d", r.Listeners[0].GetAddress(), len(hcm.GetAccessLog()))
+	}
+	// The access log carries Sluice's usage metadata.
+	fal := &fileaccesslogv3.FileAccessLog{}
+	if err := hcm.GetAccessLog()[0].GetTypedConfig().UnmarshalTo(fal); err != nil {
+		t.Fatal(err)
+	}
+	format := fal.GetLogFormat().GetJsonFormat().GetFields()
+	for field, want := range map[string]string{
+		"cost_micros": "%DYNAMIC_METADATA(sluice:cost_micros)%", "input_tokens": "%DYNAMIC_METADATA(sluice:input_tokens)%",
+		"output_tokens": "%DYNAMIC_METADATA(sluice:output_tokens)%", "model": "%DYNAMIC_METADATA(sluice:model)%",
+		"provider": "%DYNAMIC_METADATA(sluice:provider)%", "key_id": "%DYNAMIC_METADATA(sluice:key_id)%",
+	} {
+		if got := format[field].GetStringValue(); got != want {
+			t.Errorf("access log field %s = %q, want %q", field, got, want)
+		}
+	}
+	if fal.GetPath() != "/dev/stdout" {
+		t.Errorf("access log path %q", fal.GetPath())
 	}
 
 	// The eu group: its own listener port and Sluice addresses (a DNS

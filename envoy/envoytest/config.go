@@ -19,8 +19,12 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	// Linked so that bootstraps naming them parse.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -94,8 +98,14 @@ func ParseBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
 
 // buildConfig turns a bootstrap's static resources into a config. It
 // refuses, with a message naming the field, what the emulator does not
-// implement, rather than ignoring it.
+// implement, rather than ignoring it. A bootstrap with dynamic_resources
+// gives no config: it is subscribed to over ADS (ads.go) by Run.
 func (e *Emulator) buildConfig(b *bootstrapv3.Bootstrap) (*config, error) {
+	if b.GetDynamicResources() != nil {
+		x, err := e.newADSClient(b)
+		e.xds = x
+		return nil, err
+	}
 	sr := b.GetStaticResources()
 	if len(sr.GetListeners()) != 1 {
 		return nil, fmt.Errorf("static_resources.listeners: the emulator runs exactly one listener, got %d", len(sr.GetListeners()))
@@ -116,7 +126,7 @@ func (e *Emulator) build(l *listenerv3.Listener, rds map[string]*routev3.RouteCo
 		cfg.bufferLimit = int(v.GetValue())
 	}
 	for _, c := range clusters {
-		cl, err := newCluster(c, eds)
+		cl, err := e.newCluster(c, eds)
 		if err != nil {
 			return nil, err
 		}
@@ -145,6 +155,9 @@ func (e *Emulator) build(l *listenerv3.Listener, rds map[string]*routev3.RouteCo
 		if _, ok := cfg.clusters[c]; !ok {
 			return nil, fmt.Errorf("route_config %q names cluster %q, which is not defined", cfg.routes.name, c)
 		}
+	}
+	if err := e.linkClusters(cfg); err != nil {
+		return nil, err
 	}
 	filters := hcm.GetHttpFilters()
 	if len(filters) == 0 || filters[len(filters)-1].GetTypedConfig().MessageName() != typeRouter {

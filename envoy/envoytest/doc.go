@@ -6,8 +6,9 @@
 //
 // It is configured with real Envoy protos — a bootstrapv3.Bootstrap with
 // one listener whose http_connection_manager runs ext_authz and ext_proc
-// filters and then the router, and the clusters they name — so the same
-// configuration runs on a real Envoy (StartRealEnvoy does that when an
+// filters and then the router, and the clusters they name, given in
+// static_resources or taken over ADS from an xDS server (see xDS below) —
+// so the same configuration runs on a real Envoy (StartRealEnvoy does that when an
 // envoy binary is on PATH). What it cannot emulate it refuses at load with
 // an error naming the field, never silently.
 //
@@ -44,24 +45,153 @@
 //     does. Compressed bodies pass through undecoded (no decompressor
 //     filter is emulated).
 //   - The router: TestRouterMatching, TestRouterFailures,
-//     TestConfigRefusesWhatItCannotEmulate.
+//     TestConfigRefusesWhatItCannotEmulate; retries, aggregate clusters,
+//     host rewriting, the route idle timeout and TLS clusters:
+//     TestRouterRetries (router_retry_test.go); circuit breakers:
+//     TestRouterCircuitBreakers; outlier detection: TestRouterOutlier*;
+//     a reset while the request still streams:
+//     TestRouterResetWhileRequestStreams;
+//     upstream filters: TestRouterUpstreamFilters
+//     (router_upstream_test.go); refusals: TestRouterConfigRefusals.
 //
 // # The router
 //
-// Supported: virtual hosts by domain (exact, "*", "*.suffix", "prefix*");
-// route matches on prefix or path plus header matchers (exact, prefix,
-// present, invert); actions cluster, cluster_header and weighted_clusters
-// with a timeout (default 15 s, 0 disables), or direct_response; STATIC,
-// STRICT_DNS, LOGICAL_DNS and EDS clusters over plain HTTP/1.1 or HTTP/2
-// (h2c), round robin over endpoints. Local replies: 404 no route, 503 no
-// cluster / no endpoint / connect failure, 504 route timeout.
+// Follows source/common/router/router.cc, retry_state_impl.cc and
+// upstream_request.cc. Supported:
 //
-// Not supported, and why: regex and query-parameter matches, retries and
-// retry policies, hedging, redirects, rewrites, per-try timeouts, health
-// checks, outlier detection and circuit breakers (Sluice's routes do not
-// need them yet; retries arrive with the xDS work); TLS to upstreams and on
-// the listener (TLS to real providers is Envoy's job); request trailers are
-// not forwarded upstream.
+//   - Virtual hosts by domain (exact, "*", "*.suffix", "prefix*"); route
+//     matches on prefix or path plus header matchers (exact, prefix,
+//     present, invert); actions cluster, cluster_header (with
+//     cluster_not_found_response_code) and weighted_clusters, or
+//     direct_response.
+//   - timeout (default 15 s, 0 disables), from the end of the request,
+//     across retries; x-envoy-expected-rq-timeout-ms per attempt.
+//   - retry_policy on the route or the virtual host: retry_on 5xx,
+//     gateway-error, connect-failure, reset, refused-stream (Go's HTTP/2
+//     client retries refused streams itself, so it never fires) and
+//     retriable-status-codes; num_retries (default 1); per_try_timeout
+//     (504 upstream_per_try_timeout, flag UT; a reset retried as "local
+//     reset"); retry_back_off (full jitter, base 25 ms, max 10 x base by
+//     default); retry_priority envoy.retry_priorities.previous_priorities
+//     with update_frequency (attempted priorities excluded; once none is
+//     left, they are forgotten). A retry happens only before response
+//     headers have gone downstream. The request body is buffered for
+//     retries up to per_connection_buffer_limit_bytes; past it retries are
+//     given up (and, during a back-off, the request ends with 507
+//     request_payload_exceeded_retry_buffer_limit). Flags: URX when retries
+//     are exhausted, UO when max_retries overflows; a failed attempt with no
+//     retry is 503 upstream_reset_before_response_started{<reason>} with
+//     Envoy's reason ("remote connection failure|delayed connect error:
+//     Connection refused", "connection timeout", "connection termination"
+//     for an HTTP/1 connection closed, "remote reset" for HTTP/2) and body
+//     ("retried and the latest reset reason: …" after retries). Every
+//     attempt is recorded in Exchange.Attempts.
+//   - x-envoy-attempt-count in the request (virtual host
+//     include_request_attempt_count) and in the response, including the
+//     router's replies after the first attempt
+//     (include_attempt_count_in_response).
+//   - host_rewrite_literal, and auto_host_rewrite per attempt: the
+//     selected host's endpoint.hostname, or for STRICT_DNS / LOGICAL_DNS
+//     the DNS name of its address; nothing for a host with neither. Both
+//     with append_x_forwarded_host.
+//   - The route's idle_timeout (the stream idle timeout): 504 "stream
+//     timeout" (408 if the request is incomplete), details
+//     stream_idle_timeout, flag SI; a reset once the response started.
+//   - Clusters: STATIC, STRICT_DNS, LOGICAL_DNS, EDS (health_status:
+//     UNHEALTHY/DRAINING/TIMEOUT hosts are unhealthy, DEGRADED degraded)
+//     and envoy.clusters.aggregate (ClusterConfig.clusters, which must
+//     exist and not be aggregates). Priorities and load follow Envoy's
+//     LoadBalancerBase: per-priority health with the overprovisioning
+//     factor (default 140), load spilling to lower priorities, panic
+//     below 50% healthy (all hosts used), an aggregate's priority set the
+//     linearised members' non-empty priorities; round robin within a
+//     priority. HTTP/1.1 or HTTP/2 (h2c) by explicit_http_config, taken
+//     from the selected host's cluster (an aggregate's member).
+//   - Upstream HTTP filters (HttpProtocolOptions.http_filters: ext_proc
+//     filters, envoy.filters.http.upstream_codec last): every attempt runs
+//     the chain with a new ext_proc stream and the filter's
+//     grpc_service.initial_metadata. As in Envoy (UpstreamRequest builds
+//     it from the router's cluster), the chain is the ROUTE cluster's:
+//     behind an aggregate cluster, the aggregate's own http_filters run for
+//     every member and the members' http_filters never run. The chain
+//     works on the stream's one request header map, so header mutations of
+//     one attempt are still there at the next; each attempt gets the
+//     router's buffered original body. clear_route_cache is ignored there;
+//     dynamic metadata is the stream's; a local reply of an upstream filter
+//     is the stream's local reply and is never retried. auto_host_rewrite
+//     applies after the upstream filters (in Envoy it applies when the
+//     connection is ready, which may be before or after them).
+//   - Circuit breakers (thresholds of priority DEFAULT; defaults 1024 /
+//     1024 / 1024 / 3): max_requests and max_pending_requests of the
+//     selected host's cluster give an overflow (503
+//     upstream_reset_before_response_started{overflow}, x-envoy-overloaded:
+//     true, flag UO, no retry); max_retries of the route's cluster stops
+//     retrying (flag UO). Approximations: an attempt counts against
+//     max_requests from its start, not only once it holds a connection; it
+//     is pending from its start until the Go transport hands it a
+//     connection, and overflows when max_pending_requests attempts are
+//     already pending (so max_pending_requests 0 overflows only behind
+//     another pending attempt, where Envoy also refuses the first request
+//     of a cold pool); max_connections bounds connections per host (Envoy:
+//     per cluster), for HTTP/1.1 only.
+//   - Outlier detection by consecutive errors: consecutive_5xx,
+//     consecutive_gateway_failure, their enforcing_ percentages (defaults
+//     100 and 0), base_ejection_time, max_ejection_time,
+//     max_ejection_percent (and always_eject_one_host), interval (un-
+//     ejection at interval ticks, computed when a host is picked; the
+//     ejection backoff decreases at each tick), in Envoy's non-split mode:
+//     a reset or connect failure counts as a 503, a timeout as a 504.
+//     Accepted but NOT enforced: success_rate_minimum_hosts,
+//     success_rate_request_volume, success_rate_stdev_factor,
+//     enforcing_success_rate (the success-rate detector),
+//     failure_percentage_threshold, failure_percentage_minimum_hosts,
+//     failure_percentage_request_volume, enforcing_failure_percentage,
+//     enforcing_failure_percentage_local_origin,
+//     consecutive_local_origin_failure,
+//     enforcing_consecutive_local_origin_failure,
+//     enforcing_local_origin_success_rate (meaningful only with
+//     split_external_local_origin_errors, which is refused),
+//     max_ejection_time_jitter, successful_active_health_check_uneject_host
+//     and monitors.
+//   - Transport sockets: an UpstreamTlsContext is refused, naming the
+//     cluster, unless Options.PlaintextUpstreams is set; then the emulator
+//     connects to that cluster's endpoints in PLAINTEXT (tests point them
+//     at plain HTTP mocks). Any other transport socket is refused.
+//
+// Router local replies: 404 no route (NR), 503 no cluster (NC) or
+// cluster_not_found_response_code, 503 no healthy upstream (UH), 503
+// upstream reset / connect failure / overflow, 504 route or per-try
+// timeout (UT), 504/408 stream idle timeout (SI); Exchange.ResponseFlags
+// holds the flags in %RESPONSE_FLAGS% order.
+//
+// Not supported, refused at load naming the field: regex, query-parameter,
+// runtime and grpc route matches; redirects, filter and non-forwarding
+// actions; path, prefix, regex and header-based host rewrites;
+// request_mirror_policies, hedge_policy, internal redirects,
+// max_stream_duration, flush_timeout, metadata_match, route priority
+// HIGH, retry_policy_typed_config, per_request_buffer_limit_bytes and
+// request_body_buffer_limit (route and virtual host),
+// include_is_timeout_retry_header, virtual host matcher; retry_on values
+// other than those above (retriable-4xx, retriable-headers,
+// envoy-ratelimited, reset-before-request, http3-post-connect-failure,
+// gRPC codes), retry_host_predicate, retry_options_predicates,
+// rate_limited_retry_back_off, retriable_headers,
+// retriable_request_headers, per_try_idle_timeout; other cluster_types,
+// lb_policy other than ROUND_ROBIN (CLUSTER_PROVIDED for an aggregate),
+// load_balancing_policy, lb_subset_config, health_checks,
+// transport_socket_matches; HttpProtocolOptions retry_policy,
+// outlier_detection, request_mirror_policies and HTTP/3; upstream filters
+// other than ext_proc; nested aggregate clusters; circuit-breaker
+// retry_budget, max_connection_pools and per_host_thresholds;
+// split_external_local_origin_errors and detect_degraded_hosts. TLS on
+// the listener is refused (TLS to real providers is Envoy's job).
+// Not emulated, and not refused: request trailers are not forwarded
+// upstream; the x-envoy-retry-on / x-envoy-max-retries / … request headers
+// are neither honoured nor removed; the connection manager's
+// stream_idle_timeout (only the route's idle_timeout is emulated, timed
+// from when the router receives the request headers and reset by
+// request and response data passing the router); locality weights (round
+// robin over hosts); the x-envoy-upstream-service-time header.
 //
 // # Left out or approximated in ext_proc, and why
 //
@@ -102,4 +232,85 @@
 // answers status_on_error; clear_route_cache in a BUFFERED_PARTIAL body
 // reply does not re-route; a server setting both value and raw_value is an
 // error.
+//
+// # xDS
+//
+// A bootstrap with dynamic_resources — ads_config with api_type GRPC,
+// transport_api_version V3 and one envoy_grpc service naming a static
+// HTTP/2 cluster; lds_config and cds_config "ads: {}" — and a node with id
+// and cluster makes the emulator a state-of-the-world ADS client, as
+// Envoy's GrpcMuxImpl (grpc_mux_impl.cc). New starts nothing; Run holds
+// the stream; Listen waits for the first complete configuration and binds
+// the address its listener gives:
+//
+//	go e.Run(ctx)
+//	ln, err := e.Listen(ctx)
+//	go e.Serve(ctx, ln)
+//
+// XDSStatus and WaitXDS report the versions accepted and in force. Tests:
+// TestADS, TestADSWarming, TestADSHoldsCDSAckWhileClustersWarm,
+// TestADSReconnect, TestADSBootstrapRefused (ads_test.go), against
+// go-control-plane's own sotw server and SnapshotCache. Emulated:
+//
+//   - One StreamAggregatedResources stream. The node, with user_agent_name
+//     "envoy", on every request (on the first only with
+//     set_node_on_first_message_only); grpc_service.initial_metadata.
+//   - Subscriptions in Envoy's order: CDS (wildcard); EDS for the EDS
+//     clusters (by service_name, else name); LDS (wildcard) once the
+//     clusters are initialized — the first CDS update handled and its EDS
+//     clusters' endpoints arrived, or cds_config.initial_fetch_timeout
+//     (default 15 s) passed; RDS for the route_config_name of every
+//     listener and of the listener in force. A request that a response
+//     causes (EDS after CDS, RDS after LDS) goes out before its ACK.
+//   - ACK: the response's version_info and nonce, the subscribed names.
+//     NACK: the version last accepted for the type ("" if none), the
+//     rejected nonce, error_detail with the message and code INTERNAL —
+//     what Envoy sets whatever the cause — and the previous configuration
+//     stays in force. Rejected: a resource of another type, one that does
+//     not unpack or validate, two with one name, and whatever build
+//     refuses: any CDS cluster, used or not, and the served listener with
+//     its route configuration. An EDS cluster or an rds whose config
+//     source is not ADS is refused too.
+//   - State of the world: an LDS or CDS response replaces the whole set;
+//     RDS and EDS responses replace the resources they name; resources no
+//     longer subscribed are forgotten. CDS cannot replace a static
+//     cluster: ignored, as in Envoy.
+//   - Warming: a configuration is put in force, atomically (streams keep
+//     theirs), only when complete — the served listener, its RDS route
+//     configuration, every cluster its routes and its ext_authz / ext_proc
+//     services name, the endpoints of each EDS cluster. A cluster whose new
+//     version waits for endpoints stays in force in its previous one;
+//     while a new listener warms, the listener in force takes route and
+//     cluster updates (XDSStatus.Active.Listeners stays behind). After
+//     initialization CDS stays paused while a cluster warms, so its ACK
+//     goes once the clusters are warm or their eds_config
+//     initial_fetch_timeout passed
+//     (ClusterManagerImpl::updateClusterCounts).
+//   - A broken stream is opened again after a jittered exponential backoff
+//     (0.5 s doubling to 30 s, reset by a response), re-sending every
+//     subscription in order with the versions last accepted and no nonce.
+//
+// The listener served is the first with an http_connection_manager in its
+// filter chains, then that one by name while LDS keeps it. A listener with
+// an api_listener is ignored with a warning: Envoy refuses api_listeners
+// over LDS (ListenerManagerImpl::addOrUpdateListener: "can only be added
+// via bootstrap configuration"), so a control plane must give Envoy a
+// listener with filter_chains. Other listeners a real Envoy would run are
+// ignored.
+//
+// Not emulated, and why (Sluice's control plane serves state-of-the-world
+// ADS to one listener): delta xDS, REST, xdstp locators, google_grpc and
+// non-ADS config sources, SDS, VHDS, scoped routes, static listeners
+// beside LDS. Envoy puts a warming listener in force without routes
+// (answering 404), and a cluster without hosts, once initial_fetch_timeout
+// passes; the emulator keeps waiting, so a resource that never comes shows
+// up as Listen not returning. Envoy applies the good listeners of an LDS
+// update it rejects; the emulator rejects it whole. When LDS changes the
+// listener's address Envoy binds the new one and drains the old listener;
+// the emulator keeps serving the socket Serve was given, logs a warning,
+// and ListenAddr reports the new address. A listener LDS removes keeps
+// serving until another is complete. Each configuration put in force has
+// its own upstream connections; the one it replaces closes them when its
+// last stream ends. The NACK storm of SnapshotCache (envoy-protocol.md §5)
+// is the server's to stop: the emulator NACKs every resend, as Envoy does.
 package envoytest

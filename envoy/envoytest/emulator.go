@@ -30,6 +30,11 @@ type Options struct {
 	// KeepExchanges is how many finished exchanges Exchanges keeps (the
 	// newest); 0 means 10,000.
 	KeepExchanges int
+	// PlaintextUpstreams lets clusters with an UpstreamTlsContext transport
+	// socket load: the emulator then connects to their endpoints in
+	// plaintext (tests point such clusters at plain HTTP mocks). Without
+	// it such a cluster is refused, naming it.
+	PlaintextUpstreams bool
 }
 
 // Banner is printed by the dev-envoy command and logged at start-up: the
@@ -43,7 +48,8 @@ type Emulator struct {
 	opts  Options
 	log   *slog.Logger
 	conns *connPool
-	cfg   atomic.Pointer[config]
+	cfg   atomic.Pointer[config] // nil until ADS gives a complete one
+	xds   *adsClient             // nil for a static bootstrap
 
 	nextID atomic.Uint64
 
@@ -53,7 +59,8 @@ type Emulator struct {
 
 // New builds an emulator from a bootstrap's static resources (exactly one
 // listener whose only network filter is an http_connection_manager, and
-// the clusters it names). It starts nothing.
+// the clusters it names), or, when the bootstrap has dynamic_resources,
+// prepares to subscribe over ADS (see Run). It starts nothing.
 func New(b *bootstrapv3.Bootstrap, opts Options) (*Emulator, error) {
 	e := &Emulator{opts: opts, conns: newConnPool()}
 	e.log = opts.Logger
@@ -69,22 +76,41 @@ func New(b *bootstrapv3.Bootstrap, opts Options) (*Emulator, error) {
 		e.conns.close()
 		return nil, err
 	}
-	e.cfg.Store(cfg)
+	if cfg != nil {
+		e.cfg.Store(cfg)
+	}
 	return e, nil
 }
 
-// ListenAddr is the listener address of the configuration in force.
-func (e *Emulator) ListenAddr() string { return e.cfg.Load().listenAddr }
+// ListenAddr is the listener address of the configuration in force; ""
+// while none is (ADS).
+func (e *Emulator) ListenAddr() string {
+	if cfg := e.cfg.Load(); cfg != nil {
+		return cfg.listenAddr
+	}
+	return ""
+}
 
-// Listen opens the configured listener address.
+// Listen opens the configured listener address. Configured over ADS, it
+// first waits for a complete configuration (Run must be running) or for
+// ctx to end.
 func (e *Emulator) Listen(ctx context.Context) (net.Listener, error) {
+	if err := e.waitConfig(ctx); err != nil {
+		return nil, err
+	}
 	var lc net.ListenConfig
 	return lc.Listen(ctx, "tcp", e.ListenAddr())
 }
 
 // Serve serves HTTP/1.1 and cleartext HTTP/2 on ln until ctx ends, then
 // shuts down (in-flight requests get 5 s) and closes its gRPC connections.
+// Configured over ADS, it serves once a configuration is in force.
 func (e *Emulator) Serve(ctx context.Context, ln net.Listener) error {
+	if e.waitConfig(ctx) != nil {
+		ln.Close()
+		e.conns.close()
+		return nil
+	}
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
@@ -151,7 +177,8 @@ func (e *Emulator) keep(x *Exchange) {
 // arriving while a filter waits on its server, as in Envoy; the handler
 // goroutine writes the response and waits for every stage to finish.
 func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	cfg := e.cfg.Load()
+	cfg, done := e.useConfig()
+	defer done()
 	ctx, cancel := context.WithCancel(r.Context())
 	s := &stream{
 		id:        e.nextID.Add(1),

@@ -351,8 +351,12 @@ func (f *extProcFilter) liveIDs() []uint64 {
 	return ids
 }
 
-func (f *extProcFilter) forget(id uint64) {
+// forget drops the live instance of stream id if it is still x (an
+// upstream filter's instances of successive attempts share the id).
+func (f *extProcFilter) forget(id uint64, x *epInstance) {
 	f.mu.Lock()
-	delete(f.live, id)
+	if f.live[id] == x {
+		delete(f.live, id)
+	}
 	f.mu.Unlock()
 }

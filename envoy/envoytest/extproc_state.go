@@ -247,7 +247,7 @@ func (x *epInstance) stageDone() {
 	}
 	x.mu.Unlock()
 	if last {
-		x.f.forget(x.s.id)
+		x.f.forget(x.s.id, x)
 		for _, ss := range wait {
 			<-ss.done
 		}
@@ -485,7 +485,7 @@ func (d *epSide) restartTimer(dur time.Duration) bool {
 
 func (x *epInstance) event(ev string) {
 	if !x.recClosed {
-		x.s.rec.addExtProc(ExtProcEvent{Filter: x.f.name, Event: ev})
+		x.s.rec.addExtProc(ExtProcEvent{Filter: x.f.name, Attempt: x.s.attempt, Event: ev})
 	}
 }
 
@@ -510,7 +510,7 @@ func (x *epInstance) send(req *extprocsvc.ProcessingRequest) {
 		return
 	}
 	if !x.recClosed {
-		x.s.rec.addExtProc(ExtProcEvent{Filter: x.f.name, Sent: proto.Clone(req).(*extprocsvc.ProcessingRequest)})
+		x.s.rec.addExtProc(ExtProcEvent{Filter: x.f.name, Attempt: x.s.attempt, Sent: proto.Clone(req).(*extprocsvc.ProcessingRequest)})
 	}
 	x.ss.enqueue(req)
 }
@@ -891,7 +891,7 @@ func (x *epInstance) onMessage(ss *sidestream, resp *extprocsvc.ProcessingRespon
 		return
 	}
 	f := x.f
-	x.s.rec.addExtProc(ExtProcEvent{Filter: f.name, Received: resp})
+	x.s.rec.addExtProc(ExtProcEvent{Filter: f.name, Attempt: x.s.attempt, Received: resp})
 	if f.observability || x.processingComplete {
 		x.event("ignored")
 		return

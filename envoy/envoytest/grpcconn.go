@@ -39,7 +39,7 @@ func (e *Emulator) dialService(svc *corev3.GrpcService, cfg *config) (*grpcServi
 		if !cl.http2 {
 			return nil, fmt.Errorf("grpc_service cluster %q must enable HTTP/2 (typed_extension_protocol_options %s explicit_http_config.http2_protocol_options)", name, typeHTTPProtoOpt)
 		}
-		ep, ok := cl.pick()
+		ep, ok := cl.firstEndpoint()
 		if !ok {
 			return nil, fmt.Errorf("grpc_service cluster %q has no endpoints", name)
 		}
@@ -59,8 +59,9 @@ func (e *Emulator) dialService(svc *corev3.GrpcService, cfg *config) (*grpcServi
 
 // connPool shares one ClientConn per target across config versions.
 type connPool struct {
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool // after Serve: a configuration arriving late dials nothing
 }
 
 func newConnPool() *connPool { return &connPool{conns: map[string]*grpc.ClientConn{}} }
@@ -68,6 +69,9 @@ func newConnPool() *connPool { return &connPool{conns: map[string]*grpc.ClientCo
 func (p *connPool) get(target string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("dial %s: the emulator has shut down", target)
+	}
 	if c := p.conns[target]; c != nil {
 		return c, nil
 	}
@@ -82,6 +86,7 @@ func (p *connPool) get(target string) (*grpc.ClientConn, error) {
 func (p *connPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for t, c := range p.conns {
 		c.Close()
 		delete(p.conns, t)

@@ -1,6 +1,7 @@
 package envoytest
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -26,13 +27,22 @@ type Exchange struct {
 	// resets ("ext_authz_denied", "ext_proc_error_per-message_timeout_exceeded", …); "via_upstream" otherwise.
 	Details string
 	Cluster string // the cluster the router used, if any
+	// ResponseFlags is Envoy's %RESPONSE_FLAGS% for what the router
+	// decided ("UF", "URX", "UO", "UH", "UT", "SI", …), comma-separated in
+	// Envoy's order; "" when none.
+	ResponseFlags string
 	// BytesReceived and BytesSent count body bytes from and to the client.
 	BytesReceived, BytesSent int64
 	Duration                 time.Duration
 
-	Authz    []AuthzCall
-	ExtProc  []ExtProcEvent
+	Authz   []AuthzCall
+	ExtProc []ExtProcEvent
+	// Upstream is what the router sent on its last attempt (the one whose
+	// response, if any, went downstream); nil if no attempt reached the
+	// upstream codec.
 	Upstream *UpstreamRequest
+	// Attempts lists every try of the router, in order, retries included.
+	Attempts []*UpstreamAttempt
 	// Metadata is the stream's dynamic metadata at the end, by namespace.
 	Metadata map[string]*structpb.Struct
 
@@ -50,6 +60,10 @@ type AuthzCall struct {
 // ExtProcEvent is one event on an ext_proc stream, from Envoy's side.
 type ExtProcEvent struct {
 	Filter string
+	// Attempt is 0 for a filter of the listener's chain, and the router's
+	// attempt number (1, 2, …) for an ext_proc in a cluster's upstream
+	// filter chain, which opens a new stream on every attempt.
+	Attempt int
 	// Exactly one of Sent, Received and Event is set.
 	Sent     *extprocsvc.ProcessingRequest  // Envoy → server
 	Received *extprocsvc.ProcessingResponse // server → Envoy
@@ -66,6 +80,65 @@ type UpstreamRequest struct {
 	Path     string
 	Headers  *Headers
 	Body     []byte // what reached the upstream (capped at 1 MiB in the record)
+}
+
+// UpstreamAttempt is one try of the router: where it went and how it
+// ended.
+type UpstreamAttempt struct {
+	// Cluster is the cluster the host belongs to (for an aggregate cluster,
+	// the member); Endpoint its address; Priority the priority level it was
+	// chosen from (an aggregate's linearised level).
+	Cluster  string
+	Endpoint string
+	Priority int
+	// Request is what reached the upstream codec; nil when the attempt
+	// ended before (circuit-breaker overflow, an upstream filter's reply).
+	Request *UpstreamRequest
+	// Status is the response :status the router saw (after the upstream
+	// filters), 0 if none.
+	Status int
+	// Reset is Envoy's reset reason when the attempt ended without
+	// response headers: "remote connection failure", "connection timeout",
+	// "connection termination", "remote reset", "local reset" (per-try
+	// timeout) or "overflow".
+	Reset string
+	// Retried reports that the router retried after this attempt.
+	Retried bool
+}
+
+func (x *Exchange) addAttempt(a *UpstreamAttempt) {
+	x.mu.Lock()
+	x.Attempts = append(x.Attempts, a)
+	x.mu.Unlock()
+}
+
+// updateAttempt changes an attempt under the record's lock.
+func (x *Exchange) updateAttempt(fn func()) {
+	x.mu.Lock()
+	fn()
+	x.mu.Unlock()
+}
+
+// Envoy's response flags in %RESPONSE_FLAGS% order.
+var responseFlagOrder = []string{"LH", "UH", "UT", "LR", "UR", "UF", "UC", "UO", "NR", "DI", "FI", "RL", "UAEX", "RLSE", "DC", "URX", "SI", "IH", "DPE", "UMSDR", "RFCF", "NFCF", "DT", "UPE", "NC", "OM", "DF", "DO", "DR"}
+
+// addFlag sets one response flag.
+func (x *Exchange) addFlag(f string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	have := map[string]bool{f: true}
+	for _, g := range strings.Split(x.ResponseFlags, ",") {
+		if g != "" {
+			have[g] = true
+		}
+	}
+	var out []string
+	for _, g := range responseFlagOrder {
+		if have[g] {
+			out = append(out, g)
+		}
+	}
+	x.ResponseFlags = strings.Join(out, ",")
 }
 
 func (x *Exchange) addAuthz(c AuthzCall) {
@@ -86,12 +159,13 @@ func (x *Exchange) setUpstream(u *UpstreamRequest) {
 	x.mu.Unlock()
 }
 
-// appendUpstreamBody records body bytes that reached the upstream.
-func (x *Exchange) appendUpstreamBody(b []byte) {
+// appendUpstreamBody records body bytes that reached the upstream in
+// request u.
+func (x *Exchange) appendUpstreamBody(u *UpstreamRequest, b []byte) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.Upstream != nil && len(x.Upstream.Body) < 1<<20 {
-		x.Upstream.Body = append(x.Upstream.Body, b...)
+	if len(u.Body) < 1<<20 {
+		u.Body = append(u.Body, b...)
 	}
 }
 

@@ -239,7 +239,7 @@ func TestRouterFailures(t *testing.T) {
 		path, details string
 		status        int
 	}{
-		{"/dead", "upstream_reset_before_response_started{connection_failure}", 503},
+		{"/dead", "upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}", 503},
 		{"/slow", "upstream_response_timeout", 504},
 	} {
 		e.ResetExchanges()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -29,7 +30,26 @@ type vhost struct {
 	name      string
 	domains   []string
 	routes    []*routev3.Route
+	actions   []*routeAction // compiled RouteAction extras, parallel to routes
 	perFilter map[string]*anypb.Any
+}
+
+// routeAction is what the router needs from a RouteAction (and its
+// virtual host), compiled once at load.
+type routeAction struct {
+	retry *retryPolicy // route's retry_policy, else the virtual host's
+	// host_rewrite_literal, or auto_host_rewrite (per attempt, the
+	// selected host's hostname), and append_x_forwarded_host.
+	hostRewrite     string
+	autoHostRewrite bool
+	appendXFH       bool
+	// idle_timeout: idleSet when the route sets one (0 disables).
+	idleTimeout time.Duration
+	idleSet     bool
+	// The virtual host's include_request_attempt_count and
+	// include_attempt_count_in_response.
+	attemptCountRequest, attemptCountResponse bool
+	clusterNotFoundCode                       int
 }
 
 // matchedRoute is the outcome of matching a request.
@@ -45,19 +65,90 @@ type matchedRoute struct {
 	// perFilter is the route's typed_per_filter_config, merged over the
 	// virtual host's (route wins).
 	perFilter map[string]*anypb.Any
+	action    *routeAction // nil for a direct response
 }
 
 func newRouteTable(rc *routev3.RouteConfiguration) (*routeTable, error) {
 	t := &routeTable{name: rc.GetName()}
 	for _, vh := range rc.GetVirtualHosts() {
+		if err := checkVirtualHost(vh); err != nil {
+			return nil, fmt.Errorf("route_config %q virtual_host %q: %w", rc.GetName(), vh.GetName(), err)
+		}
+		var vhRetry *retryPolicy
+		if rp := vh.GetRetryPolicy(); rp != nil {
+			var err error
+			if vhRetry, err = newRetryPolicy(rp); err != nil {
+				return nil, fmt.Errorf("route_config %q virtual_host %q: %w", rc.GetName(), vh.GetName(), err)
+			}
+		}
+		v := vhost{name: vh.GetName(), domains: vh.GetDomains(), routes: vh.GetRoutes(), perFilter: vh.GetTypedPerFilterConfig()}
 		for i, r := range vh.GetRoutes() {
 			if err := checkRoute(r); err != nil {
 				return nil, fmt.Errorf("route_config %q virtual_host %q routes[%d]: %w", rc.GetName(), vh.GetName(), i, err)
 			}
+			a, err := newRouteAction(r.GetRoute(), vh, vhRetry)
+			if err != nil {
+				return nil, fmt.Errorf("route_config %q virtual_host %q routes[%d]: %w", rc.GetName(), vh.GetName(), i, err)
+			}
+			v.actions = append(v.actions, a)
 		}
-		t.vhosts = append(t.vhosts, vhost{name: vh.GetName(), domains: vh.GetDomains(), routes: vh.GetRoutes(), perFilter: vh.GetTypedPerFilterConfig()})
+		t.vhosts = append(t.vhosts, v)
 	}
 	return t, nil
+}
+
+// checkVirtualHost refuses the VirtualHost fields that change routing and
+// that the emulator does not implement.
+func checkVirtualHost(vh *routev3.VirtualHost) error {
+	switch {
+	case vh.GetRetryPolicyTypedConfig() != nil:
+		return fmt.Errorf("retry_policy_typed_config is not supported by the emulator")
+	case vh.GetHedgePolicy() != nil:
+		return fmt.Errorf("hedge_policy is not supported by the emulator")
+	case vh.GetIncludeIsTimeoutRetryHeader():
+		return fmt.Errorf("include_is_timeout_retry_header is not supported by the emulator")
+	case len(vh.GetRequestMirrorPolicies()) > 0:
+		return fmt.Errorf("request_mirror_policies is not supported by the emulator")
+	case vh.GetPerRequestBufferLimitBytes() != nil || vh.GetRequestBodyBufferLimit() != nil: //nolint:staticcheck // refused in both forms
+		return fmt.Errorf("per_request_buffer_limit_bytes and request_body_buffer_limit are not supported by the emulator")
+	case vh.GetMatcher() != nil:
+		return fmt.Errorf("matcher is not supported by the emulator")
+	}
+	return nil
+}
+
+// newRouteAction compiles what the router needs from ra; nil for a route
+// without a RouteAction.
+func newRouteAction(ra *routev3.RouteAction, vh *routev3.VirtualHost, vhRetry *retryPolicy) (*routeAction, error) {
+	if ra == nil {
+		return nil, nil
+	}
+	a := &routeAction{
+		retry:                vhRetry,
+		hostRewrite:          ra.GetHostRewriteLiteral(),
+		autoHostRewrite:      ra.GetAutoHostRewrite().GetValue(),
+		appendXFH:            ra.GetAppendXForwardedHost(),
+		attemptCountRequest:  vh.GetIncludeRequestAttemptCount(),
+		attemptCountResponse: vh.GetIncludeAttemptCountInResponse(),
+		clusterNotFoundCode:  503,
+	}
+	if rp := ra.GetRetryPolicy(); rp != nil {
+		p, err := newRetryPolicy(rp)
+		if err != nil {
+			return nil, err
+		}
+		a.retry = p
+	}
+	if d := ra.GetIdleTimeout(); d != nil {
+		a.idleTimeout, a.idleSet = d.AsDuration(), true
+	}
+	switch ra.GetClusterNotFoundResponseCode() {
+	case routev3.RouteAction_NOT_FOUND:
+		a.clusterNotFoundCode = 404
+	case routev3.RouteAction_INTERNAL_SERVER_ERROR:
+		a.clusterNotFoundCode = 500
+	}
+	return a, nil
 }
 
 func checkRoute(r *routev3.Route) error {
@@ -86,6 +177,9 @@ func checkRoute(r *routev3.Route) error {
 			return fmt.Errorf("match.headers[%s]: only exact, prefix and present matchers are supported by the emulator", h.GetName())
 		}
 	}
+	if r.GetPerRequestBufferLimitBytes() != nil || r.GetRequestBodyBufferLimit() != nil { //nolint:staticcheck // refused in both forms
+		return fmt.Errorf("per_request_buffer_limit_bytes and request_body_buffer_limit are not supported by the emulator")
+	}
 	switch a := r.GetAction().(type) {
 	case *routev3.Route_Route:
 		switch a.Route.GetClusterSpecifier().(type) {
@@ -93,9 +187,53 @@ func checkRoute(r *routev3.Route) error {
 		default:
 			return fmt.Errorf("route: only cluster, cluster_header and weighted_clusters are supported by the emulator")
 		}
+		if err := checkRouteAction(a.Route); err != nil {
+			return fmt.Errorf("route.%w", err)
+		}
 	case *routev3.Route_DirectResponse:
 	default:
 		return fmt.Errorf("action: only route and direct_response are supported by the emulator")
+	}
+	return nil
+}
+
+// checkRouteAction refuses the RouteAction fields that change what the
+// router does and that the emulator does not implement.
+func checkRouteAction(ra *routev3.RouteAction) error {
+	unsupported := func(field string) error {
+		return fmt.Errorf("%s is not supported by the emulator", field)
+	}
+	switch {
+	case ra.GetPrefixRewrite() != "":
+		return unsupported("prefix_rewrite")
+	case ra.GetRegexRewrite() != nil:
+		return unsupported("regex_rewrite")
+	case ra.GetPathRewritePolicy() != nil:
+		return unsupported("path_rewrite_policy")
+	case ra.GetPathRewrite() != "":
+		return unsupported("path_rewrite")
+	case ra.GetHostRewriteHeader() != "":
+		return unsupported("host_rewrite_header")
+	case ra.GetHostRewritePathRegex() != nil:
+		return unsupported("host_rewrite_path_regex")
+	case ra.GetHostRewrite() != "":
+		return unsupported("host_rewrite")
+	case ra.GetRetryPolicyTypedConfig() != nil:
+		return unsupported("retry_policy_typed_config")
+	case len(ra.GetRequestMirrorPolicies()) > 0:
+		return unsupported("request_mirror_policies")
+	case ra.GetHedgePolicy() != nil:
+		return unsupported("hedge_policy")
+	case ra.GetInternalRedirectPolicy() != nil || ra.GetInternalRedirectAction() != routev3.RouteAction_PASS_THROUGH_INTERNAL_REDIRECT: //nolint:staticcheck // refused in both forms
+		return unsupported("internal_redirect_policy")
+	case ra.GetMaxStreamDuration() != nil:
+		return unsupported("max_stream_duration")
+	case ra.GetFlushTimeout() != nil:
+		return unsupported("flush_timeout")
+	case ra.GetPriority() != corev3.RoutingPriority_DEFAULT:
+		return unsupported("priority HIGH")
+	case ra.GetMetadataMatch() != nil:
+		return unsupported("metadata_match")
 	}
 	return nil
 }
@@ -135,11 +273,11 @@ func (t *routeTable) match(h *Headers) *matchedRoute {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
 	}
-	for _, r := range vh.routes {
+	for i, r := range vh.routes {
 		if !routeMatches(r.GetMatch(), path, h) {
 			continue
 		}
-		m := &matchedRoute{vhost: vh.name, name: r.GetName(), perFilter: mergePerFilter(vh.perFilter, r.GetTypedPerFilterConfig())}
+		m := &matchedRoute{vhost: vh.name, name: r.GetName(), perFilter: mergePerFilter(vh.perFilter, r.GetTypedPerFilterConfig()), action: vh.actions[i]}
 		if d := r.GetDirectResponse(); d != nil {
 			m.direct = d
 			return m

@@ -78,6 +78,14 @@ type stream struct {
 	routeFrozen bool // response headers encoded: the route cache is frozen
 	respSent    atomic.Bool
 	rec         *Exchange
+
+	// parent is set on the stream an upstream filter chain runs on, for one
+	// router attempt (attempt is its number): it shares the downstream
+	// stream's request headers, dynamic metadata, route and record, as
+	// Envoy's UpstreamFilterManager uses the downstream StreamInfo; its own
+	// ctx ends with the attempt, and its local replies go to the router.
+	parent  *stream
+	attempt int
 }
 
 // streamPeer is what Envoy knows about the downstream connection.
@@ -111,6 +119,9 @@ func (s *stream) sendLocalReply(r localReply) {
 
 // Metadata returns a copy of the stream's dynamic metadata in namespace ns.
 func (s *stream) metadata(ns string) *structpb.Struct {
+	if s.parent != nil {
+		return s.parent.metadata(ns)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m := s.meta[ns]; m != nil {
@@ -121,6 +132,9 @@ func (s *stream) metadata(ns string) *structpb.Struct {
 
 // metadataNamespaces returns a copy of every namespace.
 func (s *stream) allMetadata() map[string]*structpb.Struct {
+	if s.parent != nil {
+		return s.parent.allMetadata()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[string]*structpb.Struct, len(s.meta))
@@ -134,6 +148,10 @@ func (s *stream) allMetadata() map[string]*structpb.Struct {
 // keys of v replace those already there).
 func (s *stream) mergeMetadata(ns string, v *structpb.Struct) {
 	if v == nil {
+		return
+	}
+	if s.parent != nil {
+		s.parent.mergeMetadata(ns, v)
 		return
 	}
 	s.mu.Lock()
@@ -154,6 +172,9 @@ func (s *stream) mergeMetadata(ns string, v *structpb.Struct) {
 // currentRoute returns the route for the request headers as they are now,
 // computing it if the cache is empty (Envoy's route cache).
 func (s *stream) currentRoute() *matchedRoute {
+	if s.parent != nil {
+		return s.parent.currentRoute()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.routeValid {
@@ -164,8 +185,12 @@ func (s *stream) currentRoute() *matchedRoute {
 }
 
 // clearRouteCache drops the cached route so the next lookup re-matches.
-// It has no effect once response headers have been encoded.
+// It has no effect once response headers have been encoded, nor in an
+// upstream filter chain (the router has routed).
 func (s *stream) clearRouteCache() bool {
+	if s.parent != nil {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.routeFrozen {
