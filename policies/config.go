@@ -56,6 +56,20 @@ type Gateway struct {
 	// an LLM API Sluice meters: "deny" (404 with a clear error) or "pass"
 	// (forwarded untouched, unmetered).
 	UnknownPaths string `yaml:"unknown_paths"`
+	// UnpricedModels says what happens to a request for a model the
+	// pricing table does not list: "allow" (served, recorded as unpriced
+	// at cost 0, counted in sluice_unpriced_requests_total; budgets cannot
+	// see it) or "deny" (403).
+	UnpricedModels string `yaml:"unpriced_models"`
+	// BudgetTimeZone is the IANA time zone of calendar budget periods
+	// (day, week, month). Default UTC.
+	BudgetTimeZone string `yaml:"budget_time_zone"`
+	// DefaultMaxOutputTokens is reserved for a reply whose request sets no
+	// max_tokens, for models without max_output_tokens. Default 4096.
+	DefaultMaxOutputTokens int64 `yaml:"default_max_output_tokens"`
+	// ReservationTTL releases a reservation that was never settled (a
+	// stream Sluice lost track of) after this long. Default 15m.
+	ReservationTTL time.Duration `yaml:"reservation_ttl"`
 }
 
 // Provider kinds.
@@ -185,6 +199,10 @@ type Model struct {
 	// API dialect (OpenAI-family or Anthropic).
 	Providers []ModelProvider `yaml:"providers"`
 	Routing   string          `yaml:"routing"`
+	// MaxOutputTokens is the most a reply can hold: what admission reserves
+	// when the client sets no max_tokens. Default
+	// gateway.default_max_output_tokens.
+	MaxOutputTokens int64 `yaml:"max_output_tokens"`
 }
 
 // Model routings.
@@ -208,11 +226,15 @@ type Price struct {
 	Input       int64 `yaml:"input"`
 	CachedInput int64 `yaml:"cached_input"`
 	Output      int64 `yaml:"output"`
+	// PerRequest is a fee per request, in micro-dollars (not per 1M).
+	PerRequest int64 `yaml:"per_request"`
 }
 
 // Org groups teams.
 type Org struct {
 	Name string `yaml:"name"`
+	// Limits apply to every key of every team of the org, together.
+	Limits Limits `yaml:"limits"`
 }
 
 // Team owns keys. Its model allow-list and limits apply to every key of the
@@ -242,10 +264,47 @@ type DeclaredKey struct {
 	ExpiresAt *time.Time `yaml:"expires_at"`
 }
 
-// Limits are the limits that apply to a key or a team. A zero value means
-// "no limit" for that window.
+// Limits are the limits that apply to a key, a team or an org. A zero value
+// means "no limit" for that window. Every limit that covers a request must
+// admit it (docs/limits.md).
 type Limits struct {
-	Requests RateLimits `yaml:"requests" json:"requests"`
+	Requests RateLimits  `yaml:"requests" json:"requests"`
+	Tokens   TokenLimits `yaml:"tokens" json:"tokens,omitzero"`
+	Budgets  []Budget    `yaml:"budgets" json:"budgets,omitempty"`
+	// Models holds limits that apply only to requests for one model (by
+	// its name), on top of the ones above. They cannot nest further.
+	Models map[string]Limits `yaml:"models" json:"models,omitempty"`
+}
+
+// TokenLimits count tokens per sliding window: the prompt (input), the
+// reply (output, reasoning included) and both (total).
+type TokenLimits struct {
+	Input  RateLimits `yaml:"input" json:"input,omitzero"`
+	Output RateLimits `yaml:"output" json:"output,omitzero"`
+	Total  RateLimits `yaml:"total" json:"total,omitzero"`
+}
+
+// IsZero reports whether no token window is limited.
+func (t TokenLimits) IsZero() bool { return t == TokenLimits{} }
+
+// Budget periods.
+const (
+	PeriodDay      = "day"      // calendar day in gateway.budget_time_zone
+	PeriodWeek     = "week"     // calendar week, from Monday 00:00
+	PeriodMonth    = "month"    // calendar month
+	PeriodRolling  = "rolling"  // the last Window, sliding
+	PeriodLifetime = "lifetime" // never resets
+)
+
+// BudgetPeriods lists the periods a budget may have.
+var BudgetPeriods = []string{PeriodDay, PeriodWeek, PeriodMonth, PeriodRolling, PeriodLifetime}
+
+// Budget caps spend, in micro-dollars ($50 is 50000000), over a period.
+type Budget struct {
+	MicroUSD int64  `yaml:"micro_usd" json:"micro_usd"`
+	Period   string `yaml:"period" json:"period"`
+	// Window is the length of a rolling budget (e.g. 24h, 168h).
+	Window time.Duration `yaml:"window" json:"window,omitempty"`
 }
 
 // RateLimits counts events per sliding window. Zero means unlimited.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -26,10 +27,11 @@ func Default() *Config {
 			Admin: "127.0.0.1:9090",
 			Envoy: "127.0.0.1:10000",
 		},
-		Store:   Store{SQLite: "sluice.db"},
-		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
-		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny"},
-		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc"},
+		Store:  Store{SQLite: "sluice.db"},
+		Ledger: Ledger{SQLite: "sluice-ledger.db"},
+		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC",
+			DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
+		XDS: XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc"},
 	}
 }
 

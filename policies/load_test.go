@@ -114,7 +114,7 @@ func TestDefault(t *testing.T) {
 		Listen:  Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "127.0.0.1:10000"},
 		Store:   Store{SQLite: "sluice.db"},
 		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
-		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny"},
+		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
 		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc"},
 	}
 	if diff := cmp.Diff(want, Default()); diff != "" {
@@ -143,7 +143,7 @@ func TestLoadFull(t *testing.T) {
 		Listen:  Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "0.0.0.0:10000"},
 		Store:   Store{SQLite: "data/sluice.db"},
 		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
-		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny"},
+		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
 		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc"},
 		Providers: []Provider{
 			{Name: "openai", Kind: KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-test-SECRET-openai"},

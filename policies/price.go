@@ -16,5 +16,5 @@ func (p Price) CostMicros(input, cachedInput, output int64) int64 {
 	// Prices are per 1M tokens; one division at the end keeps the
 	// rounding to a single micro-dollar.
 	total := (input-cachedInput)*p.Input + cachedInput*cachedPrice + output*p.Output
-	return (total + 999_999) / 1_000_000
+	return (total+999_999)/1_000_000 + p.PerRequest
 }

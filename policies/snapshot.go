@@ -373,13 +373,18 @@ func (c *Config) clone() *Config {
 	}
 	out.Pricing = maps.Clone(c.Pricing)
 	out.Orgs = slices.Clone(c.Orgs)
+	for i := range out.Orgs {
+		out.Orgs[i].Limits = out.Orgs[i].Limits.clone()
+	}
 	out.Teams = slices.Clone(c.Teams)
 	for i := range out.Teams {
 		out.Teams[i].Models = slices.Clone(out.Teams[i].Models)
+		out.Teams[i].Limits = out.Teams[i].Limits.clone()
 	}
 	out.Keys = slices.Clone(c.Keys)
 	for i := range out.Keys {
 		out.Keys[i].Models = slices.Clone(out.Keys[i].Models)
+		out.Keys[i].Limits = out.Keys[i].Limits.clone()
 		if t := out.Keys[i].ExpiresAt; t != nil {
 			t2 := *t
 			out.Keys[i].ExpiresAt = &t2
@@ -502,4 +507,16 @@ func Dialable(addr string) string {
 		host = "::1"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+func (l Limits) clone() Limits {
+	l.Budgets = slices.Clone(l.Budgets)
+	if l.Models != nil {
+		m := make(map[string]Limits, len(l.Models))
+		for k, v := range l.Models {
+			m[k] = v.clone()
+		}
+		l.Models = m
+	}
+	return l
 }

@@ -1,6 +1,10 @@
 package policies
 
 import (
+	"time"
+	// Budget time zones resolve on machines without a zoneinfo database.
+	_ "time/tzdata"
+
 	"crypto/sha256"
 	"fmt"
 	"maps"
@@ -45,15 +49,24 @@ func (c *Config) check() []issue {
 		kinds[p.Name] = p.Kind
 	}
 	owners, known := v.models(c.Models, providers, kinds)
+	v.owners, v.modelList = owners, c.Models
 	v.pricing(c.Pricing, c.Models, owners)
 	orgs := v.names("orgs", len(c.Orgs), func(i int) string { return c.Orgs[i].Name })
+	for i, o := range c.Orgs {
+		v.limits(indexPath("orgs", i)+".limits", o.Limits)
+	}
 	teams := v.teams(c, orgs, owners, known)
 	v.keys(c, teams, owners, known)
 	v.xds(c.XDS)
 	return v.issues
 }
 
-type validator struct{ issues []issue }
+type validator struct {
+	issues []issue
+	// The models, for per-model limits: the index of each name and alias.
+	owners    map[string]int
+	modelList []Model
+}
 
 // maxBodyLimit bounds gateway.max_request_body_bytes: bodies are buffered
 // whole in Envoy and in Sluice.
@@ -68,6 +81,18 @@ func (v *validator) ledgerAndGateway(l Ledger, g Gateway) {
 	}
 	if g.UnknownPaths != "deny" && g.UnknownPaths != "pass" {
 		v.add("gateway.unknown_paths", "must be deny or pass, got %q", g.UnknownPaths)
+	}
+	if g.UnpricedModels != "deny" && g.UnpricedModels != "allow" {
+		v.add("gateway.unpriced_models", "must be deny or allow, got %q", g.UnpricedModels)
+	}
+	if _, err := time.LoadLocation(g.BudgetTimeZone); err != nil || g.BudgetTimeZone == "" {
+		v.add("gateway.budget_time_zone", "must be an IANA time zone such as UTC or Europe/Berlin, got %q", g.BudgetTimeZone)
+	}
+	if g.DefaultMaxOutputTokens <= 0 {
+		v.add("gateway.default_max_output_tokens", "must be more than 0, got %d", g.DefaultMaxOutputTokens)
+	}
+	if g.ReservationTTL < time.Minute {
+		v.add("gateway.reservation_ttl", "must be at least 1m (longer than your longest stream), got %v", g.ReservationTTL)
 	}
 }
 
@@ -326,6 +351,7 @@ func (v *validator) models(ms []Model, providers map[string]int, kinds map[strin
 			}
 		}
 		v.modelProviders(path, m, providers, providerNames, kinds)
+		v.nonNegative(path+".max_output_tokens", m.MaxOutputTokens)
 	}
 	return owners, known
 }
@@ -415,6 +441,7 @@ func (v *validator) pricing(prices map[string]Price, ms []Model, owners map[stri
 		v.nonNegative(fieldPath(path, "input"), p.Input)
 		v.nonNegative(fieldPath(path, "cached_input"), p.CachedInput)
 		v.nonNegative(fieldPath(path, "output"), p.Output)
+		v.nonNegative(fieldPath(path, "per_request"), p.PerRequest)
 	}
 }
 
@@ -425,9 +452,54 @@ func (v *validator) nonNegative(path string, n int64) {
 }
 
 func (v *validator) limits(path string, l Limits) {
-	v.nonNegative(path+".requests.per_minute", l.Requests.PerMinute)
-	v.nonNegative(path+".requests.per_hour", l.Requests.PerHour)
-	v.nonNegative(path+".requests.per_day", l.Requests.PerDay)
+	v.limitsAt(path, l, false)
+}
+
+func (v *validator) limitsAt(path string, l Limits, nested bool) {
+	rate := func(p string, r RateLimits) {
+		v.nonNegative(p+".per_minute", r.PerMinute)
+		v.nonNegative(p+".per_hour", r.PerHour)
+		v.nonNegative(p+".per_day", r.PerDay)
+	}
+	rate(path+".requests", l.Requests)
+	rate(path+".tokens.input", l.Tokens.Input)
+	rate(path+".tokens.output", l.Tokens.Output)
+	rate(path+".tokens.total", l.Tokens.Total)
+	seen := map[string]int{}
+	for i, b := range l.Budgets {
+		bp := indexPath(path+".budgets", i)
+		if b.MicroUSD <= 0 {
+			v.add(bp+".micro_usd", "must be more than 0 (micro-dollars: $50 is 50000000), got %d", b.MicroUSD)
+		}
+		switch {
+		case b.Period == "":
+			v.add(bp+".period", "required (one of %s)", strings.Join(BudgetPeriods, ", "))
+		case !slices.Contains(BudgetPeriods, b.Period):
+			v.add(bp+".period", "unknown period %q (one of %s)%s", b.Period, strings.Join(BudgetPeriods, ", "), didYouMean(b.Period, BudgetPeriods))
+		case b.Period == PeriodRolling && b.Window < time.Minute:
+			v.add(bp+".window", "a rolling budget needs a window of at least 1m (e.g. 24h), got %v", b.Window)
+		case b.Period != PeriodRolling && b.Window != 0:
+			v.add(bp+".window", "only allowed with period: %s", PeriodRolling)
+		}
+		id := b.Period + "/" + b.Window.String()
+		if j, dup := seen[id]; dup {
+			v.add(bp, "a second %s budget (first at %s): one budget per period", b.Period, indexPath(path+".budgets", j))
+		}
+		seen[id] = i
+	}
+	if len(l.Models) > 0 && nested {
+		v.add(path+".models", "per-model limits cannot nest")
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(l.Models)) {
+		mp := keyPath(path+".models", name)
+		if i, ok := v.owners[name]; !ok {
+			v.addRef("models", mp, "unknown model %q", name)
+		} else if v.modelList[i].Name != name {
+			v.addRef("models", mp, "%q is an alias of %q; limit the model by its name", name, v.modelList[i].Name)
+		}
+		v.limitsAt(mp, l.Models[name], true)
+	}
 }
 
 // allowList checks a model allow-list against the configured models.
