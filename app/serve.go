@@ -174,11 +174,20 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 	defer led.Close()
 
 	counters := limits.New(limits.Options{})
+	tz, err := time.LoadLocation(snap.Gateway().BudgetTimeZone)
+	if err != nil {
+		return fmt.Errorf("gateway.budget_time_zone: %w", err)
+	}
+	admitter := admission.NewLocal(counters, admission.LocalOptions{TimeZone: tz})
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys_cached", Help: "API keys in the in-memory replica (config-declared and stored, revoked included)."},
 			func() float64 { return float64(ring.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_rate_counters", Help: "Live request-rate counters."},
 			func() float64 { return float64(counters.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_reservations_held", Help: "Admitted requests whose reservation is not settled yet."},
+			func() float64 { return float64(admitter.Held()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_reservations_expired_total", Help: "Reservations released unsettled after gateway.reservation_ttl."},
+			func() float64 { return float64(admitter.Expired()) }),
 	)
 	checker := authz.NewChecker(ring, counters, nil)
 	authzServer := authz.NewServer(checker, authz.NewMetrics(reg), log)
@@ -186,7 +195,7 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 		Policy:   watcher.Current,
 		Ring:     ring,
 		Auth:     checker,
-		Admitter: admission.NewLocal(counters),
+		Admitter: admitter,
 		Ledger:   led,
 		Metrics:  extproc.NewMetrics(reg),
 		Log:      log.With("component", "extproc"),
@@ -263,6 +272,7 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 		return ring.Follow(gctx, st, storePoll, func(error) { m.storeSyncs.Inc() })
 	})
 	g.Go(func() error { return counters.Run(gctx, counterSweep) })
+	g.Go(func() error { return admitter.Run(gctx, snap.Gateway().ReservationTTL, time.Now) })
 	// The ledger's committer outlives the gRPC server: it stops after
 	// in-flight streams have settled (see below), so no spend is lost.
 	ledgerCtx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))

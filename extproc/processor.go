@@ -245,9 +245,25 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 		}}
 	}
 
+	if !route.Priced && p.snap.Gateway().UnpricedModels == "deny" {
+		return p.deny(403, "model_unpriced", fmt.Sprintf("model %q has no price on this gateway, and unpriced models are refused (gateway.unpriced_models: deny)", route.Name))
+	}
+	// The worst case is reserved: the prompt estimate plus the most the
+	// reply can hold, at the model's price.
+	maxOut := req.MaxOutputTokens
+	switch {
+	case p.ep == llmapi.Embeddings:
+		maxOut = 0
+	case maxOut < 0:
+		maxOut = route.MaxOutputTokens
+	}
+	var worst int64
+	if route.Priced {
+		worst = route.Price.CostMicros(req.InputTokens, 0, maxOut)
+	}
 	grant, err := p.d.Admitter.Admit(ctx, admission.Claim{
 		Principal: p.principal, Model: route.Name, CountRequest: !p.counted,
-		InputTokens: req.InputTokens, MaxOutputTokens: req.MaxOutputTokens, At: p.d.Now(),
+		InputTokens: req.InputTokens, MaxOutputTokens: maxOut, CostMicros: worst, At: p.d.Now(),
 	})
 	if err != nil {
 		if dn, ok := err.(*admission.Denial); ok {
@@ -309,6 +325,15 @@ func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeade
 	ct, _ := get("content-type")
 	ce, _ := get("content-encoding")
 	hm := p.servedBy(get)
+	// What the covering limits have left, in OpenAI's x-ratelimit-* style.
+	if hs := p.grant.Remaining.Headers(); len(hs) > 0 {
+		if hm == nil {
+			hm = &extprocsvc.HeaderMutation{}
+		}
+		for _, h := range hs {
+			hm.SetHeaders = append(hm.SetHeaders, rawHeader(h[0], h[1]))
+		}
+	}
 	p.meter = usage.NewMeter(usage.Options{Endpoint: p.ep, Stream: p.req.Stream, ContentType: ct, ContentEncoding: ce, Model: p.upstream})
 	p.state = streamingResponse
 	resp := headersResponse(hm)
@@ -412,7 +437,7 @@ func (p *Processor) settle(ctx context.Context, complete bool) *structpb.Struct 
 		p.d.Metrics.ledgerErrors.Inc()
 		p.d.Log.Error("spend record not written", "request_id", p.requestID, "key_id", p.principal.KeyID, "err", err)
 	}
-	p.d.Admitter.Settle(ctx, p.grant, admission.Actual{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostMicros: cost})
+	p.d.Admitter.Settle(ctx, p.grant, admission.Actual{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostMicros: cost, At: now})
 	p.d.Metrics.observe(rec)
 	return usageMetadata(rec)
 }

@@ -98,7 +98,7 @@ func newDeps(t testing.TB) (*Deps, *recordingLedger) {
 		Policy:   func() *policies.Snapshot { return snap },
 		Ring:     ring,
 		Auth:     authz.NewChecker(ring, counters, func() time.Time { return t0 }),
-		Admitter: admission.NewLocal(counters),
+		Admitter: admission.NewLocal(counters, admission.LocalOptions{}),
 		Ledger:   led,
 		Metrics:  NewMetrics(prometheus.NewRegistry()),
 		Log:      log,

@@ -30,6 +30,7 @@ type Principal struct {
 	TeamModels policies.ModelSet
 	KeyLimits  policies.Limits
 	TeamLimits policies.Limits
+	OrgLimits  policies.Limits
 	ExpiresAt  time.Time // zero: never
 	RevokedAt  time.Time // zero: not revoked
 	// TeamMissing is set when the key names a team that exists neither in
@@ -190,6 +191,14 @@ func (r *Ring) Follow(ctx context.Context, src ChangeSource, interval time.Durat
 	}
 }
 
+// orgLimits are the config's limits of org (none without a policy).
+func (r *Ring) orgLimits(org string) policies.Limits {
+	if r.policy == nil || org == "" {
+		return policies.Limits{}
+	}
+	return r.policy.OrgLimits(org)
+}
+
 // rebuild publishes a new view from the policy and the store records.
 // Caller holds r.mu.
 func (r *Ring) rebuild() {
@@ -201,7 +210,7 @@ func (r *Ring) rebuild() {
 				KeyID: k.ID, KeyName: k.Name, KeyPrefix: k.Prefix,
 				Team: k.Team, Org: team.Org, TeamMissing: !ok,
 				KeyModels: k.Models, TeamModels: team.Models,
-				KeyLimits: k.Limits, TeamLimits: team.Limits,
+				KeyLimits: k.Limits, TeamLimits: team.Limits, OrgLimits: r.orgLimits(team.Org),
 				ExpiresAt: k.ExpiresAt,
 			}
 			publish(byHash, k.Hash, p)
@@ -222,7 +231,7 @@ func (r *Ring) rebuild() {
 			KeyID: k.ID, KeyName: k.Name, KeyPrefix: k.Prefix,
 			Team: k.Team, Org: team.Org, TeamMissing: !ok,
 			KeyModels: models, TeamModels: team.Models,
-			KeyLimits: k.Limits, TeamLimits: team.Limits,
+			KeyLimits: k.Limits, TeamLimits: team.Limits, OrgLimits: r.orgLimits(team.Org),
 			ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt,
 		}
 		publish(byHash, k.Hash, p)

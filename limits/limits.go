@@ -387,3 +387,41 @@ func PeriodName(p time.Duration) string {
 	}
 	return p.String()
 }
+
+// Adjust corrects what an earlier Admit counted on key at time at, once
+// the real amount is known (a reservation settled): a negative delta is
+// taken back from the bucket that holds at — only while that bucket is
+// still in the window, and never below zero, so a window never forgets
+// more than it counted — and a positive delta (the real use exceeded the
+// reservation) is counted now, in the newest bucket. period must be the
+// one the key is always used with.
+func (c *Counters) Adjust(at, now time.Time, key string, period time.Duration, delta int64) {
+	if delta == 0 {
+		return
+	}
+	d := Demand{Key: key, Period: period, Limit: 1}
+	w := c.width(0, &d)
+	nowIdx := floorDiv(now.UnixNano(), w)
+	for {
+		ct := c.get(key, w, nowIdx)
+		if ct.width != w {
+			panic(fmt.Sprintf("limits: Adjust %q: period %v, but the key is used with period %v", key, period, time.Duration(ct.width*c.buckets)))
+		}
+		ct.mu.Lock()
+		if ct.dead {
+			ct.mu.Unlock()
+			continue
+		}
+		head := ct.advance(nowIdx)
+		if delta > 0 {
+			ct.add(delta)
+		} else if j := floorDiv(at.UnixNano(), w); j > head-ct.buckets() && j <= head {
+			s := ct.slot(j)
+			take := min(-delta, s.amt)
+			s.amt -= take
+			ct.total -= take
+		}
+		ct.mu.Unlock()
+		return
+	}
+}

@@ -426,3 +426,38 @@ func catchPanic(f func()) (msg string) {
 	f()
 	return ""
 }
+
+func TestAdjust(t *testing.T) {
+	c := New(Options{})
+	t0 := time.Unix(1_800_000_000, 0)
+	d := []Demand{{Key: "k/tokens/1m", Period: time.Minute, Limit: 100, Amount: 80}}
+	if !c.Admit(t0, d).Admitted {
+		t.Fatal("first reservation refused")
+	}
+	// Settled at 30: 50 of the 80 reserved come back, in the bucket they
+	// were counted in.
+	c.Adjust(t0, t0.Add(10*time.Second), "k/tokens/1m", time.Minute, -50)
+	d[0].Amount = 70
+	if !c.Admit(t0.Add(10*time.Second), d).Admitted {
+		t.Fatal("the released tokens were not available again")
+	}
+	// A use above the reservation is counted now.
+	c.Adjust(t0, t0.Add(20*time.Second), "k/tokens/1m", time.Minute, +5)
+	d[0].Amount = 1
+	if dec := c.Admit(t0.Add(20*time.Second), d); dec.Admitted || dec.Remaining[0] != 0 {
+		t.Fatalf("30+70+5 = 105 > 100 counted, but admitted: %+v", dec)
+	}
+	// Once the first bucket has left the window, a late release of it does
+	// nothing: the window must not forget more than it still counts.
+	late := t0.Add(61 * time.Second)
+	c.Adjust(t0, late, "k/tokens/1m", time.Minute, -30)
+	d[0].Amount = 0
+	if rem := c.Admit(late, d).Remaining[0]; rem != 100-75 {
+		t.Fatalf("remaining %d after the first bucket left, want 25 (70+5 still counted)", rem)
+	}
+	// Never below zero.
+	c.Adjust(t0.Add(10*time.Second), late, "k/tokens/1m", time.Minute, -1000)
+	if rem := c.Admit(late, d).Remaining[0]; rem != 100-5 {
+		t.Fatalf("remaining %d, want 95 (only the +5 bucket is left)", rem)
+	}
+}

@@ -50,6 +50,9 @@ type ModelRoute struct {
 	Provider *Provider
 	Price    Price
 	Priced   bool // whether the pricing table has the model
+	// MaxOutputTokens is reserved when a request sets no max_tokens: the
+	// model's max_output_tokens, else gateway.default_max_output_tokens.
+	MaxOutputTokens int64
 	// weights are the cumulative weights of Targets (routing weighted).
 	weights []int64
 }
@@ -185,7 +188,10 @@ func Compile(cfg *Config, file string) (*Snapshot, error) {
 		}
 	}
 	for _, m := range c.Models {
-		r := &ModelRoute{Name: m.Name, Aliases: slices.Clone(m.Aliases), Routing: m.Routing}
+		r := &ModelRoute{Name: m.Name, Aliases: slices.Clone(m.Aliases), Routing: m.Routing, MaxOutputTokens: m.MaxOutputTokens}
+		if r.MaxOutputTokens == 0 {
+			r.MaxOutputTokens = c.Gateway.DefaultMaxOutputTokens
+		}
 		if r.Routing == "" {
 			r.Routing = RoutingPriority
 		}
@@ -317,6 +323,17 @@ func (s *Snapshot) ModelNames() []string { return slices.Clone(s.modelNames) }
 func (s *Snapshot) Org(name string) bool {
 	_, ok := s.orgs[name]
 	return ok
+}
+
+// OrgLimits returns the limits of an org declared in the config (none for
+// an org that exists only in the store).
+func (s *Snapshot) OrgLimits(name string) Limits {
+	for _, o := range s.cfg.Orgs {
+		if o.Name == name {
+			return o.Limits
+		}
+	}
+	return Limits{}
 }
 
 // Team returns the policy of the named team.
