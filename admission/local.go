@@ -3,6 +3,8 @@ package admission
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -488,4 +490,56 @@ func ceilSeconds(d time.Duration) int64 {
 		s++
 	}
 	return s
+}
+
+// BudgetStatus is one budget that covers a principal, as it stands.
+type BudgetStatus struct {
+	Scope, ID string // key, team or org, and its name or id
+	Model     string // "" for the scope's own budgets
+	Period    string
+	Window    time.Duration // rolling budgets
+	// Limit, Spent (settled in the current period; for a rolling budget,
+	// spent and reserved together), Reserved (held by requests in flight)
+	// and Remaining, in micro-dollars.
+	Limit, Spent, Reserved, Remaining int64
+	Resets                            time.Time // zero: lifetime or rolling
+}
+
+// Budgets reports every budget that covers p's requests (for any model)
+// at time at, without reserving anything.
+func (l *Local) Budgets(p *keyring.Principal, at time.Time) []BudgetStatus {
+	var out []BudgetStatus
+	var scs []scope
+	add := func(kind, id string, lim policies.Limits) {
+		if id == "" {
+			return
+		}
+		scs = append(scs, scope{kind: kind, id: id, l: lim})
+		for _, m := range slices.Sorted(maps.Keys(lim.Models)) {
+			scs = append(scs, scope{kind: kind, id: id, l: lim.Models[m], model: m})
+		}
+	}
+	add("key", p.KeyID, p.KeyLimits)
+	add("team", p.Team, p.TeamLimits)
+	add("org", p.Org, p.OrgLimits)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range scs {
+		for _, b := range s.l.Budgets {
+			bs := BudgetStatus{Scope: s.kind, ID: s.id, Model: s.model, Period: b.Period, Window: b.Window, Limit: b.MicroUSD}
+			if b.Period == policies.PeriodRolling {
+				d := limits.Demand{Key: s.prefix() + "/budget/rolling/" + b.Window.String(), Period: b.Window, Limit: b.MicroUSD}
+				dec := l.counters.Admit(at, []limits.Demand{d})
+				bs.Remaining = dec.Remaining[0]
+				bs.Spent = b.MicroUSD - bs.Remaining
+			} else {
+				_, st := l.budget(s, b, at)
+				bs.Spent, bs.Reserved = st.spent, st.reserved
+				bs.Remaining = max(b.MicroUSD-st.spent-st.reserved, 0)
+				bs.Resets = st.end
+			}
+			out = append(out, bs)
+		}
+	}
+	return out
 }

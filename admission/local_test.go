@@ -309,3 +309,32 @@ func BenchmarkAdmitSettle(b *testing.B) {
 		l.Settle(ctx, g, Actual{InputTokens: 500, OutputTokens: 300, CostMicros: 700, At: at})
 	}
 }
+
+func TestBudgetsReport(t *testing.T) {
+	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
+	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}, {MicroUSD: 500, Period: policies.PeriodRolling, Window: time.Hour}}},
+		policies.Limits{Models: map[string]policies.Limits{"m": {Budgets: []policies.Budget{{MicroUSD: 70, Period: policies.PeriodLifetime}}}}}, policies.Limits{})
+	ctx := context.Background()
+	g, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CostMicros: 40, At: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Settle(ctx, g, Actual{CostMicros: 30, At: t0})
+	if _, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CostMicros: 20, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	got := l.Budgets(p, t0)
+	want := []BudgetStatus{
+		{Scope: "key", ID: "key_a", Period: "day", Limit: 100, Spent: 30, Reserved: 20, Remaining: 50, Resets: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
+		{Scope: "key", ID: "key_a", Period: "rolling", Window: time.Hour, Limit: 500, Spent: 50, Remaining: 450},
+		{Scope: "team", ID: "t", Model: "m", Period: "lifetime", Limit: 70, Spent: 30, Reserved: 20, Remaining: 20},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Budgets = %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("Budgets[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

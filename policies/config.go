@@ -19,6 +19,16 @@ type Config struct {
 	Teams     []Team           `yaml:"teams"`
 	Keys      []DeclaredKey    `yaml:"keys"`
 	XDS       XDS              `yaml:"xds"`
+	Admin     Admin            `yaml:"admin"`
+}
+
+// Admin configures the admin HTTP API on listen.admin (keys, limits,
+// spend). /healthz, /readyz and /metrics need no token.
+type Admin struct {
+	// Token is the bearer token the API requires, normally
+	// "${SLUICE_ADMIN_TOKEN}". Empty: the API is off (its routes answer
+	// 403 saying so).
+	Token Secret `yaml:"token"`
 }
 
 // Listen holds the addresses Sluice listens on (host:port). All default to
