@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicegw/sluice/apierr"
 	"github.com/sluicegw/sluice/keyring"
 	"github.com/sluicegw/sluice/limits"
 	"github.com/sluicegw/sluice/policies"
@@ -453,10 +454,10 @@ func denial(d limits.Demand, m demand, dec limits.Decision) *Denial {
 			Message: fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds", m.scope.describe(), d.Limit, limits.PeriodName(d.Period), ra)}
 	case m.kind == costMicros:
 		if dec.Impossible {
-			return &Denial{Status: 429, Code: "insufficient_quota", Message: fmt.Sprintf("budget exceeded: this request may cost up to %s, more than the %s budget of %s (%s) allows at all; lower max_tokens",
+			return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, Message: fmt.Sprintf("budget exceeded: this request may cost up to %s, more than the %s budget of %s (%s) allows at all; lower max_tokens",
 				usd(d.Amount), m.what, m.scope.describe(), usd(d.Limit))}
 		}
-		return &Denial{Status: 429, Code: "insufficient_quota", RetryAfter: dec.RetryAfter,
+		return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, RetryAfter: dec.RetryAfter,
 			Message: fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has no room for this request (up to %s); retry in %ds", m.what, m.scope.describe(), usd(d.Limit), usd(d.Amount), ra)}
 	case dec.Impossible:
 		return &Denial{Status: 429, Code: "tokens_rate_limited",
@@ -468,14 +469,14 @@ func denial(d limits.Demand, m demand, dec limits.Decision) *Denial {
 }
 
 func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at time.Time, left int64) *Denial {
-	what := b.Period
+	what := map[string]string{policies.PeriodDay: "daily", policies.PeriodWeek: "weekly", policies.PeriodMonth: "monthly"}[b.Period]
 	if b.Period == policies.PeriodLifetime {
-		return &Denial{Status: 429, Code: "insufficient_quota",
+		return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota,
 			Message: fmt.Sprintf("budget exhausted: the lifetime budget of %s (%s) has %s left, not enough for this request", s.describe(), usd(b.MicroUSD), usd(max(left, 0)))}
 	}
 	ra := st.end.Sub(at)
-	return &Denial{Status: 429, Code: "insufficient_quota", RetryAfter: ra,
-		Message: fmt.Sprintf("budget exceeded: the %sly budget of %s (%s) has %s left, not enough for this request; it resets at %s",
+	return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, RetryAfter: ra,
+		Message: fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has %s left, not enough for this request; it resets at %s",
 			what, s.describe(), usd(b.MicroUSD), usd(max(left, 0)), st.end.Format(time.RFC3339))}
 }
 

@@ -37,6 +37,10 @@ func DialectFor(path string) Dialect {
 	return OpenAI
 }
 
+// CodeInsufficientQuota is the code (and, in OpenAI's shape, the type) of
+// a refusal because a dollar budget is spent.
+const CodeInsufficientQuota = "insufficient_quota"
+
 // Body renders the error body for status in dialect d. code is Sluice's
 // stable error code; message is shown to the client as is.
 func Body(d Dialect, status int, code, message string) []byte {
@@ -44,7 +48,12 @@ func Body(d Dialect, status int, code, message string) []byte {
 	if d == Anthropic {
 		v = anthropicBody{Type: "error", Error: anthropicError{Type: anthropicType(status), Message: message}}
 	} else {
-		v = openAIBody{Error: openAIError{Message: message, Type: openAIType(status), Code: code}}
+		typ := openAIType(status)
+		if code == CodeInsufficientQuota {
+			// OpenAI answers an exhausted quota with 429 and this type.
+			typ = CodeInsufficientQuota
+		}
+		v = openAIBody{Error: openAIError{Message: message, Type: typ, Code: code}}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

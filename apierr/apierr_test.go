@@ -34,6 +34,8 @@ func TestBody(t *testing.T) {
 	}{
 		{OpenAI, 401, "unknown_key", "unknown API key sk-sluice-abc123", `{"error":{"message":"unknown API key sk-sluice-abc123","type":"authentication_error","param":null,"code":"unknown_key"}}`},
 		{OpenAI, 429, "rate_limited", `a "quoted" <message>`, `{"error":{"message":"a \"quoted\" \u003cmessage\u003e","type":"rate_limit_error","param":null,"code":"rate_limited"}}`},
+		{OpenAI, 429, "insufficient_quota", "m", `{"error":{"message":"m","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`},
+		{Anthropic, 429, "insufficient_quota", "m", `{"type":"error","error":{"type":"rate_limit_error","message":"m"}}`},
 		{OpenAI, 403, "revoked_key", "m", `{"error":{"message":"m","type":"permission_error","param":null,"code":"revoked_key"}}`},
 		{OpenAI, 500, "internal_error", "m", `{"error":{"message":"m","type":"server_error","param":null,"code":"internal_error"}}`},
 		{Anthropic, 401, "unknown_key", "m", `{"type":"error","error":{"type":"authentication_error","message":"m"}}`},

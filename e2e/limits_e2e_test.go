@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sluicegw/sluice/bench/mockllm"
+	"github.com/sluicegw/sluice/ledger"
+	"github.com/sluicegw/sluice/llmapi"
+	"github.com/sluicegw/sluice/usage"
+	"github.com/sluicegw/sluice/xds"
+)
+
+// limitsPolicy prices only output tokens, at one micro-dollar each, and
+// every reply the mock sends is exactly 100 words (100 output tokens): a
+// request asking max_tokens 100 reserves exactly what it will cost, 100
+// micro-dollars, so a budget of 10,000 affords exactly 100 requests
+// whatever their order.
+const limitsPolicy = `
+listen: {envoy: "127.0.0.1:0"}
+store: {sqlite: sluice.db}
+ledger: {sqlite: ledger.db}
+providers:
+  - {name: mock, kind: openai-compatible, base_url: "http://%s"}
+models:
+  - {name: m, provider: mock}
+pricing:
+  m: {input: 0, output: 1000000}
+teams:
+  - name: t
+    limits:
+      budgets: [{micro_usd: 10000, period: day}]
+`
+
+// TestBudgetHoldsEndToEnd: 500 concurrent clients through Envoy against a
+// budget that affords 100 requests: exactly 100 are served, the other 400
+// get OpenAI's insufficient_quota 429 and are charged nothing, and the
+// ledger's records sum to the budget. Then a stream the provider cuts
+// after k chunks is charged for exactly those chunks.
+func TestBudgetHoldsEndToEnd(t *testing.T) {
+	mock, mockAddr := mockProvider(t, mockllm.Options{Words: 100})
+	s := startSluice(t, fmt.Sprintf(limitsPolicy, mockAddr))
+	_, key := s.createKey(t, "t")
+	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-limits", XDSAddress: s.xdsAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eachProxy(t, b, func(t *testing.T, p proxy) {
+		const clients, affordable = 500, 100
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+		type result struct {
+			status int
+			body   string
+			err    error
+		}
+		results := make([]result, clients)
+		var wg sync.WaitGroup
+		for i := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest("POST", p.url+"/v1/chat/completions",
+					strings.NewReader(`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"go"}]}`))
+				req.Header.Set("authorization", "Bearer "+key)
+				req.Header.Set("content-type", "application/json")
+				req.Header.Set("x-request-id", fmt.Sprintf("budget-%s-%d", p.name(), i))
+				resp, err := client.Do(req)
+				if err != nil {
+					results[i].err = err
+					return
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				results[i] = result{status: resp.StatusCode, body: string(body), err: err}
+			}()
+		}
+		wg.Wait()
+		served, refused := 0, 0
+		for i, r := range results {
+			switch {
+			case r.err != nil:
+				t.Fatalf("request %d: %v", i, r.err)
+			case r.status == 200:
+				served++
+			case r.status == 429 && strings.Contains(r.body, `"type":"insufficient_quota"`) && strings.Contains(r.body, `"code":"insufficient_quota"`):
+				refused++
+			default:
+				t.Fatalf("request %d: %d %s", i, r.status, r.body)
+			}
+		}
+		if served != affordable || refused != clients-affordable {
+			t.Fatalf("served %d, refused %d; want exactly %d served", served, refused, affordable)
+		}
+		if got := mock.Requests(); got < affordable {
+			t.Errorf("the provider saw %d requests", got)
+		}
+		var sum, n int64
+		for _, r := range s.records(t) {
+			if strings.HasPrefix(r.RequestID, "budget-"+p.name()) {
+				sum += r.CostMicros
+				n++
+			}
+		}
+		if n != affordable || sum != 10000 {
+			t.Errorf("ledger: %d records summing to %d micro-dollars; want %d summing to the budget, 10000", n, sum, affordable)
+		}
+	})
+}
+
+// records reads every spend record through `sluice spend`.
+func (p *sluiceProcess) records(t *testing.T) []ledger.Record {
+	t.Helper()
+	out := p.run(t, "spend", "--records", "--format", "json", "--limit", "0")
+	var rs []ledger.Record
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r ledger.Record
+		if err := json.Unmarshal([]byte(line), &r); err == nil {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// TestAbortChargesReceivedChunks: the provider resets a stream after k
+// chunks; the request is charged for exactly the output those k chunks
+// carried (counted as Sluice counts a stream without usage), and its
+// reservation is settled.
+func TestAbortChargesReceivedChunks(t *testing.T) {
+	_, mockAddr := mockProvider(t, mockllm.Options{})
+	s := startSluice(t, fmt.Sprintf(limitsPolicy, mockAddr))
+	_, key := s.createKey(t, "t")
+	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-abort", XDSAddress: s.xdsAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eachProxy(t, b, func(t *testing.T, p proxy) {
+		rid := "abort-" + p.name()
+		req, _ := http.NewRequest("POST", p.url+"/v1/chat/completions",
+			strings.NewReader(`{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"a long story"}]}`))
+		req.Header.Set("authorization", "Bearer "+key)
+		req.Header.Set("content-type", "application/json")
+		req.Header.Set("x-request-id", rid)
+		req.Header.Set("x-mock-words", "40")
+		req.Header.Set("x-mock-chunks", "10")
+		req.Header.Set("x-mock-abort-after", "3")
+		// Paced, so the response headers reach the client before the
+		// reset (a reset while ext_proc holds them leaves the client none).
+		req.Header.Set("x-mock-interval", "30ms")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, readErr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || readErr == nil {
+			t.Fatalf("status %d, read error %v: want a 200 stream that breaks", resp.StatusCode, readErr)
+		}
+		// What the client received is what Sluice metered: count it the
+		// same way, independently.
+		m := usage.NewMeter(usage.Options{Endpoint: llmapi.ChatCompletions, Stream: true, ContentType: "text/event-stream", Model: "m"})
+		m.Write(got)
+		want := m.Close(false, 0)
+		rec := s.awaitRecord(t, rid)
+		if rec.OutputTokens != want.OutputTokens || rec.OutputTokens == 0 || !rec.Estimated || rec.CostMicros != rec.OutputTokens {
+			t.Errorf("record: output %d (estimated %v, cost %d); the 3 chunks received carry %d tokens", rec.OutputTokens, rec.Estimated, rec.CostMicros, want.OutputTokens)
+		}
+		if strings.Count(string(got), `"content":`) < 3 {
+			t.Errorf("the client did not get the 3 chunks:\n%s", got)
+		}
+	})
+}
