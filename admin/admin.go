@@ -12,33 +12,99 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicegw/sluice/policies"
 )
+
+// Deps are what the admin server reads and writes through. Every field is
+// required.
+type Deps struct {
+	// Gatherer is what /metrics serves.
+	Gatherer prometheus.Gatherer
+	// Ready is nil when the process is ready (/readyz 200), else why not
+	// (503 with the error's text).
+	Ready func() error
+	Log   *slog.Logger
+
+	// Policy returns the current policy snapshot: the admin token
+	// (admin.token, read on every request, so a reload applies at once),
+	// the declared keys, teams and orgs, and the models limits are
+	// checked against.
+	Policy func() *policies.Snapshot
+	// Keys and Groups are the key store (store.Store satisfies both).
+	Keys   KeyStore
+	Groups GroupStore
+	// Principals resolves keys, teams and orgs as the running server sees
+	// them (*keyring.Ring).
+	Principals Principals
+	// Budgets reports what covering budgets have left (*admission.Local).
+	Budgets Budgets
+	// Spend sums the spend ledger (ledger.Reader).
+	Spend Spend
+	// Now is the clock: creation and revocation times, key states,
+	// budget periods.
+	Now func() time.Time
+}
 
 // Server is the admin HTTP server.
 type Server struct {
-	handler http.Handler
-	log     *slog.Logger
+	handler  http.Handler
+	log      *slog.Logger
+	deps     Deps
+	patterns []string       // every route served, "METHOD /path", for the OpenAPI test
+	api      *http.ServeMux // the /v1/ routes, behind guard
 }
 
-// New returns a server whose /readyz answers 200 when ready returns nil,
-// and 503 with the error's text otherwise; /metrics serves gatherer.
-func New(gatherer prometheus.Gatherer, ready func() error, log *slog.Logger) *Server {
+// New returns the admin server: /healthz, /readyz and /metrics, open to
+// anyone who can reach the listener, and the token-protected API under
+// /v1/ (docs/admin-api.openapi.yaml). It starts nothing.
+func New(d Deps) (*Server, error) {
+	var missing []error
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"Gatherer", d.Gatherer != nil}, {"Ready", d.Ready != nil}, {"Log", d.Log != nil},
+		{"Policy", d.Policy != nil}, {"Keys", d.Keys != nil}, {"Groups", d.Groups != nil},
+		{"Principals", d.Principals != nil}, {"Budgets", d.Budgets != nil}, {"Spend", d.Spend != nil}, {"Now", d.Now != nil},
+	} {
+		if !f.set {
+			missing = append(missing, fmt.Errorf("admin: Deps.%s is required", f.name))
+		}
+	}
+	if err := errors.Join(missing...); err != nil {
+		return nil, err
+	}
+	s := &Server{log: d.Log.With("component", "admin"), deps: d}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	handle := func(pattern string, h http.Handler) {
+		mux.Handle(pattern, h)
+		s.patterns = append(s.patterns, pattern)
+	}
+	handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("content-type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	}))
+	handle("GET /readyz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("content-type", "text/plain; charset=utf-8")
-		if err := ready(); err != nil {
+		if err := d.Ready(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: %v\n", err)
 			return
 		}
 		io.WriteString(w, "ready\n")
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: slogAdapter{log}}))
-	return &Server{handler: mux, log: log.With("component", "admin")}
+	}))
+	handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{ErrorLog: slogAdapter{s.log}}))
+
+	api := http.NewServeMux()
+	for _, rt := range s.routes() {
+		api.HandleFunc(rt.pattern, rt.handler)
+		s.patterns = append(s.patterns, rt.pattern)
+	}
+	s.api = api
+	mux.Handle("/v1/", s.guard(api))
+	s.handler = mux
+	return s, nil
 }
 
 // Handler returns the server's routes, for tests.

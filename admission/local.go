@@ -152,10 +152,11 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 		return Grant{}, fmt.Errorf("admission: claim without a principal")
 	}
 	input, output := max(c.InputTokens, 0), max(c.MaxOutputTokens, 0)
-	amount := map[tokenKind]int64{inputTokens: input, outputTokens: output, totalTokens: input + output, costMicros: max(c.CostMicros, 0)}
+	amount := [4]int64{inputTokens: input, outputTokens: output, totalTokens: input + output, costMicros: max(c.CostMicros, 0)}
 
-	var ds []limits.Demand
-	var meta []demand
+	var dbuf [16]limits.Demand
+	var mbuf [16]demand
+	ds, meta := dbuf[:0], mbuf[:0]
 	if c.CountRequest {
 		for _, d := range c.Principal.Requests {
 			ds = append(ds, d)
@@ -227,10 +228,7 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	for _, h := range bh {
 		h.state.reserved += amount[costMicros]
 	}
-	h := &hold{at: c.At, budgets: bh}
-	for k, v := range amount {
-		h.amount[k] = v
-	}
+	h := &hold{at: c.At, budgets: bh, amount: amount}
 	for i, d := range ds {
 		m := meta[i]
 		switch {
@@ -297,7 +295,7 @@ func periodOf(kind string, at time.Time, tz *time.Location) (start, end time.Tim
 // Settle replaces g's reservation by what the request used: token windows
 // and rolling budgets are corrected in the bucket the reservation went to
 // (a use above it is counted now), calendar budgets move the reserved
-// amount to spent — in the period the request ends in. Settling a grant
+// amount to spent — in the period the request started in. Settling a grant
 // twice, or one that expired, does nothing.
 func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
 	l.mu.Lock()
@@ -316,31 +314,13 @@ func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
 	for _, t := range h.tokens {
 		l.counters.Adjust(h.at, now, t.key, t.period, used[t.kind]-h.amount[t.kind])
 	}
+	// A calendar budget is charged in the period the request started in,
+	// the one that admitted it — as the ledger's aggregates count it
+	// (ledger.Aggregate), so a restart rebuilds the same numbers.
 	for _, b := range h.budgets {
 		b.state.reserved -= h.amount[costMicros]
-		cur := b.state
-		if !cur.end.IsZero() && !now.Before(cur.end) {
-			// The period ended while the request ran: its spend counts in
-			// the period it ends in, as the ledger's buckets do.
-			if st := l.budgets[b.key]; st != nil && !now.Before(st.start) && (st.end.IsZero() || now.Before(st.end)) {
-				cur = st
-			} else {
-				start, end := periodOf(periodKind(b.key), now, l.opts.TimeZone)
-				cur = &budgetState{start: start, end: end}
-				l.budgets[b.key] = cur
-			}
-		}
-		cur.spent += used[costMicros]
+		b.state.spent += used[costMicros]
 	}
-}
-
-func periodKind(key string) string {
-	for _, k := range []string{policies.PeriodDay, policies.PeriodWeek, policies.PeriodMonth, policies.PeriodLifetime} {
-		if len(key) > len(k) && key[len(key)-len(k)-1:] == "/"+k {
-			return k
-		}
-	}
-	return policies.PeriodLifetime
 }
 
 // ExpireBefore releases every reservation made before cutoff and not yet

@@ -3,6 +3,8 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/keyring"
+	"github.com/sluicegw/sluice/ledger"
+	ledgersqlite "github.com/sluicegw/sluice/ledger/sqlite"
 	"github.com/sluicegw/sluice/limits"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -31,9 +35,25 @@ func denialOf(t *testing.T, err error) *Denial {
 
 // TestBudgetUnderConcurrency: 500 concurrent requests against a budget
 // that affords 100 at their worst-case cost: exactly 100 are admitted, none
-// beyond, and what is settled sums to the budget.
+// beyond, each admitted one writes its spend record to a real SQLite ledger
+// before settling (as ext_proc does), and the ledger sums to the budget
+// counter.
 func TestBudgetUnderConcurrency(t *testing.T) {
 	const each, affordable, clients = 10_000, 100, 500
+	ctx, cancel := context.WithCancel(context.Background())
+	led, err := ledgersqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), ledgersqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- led.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Error(err)
+		}
+		led.Close()
+	})
 	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
 	p := principal(policies.Limits{}, policies.Limits{Budgets: []policies.Budget{{MicroUSD: each * affordable, Period: policies.PeriodDay}}}, policies.Limits{})
 	var admitted, denied, settled atomic.Int64
@@ -55,6 +75,11 @@ func TestBudgetUnderConcurrency(t *testing.T) {
 				return
 			}
 			admitted.Add(1)
+			rec := ledger.Record{RequestID: fmt.Sprintf("r%d", i), KeyID: p.KeyID, Team: p.Team, Org: p.Org, Model: "m",
+				InputTokens: 10, OutputTokens: 10, CostMicros: each, Priced: true, Status: 200, Outcome: "ok", StartedAt: at, FinishedAt: at.Add(time.Second)}
+			if err := led.Append(context.Background(), rec); err != nil {
+				t.Errorf("append: %v", err)
+			}
 			l.Settle(context.Background(), g, Actual{InputTokens: 10, OutputTokens: 10, CostMicros: each, At: at.Add(time.Second)})
 			settled.Add(each)
 		}()
@@ -70,6 +95,13 @@ func TestBudgetUnderConcurrency(t *testing.T) {
 	}
 	if l.Held() != 0 {
 		t.Errorf("%d reservations still held", l.Held())
+	}
+	totals, err := led.Totals(context.Background(), ledger.Filter{}, ledger.ByTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(totals) != 1 || totals[0].CostMicros != st.spent || totals[0].Requests != affordable {
+		t.Errorf("ledger totals %+v; want %d records summing to the budget counter %d", totals, affordable, st.spent)
 	}
 }
 
@@ -336,5 +368,29 @@ func TestBudgetsReport(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("Budgets[%d] = %+v, want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+func TestSpentFrom(t *testing.T) {
+	day := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	buckets := []ledger.Aggregate{
+		{Scope: ledger.ScopeTeam, ID: "t", Model: "a", Bucket: day.Add(-15 * time.Minute), CostMicros: 1000}, // yesterday
+		{Scope: ledger.ScopeTeam, ID: "t", Model: "a", Bucket: day, CostMicros: 10},
+		{Scope: ledger.ScopeTeam, ID: "t", Model: "b", Bucket: day.Add(9 * time.Hour), CostMicros: 5},
+		{Scope: ledger.ScopeKey, ID: "t", Model: "a", Bucket: day, CostMicros: 7}, // another scope, same id
+	}
+	lifetime := []ledger.Aggregate{{Scope: ledger.ScopeTeam, ID: "t", Model: "a", CostMicros: 5000}, {Scope: ledger.ScopeTeam, ID: "t", Model: "b", CostMicros: 6}}
+	spent := SpentFrom(buckets, lifetime)
+	for _, tt := range []struct {
+		model string
+		since time.Time
+		want  int64
+	}{{"", day, 15}, {"a", day, 10}, {"b", day, 5}, {"", time.Time{}, 5006}, {"b", time.Time{}, 6}, {"", day.Add(-time.Hour), 1015}} {
+		if got := spent("team", "t", tt.model, tt.since); got != tt.want {
+			t.Errorf("spent(team t, model %q, since %v) = %d, want %d", tt.model, tt.since, got, tt.want)
+		}
+	}
+	if got := EarliestPeriodStart(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC), time.UTC); !got.Equal(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("EarliestPeriodStart on Wed 2 Dec = %v, want Monday 30 Nov (before the month's start)", got)
 	}
 }

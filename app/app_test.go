@@ -196,6 +196,10 @@ func TestServeQuickstart(t *testing.T) {
 	if code, _ := s.get(t, "/healthz"); code != 200 {
 		t.Errorf("/healthz = %d", code)
 	}
+	// The quickstart sets no admin.token: the admin API is wired, and off.
+	if code, body := s.get(t, "/v1/keys"); code != 403 || !strings.Contains(body, "admin_api_disabled") {
+		t.Errorf("/v1/keys = %d %q; want 403 admin_api_disabled", code, body)
+	}
 
 	if got := checkAs(t, az, s.demoKey); got != 200 {
 		t.Fatalf("demo key: %d, want 200", got)

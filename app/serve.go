@@ -55,7 +55,7 @@ type serveFlags struct {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
-	fs := newFlags("serve", "", "Run the ext_authz and ext_proc gRPC services (with gRPC health), the xDS\ncontrol plane (ADS) and the admin HTTP server (/healthz, /readyz, /metrics).\nThe config file is reloaded when it changes; Envoy gets the new resources\nover xDS.", stderr)
+	fs := newFlags("serve", "", "Run the ext_authz and ext_proc gRPC services (with gRPC health), the xDS\ncontrol plane (ADS) and the admin HTTP server (/healthz, /readyz, /metrics,\nand the admin API under /v1/ when admin.token is set).\nThe config file is reloaded when it changes; Envoy gets the new resources\nover xDS.", stderr)
 	var f serveFlags
 	fs.StringVar(&f.config, "config", "sluice.yaml", "config `file`")
 	fs.BoolVar(&f.demoKey, "demo-key", false, "if the store has no keys yet, create one for the first team and print it once (quickstart)")
@@ -178,7 +178,17 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 	if err != nil {
 		return fmt.Errorf("gateway.budget_time_zone: %w", err)
 	}
-	admitter := admission.NewLocal(counters, admission.LocalOptions{TimeZone: tz})
+	// Budgets start from what the ledger holds for their current periods,
+	// so a restart forgets nothing that was charged.
+	buckets, err := led.Buckets(ctx, admission.EarliestPeriodStart(time.Now(), tz))
+	if err != nil {
+		return fmt.Errorf("rebuild budgets from the ledger: %w", err)
+	}
+	lifetime, err := led.Lifetime(ctx)
+	if err != nil {
+		return fmt.Errorf("rebuild budgets from the ledger: %w", err)
+	}
+	admitter := admission.NewLocal(counters, admission.LocalOptions{TimeZone: tz, Spent: admission.SpentFrom(buckets, lifetime)})
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys_cached", Help: "API keys in the in-memory replica (config-declared and stored, revoked included)."},
 			func() float64 { return float64(ring.Len()) }),
@@ -248,7 +258,17 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 		}
 		return nil
 	}
-	adminServer := admin.New(reg, ready, log)
+	adminServer, err := admin.New(admin.Deps{
+		Gatherer: reg, Ready: ready, Log: log,
+		Policy: watcher.Current, Keys: st, Groups: st, Principals: ring,
+		Budgets: admitter, Spend: led, Now: time.Now,
+	})
+	if err != nil {
+		grpcLn.Close()
+		adminLn.Close()
+		xdsLn.Close()
+		return err
+	}
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -37,11 +37,13 @@ teams:
       budgets: [{micro_usd: 10000, period: day}]
 `
 
-// TestBudgetHoldsEndToEnd: 500 concurrent clients through Envoy against a
-// budget that affords 100 requests: exactly 100 are served, the other 400
-// get OpenAI's insufficient_quota 429 and are charged nothing, and the
-// ledger's records sum to the budget. Then a stream the provider cuts
-// after k chunks is charged for exactly those chunks.
+// TestBudgetHoldsEndToEnd: 500 requests from 16 concurrent clients
+// through Envoy against a budget that affords 100: exactly 100 are served,
+// the other 400 get OpenAI's insufficient_quota 429 and are charged
+// nothing, and the ledger's records sum to the budget. (500 truly
+// concurrent admissions are TestBudgetUnderConcurrency in admission; here,
+// under the race detector on two cores, 500 simultaneous ext_authz calls
+// would outlast Envoy's 200 ms ext_authz timeout and test the machine.)
 func TestBudgetHoldsEndToEnd(t *testing.T) {
 	mock, mockAddr := mockProvider(t, mockllm.Options{Words: 100})
 	s := startSluice(t, fmt.Sprintf(limitsPolicy, mockAddr))
@@ -51,32 +53,24 @@ func TestBudgetHoldsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	eachProxy(t, b, func(t *testing.T, p proxy) {
-		const clients, affordable = 500, 100
-		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-		type result struct {
-			status int
-			body   string
-			err    error
-		}
+		const clients, workers, affordable = 500, 16, 100
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
 		results := make([]result, clients)
 		var wg sync.WaitGroup
-		for i := range clients {
+		next := make(chan int)
+		go func() {
+			for i := range clients {
+				next <- i
+			}
+			close(next)
+		}()
+		for range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				req, _ := http.NewRequest("POST", p.url+"/v1/chat/completions",
-					strings.NewReader(`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"go"}]}`))
-				req.Header.Set("authorization", "Bearer "+key)
-				req.Header.Set("content-type", "application/json")
-				req.Header.Set("x-request-id", fmt.Sprintf("budget-%s-%d", p.name(), i))
-				resp, err := client.Do(req)
-				if err != nil {
-					results[i].err = err
-					return
+				for i := range next {
+					results[i] = send(client, p.url, key, fmt.Sprintf("budget-%s-%d", p.name(), i))
 				}
-				body, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				results[i] = result{status: resp.StatusCode, body: string(body), err: err}
 			}()
 		}
 		wg.Wait()
@@ -90,7 +84,16 @@ func TestBudgetHoldsEndToEnd(t *testing.T) {
 			case r.status == 429 && strings.Contains(r.body, `"type":"insufficient_quota"`) && strings.Contains(r.body, `"code":"insufficient_quota"`):
 				refused++
 			default:
-				t.Fatalf("request %d: %d %s", i, r.status, r.body)
+				details := ""
+				if p.emu != nil {
+					for _, x := range p.emu.Exchanges() {
+						if x.Status == r.status {
+							details = x.Details + " " + x.ResponseFlags
+							break
+						}
+					}
+				}
+				t.Fatalf("request %d: %d %s (%s)", i, r.status, r.body, details)
 			}
 		}
 		if served != affordable || refused != clients-affordable {
@@ -139,6 +142,19 @@ func TestAbortChargesReceivedChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	eachProxy(t, b, func(t *testing.T, p proxy) {
+		// The response says what the budget has left after this request's
+		// reservation (100 of 10,000; earlier variants spent more).
+		st, h, body := call{path: "/v1/chat/completions", body: `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`,
+			headers: map[string]string{"x-mock-words": "100"}}.do(t, p.url, key)
+		if st != 200 {
+			t.Fatalf("%d %s", st, body)
+		}
+		if h.Get("x-ratelimit-limit-budget-micro-usd") != "10000" || h.Get("x-ratelimit-remaining-budget-micro-usd") == "" {
+			t.Errorf("budget headers: limit %q remaining %q", h.Get("x-ratelimit-limit-budget-micro-usd"), h.Get("x-ratelimit-remaining-budget-micro-usd"))
+		}
+		if p.name() == "emulator" && h.Get("x-ratelimit-remaining-budget-micro-usd") != "9900" {
+			t.Errorf("remaining budget %q, want 9900", h.Get("x-ratelimit-remaining-budget-micro-usd"))
+		}
 		rid := "abort-" + p.name()
 		req, _ := http.NewRequest("POST", p.url+"/v1/chat/completions",
 			strings.NewReader(`{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"a long story"}]}`))
@@ -173,4 +189,26 @@ func TestAbortChargesReceivedChunks(t *testing.T) {
 			t.Errorf("the client did not get the 3 chunks:\n%s", got)
 		}
 	})
+}
+
+type result struct {
+	status int
+	body   string
+	err    error
+}
+
+// send posts one budget-test request; it is safe in a goroutine (no t).
+func send(client *http.Client, url, key, id string) result {
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"go"}]}`))
+	req.Header.Set("authorization", "Bearer "+key)
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("x-request-id", id)
+	resp, err := client.Do(req)
+	if err != nil {
+		return result{err: err}
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return result{status: resp.StatusCode, body: string(body), err: err}
 }

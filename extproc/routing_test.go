@@ -429,7 +429,7 @@ func TestServedByRoundTrip(t *testing.T) {
 
 			r := p.Handle(ctx, resp)
 			got := flatten(r.GetResponseHeaders().GetResponse().GetHeaderMutation())
-			got.Set = slices.DeleteFunc(got.Set, func(h string) bool { return strings.HasPrefix(h, "x-ratelimit-") }) // TestRateLimitHeaders
+			got.Set = slices.DeleteFunc(got.Set, func(h string) bool { return strings.HasPrefix(h, "x-ratelimit-") }) // e2e TestAbortChargesReceivedChunks checks them
 			if len(got.Set) == 0 {
 				got.Set = nil
 			}

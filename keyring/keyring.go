@@ -134,14 +134,23 @@ func (r *Ring) Apply(ch store.Changes) {
 }
 
 func (r *Ring) apply(ch store.Changes) {
+	// Two Syncs may overlap (a follower and an explicit one): a record
+	// older than the one held must not replace it, or a revocation could
+	// be undone.
 	for _, k := range ch.Keys {
-		r.keys[k.ID] = k
+		if old, ok := r.keys[k.ID]; !ok || k.Rev > old.Rev {
+			r.keys[k.ID] = k
+		}
 	}
 	for _, t := range ch.Teams {
-		r.teams[t.Name] = t
+		if old, ok := r.teams[t.Name]; !ok || t.Rev > old.Rev {
+			r.teams[t.Name] = t
+		}
 	}
 	for _, o := range ch.Orgs {
-		r.orgs[o.Name] = o
+		if old, ok := r.orgs[o.Name]; !ok || o.Rev > old.Rev {
+			r.orgs[o.Name] = o
+		}
 	}
 	if ch.Rev > r.rev {
 		r.rev = ch.Rev
@@ -191,12 +200,42 @@ func (r *Ring) Follow(ctx context.Context, src ChangeSource, interval time.Durat
 	}
 }
 
-// orgLimits are the config's limits of org (none without a policy).
+// orgLimits are the limits of org: the config's when the config declares
+// it, else the store's (none for an org that is in neither).
 func (r *Ring) orgLimits(org string) policies.Limits {
-	if r.policy == nil || org == "" {
+	if org == "" {
 		return policies.Limits{}
 	}
-	return r.policy.OrgLimits(org)
+	if r.policy != nil && r.policy.Org(org) {
+		return r.policy.OrgLimits(org)
+	}
+	return r.orgs[org].Limits
+}
+
+// Team returns a principal for the team as a whole — no key: its limits,
+// its org's, its allow-list — for reports such as the budgets that cover
+// the team; nil if neither the config nor the store has the team. It is
+// built on each call; the hot path never uses it.
+func (r *Ring) Team(name string) *Principal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.team(name)
+	if !ok {
+		return nil
+	}
+	return &Principal{Team: t.Name, Org: t.Org, TeamModels: t.Models, TeamLimits: t.Limits, OrgLimits: r.orgLimits(t.Org)}
+}
+
+// Org returns a principal for the org as a whole (its limits only), or nil
+// if neither the config nor the store has the org.
+func (r *Ring) Org(name string) *Principal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, stored := r.orgs[name]
+	if name == "" || !stored && (r.policy == nil || !r.policy.Org(name)) {
+		return nil
+	}
+	return &Principal{Org: name, OrgLimits: r.orgLimits(name)}
 }
 
 // rebuild publishes a new view from the policy and the store records.

@@ -2,6 +2,7 @@ package keyring_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"log/slog"
@@ -229,5 +230,98 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOrgLimits: an org the config declares has the config's limits, even
+// if the store has one of the same name; an org only in the store has the
+// store's, and a change to them reaches its keys with the next Sync. Team
+// and Org report the same limits for the budgets view.
+func TestOrgLimits(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	ring := keyring.New(quiet())
+	ring.SetPolicy(snapshot(t, `
+providers: [{name: local, kind: openai-compatible, base_url: "http://127.0.0.1:8000"}]
+models: [{name: m1, provider: local}]
+orgs: [{name: acme, limits: {requests: {per_day: 1000}}}]
+teams: [{name: red, org: acme}]
+`))
+	monthly := func(usd int64) policies.Limits {
+		return policies.Limits{Budgets: []policies.Budget{{MicroUSD: usd * 1_000_000, Period: policies.PeriodMonth}}}
+	}
+	for _, o := range []store.Org{{Name: "acme", Limits: monthly(1)}, {Name: "beta", Limits: monthly(50)}} {
+		if err := st.PutOrg(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.PutTeam(ctx, store.Team{Name: "blue", Org: "beta"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []store.Key{
+		{ID: "key_a", Prefix: "p", Hash: apikey.Hash(secretA), Team: "red", CreatedAt: t0},
+		{ID: "key_b", Prefix: "p", Hash: apikey.Hash(secretB), Team: "blue", CreatedAt: t0},
+	} {
+		if err := st.CreateKey(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ring.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	configured := policies.Limits{Requests: policies.RateLimits{PerDay: 1000}}
+	if diff := cmp.Diff(configured, ring.ByID("key_a").OrgLimits); diff != "" {
+		t.Errorf("key of a config org: org limits (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(monthly(50), ring.ByID("key_b").OrgLimits); diff != "" {
+		t.Errorf("key of a stored org: org limits (-want +got):\n%s", diff)
+	}
+
+	if err := st.PutOrg(ctx, store.Org{Name: "beta", Limits: monthly(70)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(monthly(70), ring.ByID("key_b").OrgLimits); diff != "" {
+		t.Errorf("after PutOrg: org limits (-want +got):\n%s", diff)
+	}
+	team := ring.Team("blue")
+	if team == nil || team.KeyID != "" || team.Team != "blue" || team.Org != "beta" || !cmp.Equal(monthly(70), team.OrgLimits) {
+		t.Errorf("Team(blue) = %+v", team)
+	}
+	if org := ring.Org("acme"); org == nil || org.Org != "acme" || org.Team != "" || !cmp.Equal(configured, org.OrgLimits) {
+		t.Errorf("Org(acme) = %+v", org)
+	}
+	if ring.Team("nope") != nil || ring.Org("nope") != nil || ring.Org("") != nil {
+		t.Error("Team or Org found one that does not exist")
+	}
+}
+
+// changesFunc is a ChangeSource from a function.
+type changesFunc func(since int64) store.Changes
+
+func (f changesFunc) Changes(_ context.Context, since int64) (store.Changes, error) {
+	return f(since), nil
+}
+
+// TestStaleSyncDoesNotUndoRevocation: two overlapping Syncs may deliver
+// their results out of order; the older record must not replace the newer.
+func TestStaleSyncDoesNotUndoRevocation(t *testing.T) {
+	r := keyring.New(quiet())
+	h := sha256.Sum256([]byte("sk-sluice-stale"))
+	live := store.Key{ID: "key_s", Hash: h, Team: "t", Rev: 3}
+	revoked := live
+	revoked.RevokedAt, revoked.Rev = time.Unix(1_800_000_000, 0), 5
+	ctx := context.Background()
+	if err := r.Sync(ctx, changesFunc(func(int64) store.Changes { return store.Changes{Keys: []store.Key{revoked}, Rev: 5} })); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Sync(ctx, changesFunc(func(int64) store.Changes { return store.Changes{Keys: []store.Key{live}, Rev: 3} })); err != nil {
+		t.Fatal(err)
+	}
+	p := r.Resolve(h)
+	if p == nil || p.RevokedAt.IsZero() {
+		t.Fatalf("a stale record undid the revocation: %+v", p)
 	}
 }

@@ -1,9 +1,12 @@
 // Package ledger owns the spend record — what one settled request cost, in
-// tokens and integer micro-dollars, and who spent it — and the two small
-// interfaces its backends satisfy: Ledger, which makes a record durable,
-// and Reader, which reports on the records (sluice spend, the admin API).
-// Backends live in sub-packages (ledger/sqlite now, PostgreSQL later) and
-// all pass the contract suite in ledger/ledgertest.
+// tokens and integer micro-dollars, and who spent it — and the three small
+// interfaces its backends satisfy: Ledger, which makes a record durable;
+// Reader, which reports on the records (sluice spend, the admin API); and
+// Aggregates, the per-key, per-team and per-org sums per model and
+// 15-minute bucket that a backend writes in the same transaction as the
+// records, from which budgets are rebuilt after a restart. Backends live
+// in sub-packages (ledger/sqlite now, PostgreSQL later) and all pass the
+// contract suite in ledger/ledgertest.
 //
 // The durability promise (design.md, "Consistency promises"): a settled
 // spend record is durable before the final ext_proc reply is sent, so

@@ -43,7 +43,8 @@ type Record struct {
 	Stream    bool
 
 	// StartedAt and FinishedAt are when the request arrived and settled;
-	// StartedAt is required, and is the time Filter and ByDay go by.
+	// StartedAt is required, and is the time Filter, ByDay, ByBucket and
+	// the aggregates go by.
 	// Backends keep them to the nanosecond and return them in UTC.
 	StartedAt, FinishedAt time.Time
 	// TTFT is the time to the first response byte, 0 if there was none.
@@ -146,19 +147,26 @@ const (
 	ByOrg   GroupBy = "org"   // Record.Org
 	ByModel GroupBy = "model" // Record.Model
 	ByDay   GroupBy = "day"   // the UTC date of StartedAt, "2006-01-02"
-	ByNone  GroupBy = "none"  // "": one total over every record
+	// ByBucket groups by the BucketWidth bucket of StartedAt (BucketOf),
+	// its start in UTC as RFC 3339: "2006-01-02T15:04:05Z". Calendar
+	// periods in any time zone are unions of these buckets: sluice spend
+	// folds them into days, weeks and months in the zone asked for.
+	ByBucket GroupBy = "bucket"
+	ByNone   GroupBy = "none" // "": one total over every record
 )
 
 // GroupBys lists every valid GroupBy.
-func GroupBys() []GroupBy { return []GroupBy{ByKey, ByTeam, ByOrg, ByModel, ByDay, ByNone} }
+func GroupBys() []GroupBy {
+	return []GroupBy{ByKey, ByTeam, ByOrg, ByModel, ByDay, ByBucket, ByNone}
+}
 
 // Validate reports an unknown GroupBy.
 func (g GroupBy) Validate() error {
 	switch g {
-	case ByKey, ByTeam, ByOrg, ByModel, ByDay, ByNone:
+	case ByKey, ByTeam, ByOrg, ByModel, ByDay, ByBucket, ByNone:
 		return nil
 	}
-	return fmt.Errorf("unknown group by %q (want key, team, org, model, day or none): %w", string(g), ErrInvalid)
+	return fmt.Errorf("unknown group by %q (want key, team, org, model, day, bucket or none): %w", string(g), ErrInvalid)
 }
 
 // Total sums the records of one group.

@@ -49,10 +49,13 @@ type Team struct {
 	Rev    int64
 }
 
-// Org is an org managed at runtime.
+// Org is an org managed at runtime. Its limits cover every key of every
+// team of the org, together (an org declared in the config uses the
+// config's).
 type Org struct {
-	Name string
-	Rev  int64
+	Name   string
+	Limits policies.Limits
+	Rev    int64
 }
 
 // Changes is every record whose revision is greater than the one asked for,
@@ -81,6 +84,11 @@ type Store interface {
 	// ListKeys returns every key, revoked ones included, ordered by
 	// creation time then ID.
 	ListKeys(ctx context.Context) ([]Key, error)
+	// SetKeyLimits replaces the key's limits and returns the key. It
+	// assigns a new Rev even when the limits are unchanged (a revoked
+	// key's too), so followers always see the write. ErrNotFound if there
+	// is no such key.
+	SetKeyLimits(ctx context.Context, id string, l policies.Limits) (Key, error)
 	// PutTeam creates or replaces a team.
 	PutTeam(ctx context.Context, t Team) error
 	// PutOrg creates or replaces an org.

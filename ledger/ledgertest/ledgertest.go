@@ -14,31 +14,43 @@ import (
 	"github.com/sluicegw/sluice/ledger"
 )
 
+// Backend is a ledger under test: what every backend is.
+type Backend interface {
+	ledger.Ledger
+	ledger.Reader
+	ledger.Aggregates
+}
+
 // Run runs the contract suite, one subtest per property. open must return
 // a new, empty ledger, isolated from every other it returned, ready for
-// Append (a backend with a committer has it running), and as its Reader
-// the same ledger; open releases it when the subtest ends (t.Cleanup).
-func Run(t *testing.T, open func(t *testing.T) (ledger.Ledger, ledger.Reader)) {
+// Append (a backend with a committer has it running); open releases it
+// when the subtest ends (t.Cleanup).
+func Run(t *testing.T, open func(t *testing.T) Backend) {
+	// lr adapts a test of the records alone.
+	lr := func(fn func(t *testing.T, l ledger.Ledger, r ledger.Reader)) func(*testing.T, Backend) {
+		return func(t *testing.T, b Backend) { fn(t, b, b) }
+	}
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, l ledger.Ledger, r ledger.Reader)
+		fn   func(t *testing.T, b Backend)
 	}{
-		{"RoundTrip", testRoundTrip},
-		{"MinimalRecord", testMinimalRecord},
-		{"DuplicateRequestID", testDuplicateRequestID},
-		{"ConcurrentDuplicates", testConcurrentDuplicates},
-		{"InvalidRecord", testInvalidRecord},
+		{"RoundTrip", lr(testRoundTrip)},
+		{"MinimalRecord", lr(testMinimalRecord)},
+		{"DuplicateRequestID", lr(testDuplicateRequestID)},
+		{"ConcurrentDuplicates", lr(testConcurrentDuplicates)},
+		{"InvalidRecord", lr(testInvalidRecord)},
 		{"Empty", testEmpty},
-		{"Totals", testTotals},
-		{"Filters", testFilters},
-		{"InvalidQueries", testInvalidQueries},
-		{"ConcurrentAppends", testConcurrentAppends},
+		{"Totals", lr(testTotals)},
+		{"Filters", lr(testFilters)},
+		{"InvalidQueries", lr(testInvalidQueries)},
+		{"ConcurrentAppends", lr(testConcurrentAppends)},
 		{"CanceledContext", testCanceledContext},
+		{"Aggregates", testAggregates},
+		{"AggregatesMatchRecords", testAggregatesMatchRecords},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, r := open(t)
-			tt.fn(t, l, r)
+			tt.fn(t, open(t))
 		})
 	}
 }
@@ -221,14 +233,20 @@ func testInvalidRecord(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 	}
 }
 
-func testEmpty(t *testing.T, _ ledger.Ledger, rd ledger.Reader) {
-	if got := records(t, rd, ledger.Filter{}); len(got) != 0 {
+func testEmpty(t *testing.T, b Backend) {
+	if got := records(t, b, ledger.Filter{}); len(got) != 0 {
 		t.Errorf("Records of an empty ledger = %+v; want none", got)
 	}
 	for _, by := range ledger.GroupBys() {
-		if got := totals(t, rd, ledger.Filter{}, by); len(got) != 0 {
+		if got := totals(t, b, ledger.Filter{}, by); len(got) != 0 {
 			t.Errorf("Totals by %s of an empty ledger = %+v; want none", by, got)
 		}
+	}
+	if got := buckets(t, b, time.Time{}); len(got) != 0 {
+		t.Errorf("Buckets of an empty ledger = %+v; want none", got)
+	}
+	if got := lifetime(t, b); len(got) != 0 {
+		t.Errorf("Lifetime of an empty ledger = %+v; want none", got)
 	}
 }
 
@@ -329,6 +347,14 @@ func testTotals(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 			sumOf(ds, "2025-03-01", "a", "b", "e"),
 			sumOf(ds, "2025-03-02", "c", "d"), // ties with 2025-03-03 at 500
 			sumOf(ds, "2025-03-03", "f"),
+		}},
+		{ledger.ByBucket, ledger.Filter{}, []ledger.Total{
+			sumOf(ds, "2025-03-01T23:45:00Z", "b"),
+			sumOf(ds, "2025-03-01T20:00:00Z", "e"),
+			sumOf(ds, "2025-03-01T10:00:00Z", "a"),
+			sumOf(ds, "2025-03-02T00:00:00Z", "c"), // ties with f at 500
+			sumOf(ds, "2025-03-03T08:00:00Z", "f"),
+			sumOf(ds, "2025-03-02T12:00:00Z", "d"),
 		}},
 		{ledger.ByNone, ledger.Filter{}, []ledger.Total{
 			sumOf(ds, "", "a", "b", "c", "d", "e", "f"),
@@ -499,7 +525,8 @@ func testConcurrentAppends(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 	}
 }
 
-func testCanceledContext(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
+func testCanceledContext(t *testing.T, b Backend) {
+	l, rd := ledger.Ledger(b), ledger.Reader(b)
 	start := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
 	canceled, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -521,6 +548,12 @@ func testCanceledContext(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 		}
 		if _, err := rd.Totals(c.ctx, ledger.Filter{}, ledger.ByKey); !errors.Is(err, c.want) {
 			t.Errorf("Totals with a %s context = %v; want %v", c.name, err, c.want)
+		}
+		if _, err := b.Buckets(c.ctx, time.Time{}); !errors.Is(err, c.want) {
+			t.Errorf("Buckets with a %s context = %v; want %v", c.name, err, c.want)
+		}
+		if _, err := b.Lifetime(c.ctx); !errors.Is(err, c.want) {
+			t.Errorf("Lifetime with a %s context = %v; want %v", c.name, err, c.want)
 		}
 	}
 	// An Append whose context was done when it was called wrote nothing,

@@ -5,14 +5,14 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/sluicegw/sluice/ledger"
 )
 
 var (
 	_ ledger.Ledger = AppendFunc(nil)
-	_ ledger.Ledger = (*Memory)(nil)
-	_ ledger.Reader = (*Memory)(nil)
+	_ Backend       = (*Memory)(nil)
 )
 
 // AppendFunc is a ledger.Ledger whose Append calls the function: a fake
@@ -22,9 +22,11 @@ type AppendFunc func(ctx context.Context, r ledger.Record) error
 // Append calls f.
 func (f AppendFunc) Append(ctx context.Context, r ledger.Record) error { return f(ctx, r) }
 
-// Memory is an in-memory ledger.Ledger and ledger.Reader for tests: durable
-// only as long as the process, but otherwise what the contract asks. The
-// zero value is an empty ledger, safe for concurrent use.
+// Memory is an in-memory ledger.Ledger, ledger.Reader and
+// ledger.Aggregates for tests (it sums its aggregates from the records
+// when asked): durable only as long as the process, but otherwise what
+// the contract asks. The zero value is an empty ledger, safe for
+// concurrent use.
 type Memory struct {
 	mu   sync.Mutex
 	ids  map[string]bool
@@ -93,6 +95,23 @@ func (m *Memory) Totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy)
 	}
 	sortTotals(ts)
 	return truncate(ts, f.Limit), nil
+}
+
+// Buckets sums the records per scope, id, model and bucket, from since's
+// bucket on.
+func (m *Memory) Buckets(ctx context.Context, since time.Time) ([]ledger.Aggregate, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return ExpectedBuckets(m.selected(ledger.Filter{}), since), nil
+}
+
+// Lifetime sums the records per scope, id and model.
+func (m *Memory) Lifetime(ctx context.Context) ([]ledger.Aggregate, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return ExpectedLifetime(m.selected(ledger.Filter{})), nil
 }
 
 func (m *Memory) selected(f ledger.Filter) []ledger.Record {

@@ -14,7 +14,8 @@ import (
 
 // pending is one queued Append.
 type pending struct {
-	args []any // the insert's arguments, encoded by Append
+	args []any    // the insert's arguments, encoded by Append
+	agg  aggInput // what the record adds to its aggregates
 	// done receives the outcome once; buffered, so the committer never
 	// waits for an Append that gave up.
 	done chan error
@@ -37,7 +38,7 @@ func (l *Ledger) Append(ctx context.Context, r ledger.Record) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("ledger/sqlite: append %s: %w", r.RequestID, err)
 	}
-	p := &pending{args: args, done: make(chan error, 1)}
+	p := &pending{args: args, agg: aggregateOf(r), done: make(chan error, 1)}
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -223,34 +224,60 @@ func finish(batch []*pending, err error) {
 
 // commit writes batch in one transaction and tells every Append the
 // outcome. A record that breaks a constraint (which Validate should have
-// prevented) fails alone: the transaction is rolled back and retried
-// without it. Any other error fails the whole batch; it is returned.
+// prevented), or whose sums would overflow an aggregate, fails alone: the
+// transaction is rolled back and retried without it. When an aggregate
+// row refuses the batch's sum (its stored total would overflow) and no
+// single record is to blame, the records are committed one per
+// transaction, so that only those that cannot be counted fail. Any other
+// error fails the whole batch; it is returned.
 func (l *Ledger) commit(ctx context.Context, c *committer, batch []*pending) error {
 	for len(batch) > 0 {
 		bad, err := c.write(ctx, batch)
-		if err == nil {
+		switch {
+		case err == nil:
 			l.nCommits.Add(1)
 			l.nRecords.Add(int64(len(batch)))
 			finish(batch, nil)
 			return nil
-		}
-		if bad < 0 || sqliteCode(err)&0xff != sqlite3.SQLITE_CONSTRAINT {
+		case !recordFault(err):
 			finish(batch, err)
 			return err
+		case bad >= 0:
+			batch[bad].done <- err
+			batch = append(batch[:bad], batch[bad+1:]...)
+		case len(batch) == 1:
+			finish(batch, err)
+			return nil
+		default:
+			var first error
+			for _, p := range batch {
+				if err := l.commit(ctx, c, []*pending{p}); err != nil && first == nil {
+					first = err
+				}
+			}
+			return first
 		}
-		batch[bad].done <- err
-		batch = append(batch[:bad], batch[bad+1:]...)
 	}
 	return nil
 }
 
-// committer is Run's connection and the insert prepared on it. It runs
-// its own BEGIN IMMEDIATE and COMMIT on the connection instead of using
-// sql.Tx, because sql.Tx would prepare the statement again for every
-// transaction.
+// recordFault reports whether err may be one record's fault: a constraint
+// (of the spend table, or of an aggregate row, which an overflow breaks),
+// or a batch sum that would overflow.
+func recordFault(err error) bool {
+	return sqliteCode(err)&0xff == sqlite3.SQLITE_CONSTRAINT || errors.Is(err, errOverflow)
+}
+
+// committer is Run's connection and the statements prepared on it. It
+// runs its own BEGIN IMMEDIATE and COMMIT on the connection instead of
+// using sql.Tx, because sql.Tx would prepare the statements again for
+// every transaction.
 type committer struct {
-	conn   *sql.Conn
-	insert *sql.Stmt
+	conn                   *sql.Conn
+	insert, addAgg, newAgg *sql.Stmt
+	// rows are the current batch's sums per aggregate row, reused from
+	// batch to batch.
+	rows map[aggKey]sums
 }
 
 func newCommitter(ctx context.Context, db *sql.DB) (*committer, error) {
@@ -258,33 +285,108 @@ func newCommitter(ctx context.Context, db *sql.DB) (*committer, error) {
 	if err != nil {
 		return nil, err
 	}
-	insert, err := conn.PrepareContext(ctx, insert)
-	if err != nil {
-		return nil, errors.Join(err, conn.Close())
+	c := &committer{conn: conn, rows: map[aggKey]sums{}}
+	for _, s := range []struct {
+		stmt  **sql.Stmt
+		query string
+	}{{&c.insert, insert}, {&c.addAgg, addAgg}, {&c.newAgg, newAgg}} {
+		if *s.stmt, err = conn.PrepareContext(ctx, s.query); err != nil {
+			return nil, errors.Join(err, c.close())
+		}
 	}
-	return &committer{conn: conn, insert: insert}, nil
+	return c, nil
 }
 
+// close closes what newCommitter prepared, and the connection.
 func (c *committer) close() error {
-	return errors.Join(c.insert.Close(), c.conn.Close())
+	var errs []error
+	for _, s := range []*sql.Stmt{c.insert, c.addAgg, c.newAgg} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	return errors.Join(append(errs, c.conn.Close())...)
 }
 
-// write inserts batch in one transaction and commits it. If an insert
-// fails, it rolls back and returns the index of that record with the
-// error; if BEGIN or COMMIT fails, it returns -1.
+// write inserts batch and adds it to the aggregates in one transaction,
+// and commits it. The aggregates count only the records the inserts
+// stored (a RequestID already in the ledger is skipped, and is not
+// counted again), summed per aggregate row first, so a batch costs one
+// update (or, for a new row, insert) per row it touches rather than three
+// per record. If an insert fails, or a record's sums would overflow the
+// batch's, it rolls back and returns the index of that record with the
+// error; if anything else fails (BEGIN, an aggregate, COMMIT), it returns
+// -1.
+//
+// The records and their aggregates land together or not at all: every
+// statement runs in the one transaction, and SQLite's rollback — on an
+// error here, or in recovery after a crash before COMMIT's WAL sync —
+// undoes them all. TestAggregateFailureWritesNothing and
+// TestCrashLosesNothing check both ways.
 func (c *committer) write(ctx context.Context, batch []*pending) (int, error) {
 	if _, err := c.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return -1, errors.Join(fmt.Errorf("begin: %w", err), c.rollback(ctx))
 	}
+	clear(c.rows)
 	for i, p := range batch {
-		if _, err := c.insert.ExecContext(ctx, p.args...); err != nil {
+		res, err := c.insert.ExecContext(ctx, p.args...)
+		if err != nil {
 			return i, errors.Join(fmt.Errorf("insert: %w", err), c.rollback(ctx))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return -1, errors.Join(fmt.Errorf("insert: %w", err), c.rollback(ctx))
+		}
+		if n == 0 {
+			continue // a duplicate RequestID: not stored, not counted
+		}
+		if err := c.count(p.agg); err != nil {
+			return i, errors.Join(err, c.rollback(ctx))
+		}
+	}
+	for k, s := range c.rows {
+		if err := c.add(ctx, k, s); err != nil {
+			return -1, errors.Join(fmt.Errorf("aggregate %s %q model %q bucket %d: %w", k.scope, k.id, k.model, k.bucket, err),
+				c.rollback(ctx))
 		}
 	}
 	if _, err := c.conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return -1, errors.Join(fmt.Errorf("commit: %w", err), c.rollback(ctx))
 	}
 	return -1, nil
+}
+
+// add adds s to the aggregate row k, creating it if missing.
+func (c *committer) add(ctx context.Context, k aggKey, s sums) error {
+	args := []any{string(k.scope), k.id, k.model, k.bucket, s.cost, s.input, s.cachedInput, s.output, s.requests}
+	res, err := c.addAgg.ExecContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return err
+	}
+	_, err = c.newAgg.ExecContext(ctx, args...)
+	return err
+}
+
+// count adds a stored record's sums to the rows of its scopes.
+func (c *committer) count(a aggInput) error {
+	for _, s := range [...]struct {
+		scope ledger.Scope
+		id    string
+	}{{ledger.ScopeKey, a.key}, {ledger.ScopeTeam, a.team}, {ledger.ScopeOrg, a.org}} {
+		if s.id == "" {
+			continue
+		}
+		k := aggKey{scope: s.scope, id: s.id, model: a.model, bucket: a.bucket}
+		sum, ok := c.rows[k].plus(a.sums)
+		if !ok {
+			return fmt.Errorf("aggregate %s %q model %q bucket %d: %w", k.scope, k.id, k.model, k.bucket, errOverflow)
+		}
+		c.rows[k] = sum
+	}
+	return nil
 }
 
 // rollback ends the transaction. SQLite may have rolled it back already

@@ -54,14 +54,16 @@ func (l *Ledger) records(ctx context.Context, f ledger.Filter) ([]ledger.Record,
 
 // groupExprs are the SQL expressions of each GroupBy's Group. A day is
 // started_at floored to a multiple of 86,400 s (the % is adjusted so that
-// times before 1970 floor too), as a UTC date.
+// times before 1970 floor too), as a UTC date; a bucket is floored to
+// 900 s likewise, as an RFC 3339 UTC time.
 var groupExprs = map[ledger.GroupBy]string{
-	ledger.ByKey:   `key_id`,
-	ledger.ByTeam:  `team`,
-	ledger.ByOrg:   `org`,
-	ledger.ByModel: `model`,
-	ledger.ByDay:   `date((started_at - ((started_at % 86400000000000) + 86400000000000) % 86400000000000) / 1000000000, 'unixepoch')`,
-	ledger.ByNone:  `''`,
+	ledger.ByKey:    `key_id`,
+	ledger.ByTeam:   `team`,
+	ledger.ByOrg:    `org`,
+	ledger.ByModel:  `model`,
+	ledger.ByDay:    `date((started_at - ((started_at % 86400000000000) + 86400000000000) % 86400000000000) / 1000000000, 'unixepoch')`,
+	ledger.ByBucket: `strftime('%Y-%m-%dT%H:%M:%SZ', ` + bucketExpr + `, 'unixepoch')`,
+	ledger.ByNone:   `''`,
 }
 
 // Totals sums the records f selects per group, sorted by cost descending,

@@ -28,10 +28,10 @@ func TestMain(m *testing.M) {
 }
 
 func TestContract(t *testing.T) {
-	ledgertest.Run(t, func(t *testing.T) (ledger.Ledger, ledger.Reader) {
+	ledgertest.Run(t, func(t *testing.T) ledgertest.Backend {
 		l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{})
 		start(t, l)
-		return l, l
+		return l
 	})
 }
 

@@ -114,6 +114,41 @@ func (s *Store) revokeKey(ctx context.Context, id string, at time.Time) (store.K
 	return k, nil
 }
 
+// SetKeyLimits replaces the key's limits with the next revision and
+// returns the key.
+func (s *Store) SetKeyLimits(ctx context.Context, id string, l policies.Limits) (store.Key, error) {
+	k, err := s.setKeyLimits(ctx, id, l)
+	if err != nil {
+		return store.Key{}, fmt.Errorf("sqlite: set limits of key %s: %w", id, err)
+	}
+	return k, nil
+}
+
+func (s *Store) setKeyLimits(ctx context.Context, id string, l policies.Limits) (store.Key, error) {
+	limits, err := encodeLimits(l)
+	if err != nil {
+		return store.Key{}, err
+	}
+	var k store.Key
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		rev, err := nextRev(ctx, tx)
+		if err != nil {
+			return err
+		}
+		row := tx.QueryRowContext(ctx, `UPDATE keys SET limits = ?, rev = ? WHERE id = ? RETURNING `+keyColumns, limits, rev, id)
+		k, err = scanKey(row)
+		if errors.Is(err, sql.ErrNoRows) {
+			// Rolled back with the revision it took.
+			return store.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return store.Key{}, err
+	}
+	return k, nil
+}
+
 // ListKeys returns every key, revoked ones included, ordered by creation
 // time then ID.
 func (s *Store) ListKeys(ctx context.Context) ([]store.Key, error) {
@@ -171,13 +206,17 @@ func (s *Store) putOrg(ctx context.Context, o store.Org) error {
 	if o.Name == "" {
 		return errors.New("empty name")
 	}
+	limits, err := encodeLimits(o.Limits)
+	if err != nil {
+		return err
+	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		rev, err := nextRev(ctx, tx)
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO orgs (name, rev) VALUES (?, ?)
-			ON CONFLICT (name) DO UPDATE SET rev = excluded.rev`, o.Name, rev)
+		_, err = tx.ExecContext(ctx, `INSERT INTO orgs (name, limits, rev) VALUES (?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET limits = excluded.limits, rev = excluded.rev`, o.Name, limits, rev)
 		return err
 	})
 }
@@ -279,16 +318,22 @@ func queryTeams(ctx context.Context, q querier, since int64) ([]store.Team, erro
 }
 
 func queryOrgs(ctx context.Context, q querier, since int64) ([]store.Org, error) {
-	rows, err := q.QueryContext(ctx, `SELECT name, rev FROM orgs WHERE rev > ? ORDER BY rev`, since)
+	rows, err := q.QueryContext(ctx, `SELECT name, limits, rev FROM orgs WHERE rev > ? ORDER BY rev`, since)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var orgs []store.Org
 	for rows.Next() {
-		var o store.Org
-		if err := rows.Scan(&o.Name, &o.Rev); err != nil {
+		var (
+			o      store.Org
+			limits string
+		)
+		if err := rows.Scan(&o.Name, &limits, &o.Rev); err != nil {
 			return nil, err
+		}
+		if o.Limits, err = decodeLimits(limits); err != nil {
+			return nil, fmt.Errorf("org %s: %w", o.Name, err)
 		}
 		orgs = append(orgs, o)
 	}

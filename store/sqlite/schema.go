@@ -48,4 +48,8 @@ CREATE TABLE revision (
 ) STRICT;
 INSERT INTO revision (id, rev) VALUES (1, 0);
 `,
+	// 2: org limits (the admin API sets them). Existing orgs get none.
+	`
+ALTER TABLE orgs ADD COLUMN limits TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(limits));
+`,
 }

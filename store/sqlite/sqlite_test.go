@@ -18,8 +18,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"
 
+	"github.com/sluicegw/sluice/internal/sqlitedb"
+	"github.com/sluicegw/sluice/policies"
 	"github.com/sluicegw/sluice/store"
 	"github.com/sluicegw/sluice/store/storetest"
 )
@@ -360,6 +363,49 @@ func TestReopen(t *testing.T) {
 	}
 	if diff := cmp.Diff(store.Changes{Orgs: []store.Org{{Name: "globex", Rev: before.Rev + 1}}, Rev: before.Rev + 1}, next); diff != "" {
 		t.Errorf("first write after reopen (-want +got):\n%s", diff)
+	}
+}
+
+// TestMigrateOrgLimits opens a file as the first release left it (schema
+// version 1, orgs without limits): Open migrates it, its orgs come back
+// with no limits at their old revisions, and limits can be set.
+func TestMigrateOrgLimits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.sqlite")
+	ctx := t.Context()
+	old, err := sqlitedb.Open(ctx, path, pragmas, migrations[:1], "database")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = old.ExecContext(ctx, `UPDATE revision SET rev = 2;
+		INSERT INTO orgs (name, rev) VALUES ('acme', 1);
+		INSERT INTO teams (name, org, models, limits, rev) VALUES ('search', 'acme', '[]', '{"requests":{"per_minute":5}}', 2);`)
+	if err := errors.Join(err, old.Close()); err != nil {
+		t.Fatal(err)
+	}
+
+	s := openTest(t, path)
+	got, err := s.Changes(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.Changes{
+		Teams: []store.Team{{Name: "search", Org: "acme", Limits: policies.Limits{Requests: policies.RateLimits{PerMinute: 5}}, Rev: 2}},
+		Orgs:  []store.Org{{Name: "acme", Rev: 1}},
+		Rev:   2,
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("Changes(0) after the migration (-want +got):\n%s", diff)
+	}
+	limits := policies.Limits{Budgets: []policies.Budget{{MicroUSD: 10_000_000, Period: policies.PeriodMonth}}}
+	if err := s.PutOrg(ctx, store.Org{Name: "acme", Limits: limits}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.Changes(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(store.Changes{Orgs: []store.Org{{Name: "acme", Limits: limits, Rev: 3}}, Rev: 3}, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("Changes(2) after PutOrg (-want +got):\n%s", diff)
 	}
 }
 

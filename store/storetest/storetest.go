@@ -31,8 +31,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Revoke", testRevoke},
 		{"RevokeTwice", testRevokeTwice},
 		{"RevokeUnknown", testRevokeUnknown},
+		{"SetKeyLimits", testSetKeyLimits},
+		{"SetKeyLimitsUnknown", testSetKeyLimitsUnknown},
 		{"PutTeam", testPutTeam},
 		{"PutOrg", testPutOrg},
+		{"PutOrgLimits", testPutOrgLimits},
 		{"ChangesEmpty", testChangesEmpty},
 		{"ChangesSince", testChangesSince},
 		{"RevisionsIncrease", testRevisionsIncrease},
@@ -210,6 +213,104 @@ func testRevokeUnknown(t *testing.T, s store.Store) {
 	assertUnchanged(t, s, before)
 }
 
+// fullLimits uses every kind of limit, so that a backend that drops one
+// fails.
+func fullLimits() policies.Limits {
+	return policies.Limits{
+		Requests: policies.RateLimits{PerMinute: 60, PerDay: 5000},
+		Tokens: policies.TokenLimits{
+			Input:  policies.RateLimits{PerMinute: 100_000},
+			Output: policies.RateLimits{PerHour: 200_000},
+			Total:  policies.RateLimits{PerDay: 1_000_000},
+		},
+		Budgets: []policies.Budget{
+			{MicroUSD: 50_000_000, Period: policies.PeriodMonth},
+			{MicroUSD: 5_000_000, Period: policies.PeriodRolling, Window: 24 * time.Hour},
+		},
+		Models: map[string]policies.Limits{
+			"gpt-4o": {Budgets: []policies.Budget{{MicroUSD: 1_000_000, Period: policies.PeriodDay}}},
+		},
+	}
+}
+
+func testSetKeyLimits(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	k := NewKey("key_lim")
+	k.Models = []string{"gpt-4o"}
+	k.Limits = policies.Limits{Requests: policies.RateLimits{PerMinute: 1}}
+	write(t, s.CreateKey(ctx, k))
+	before := changes(t, s, 0)
+
+	got, err := s.SetKeyLimits(ctx, k.ID, fullLimits())
+	if err != nil {
+		t.Fatalf("SetKeyLimits: %v", err)
+	}
+	want := k
+	want.Limits = fullLimits()
+	if diff := cmp.Diff(want, got, ignoreRev, equateEmpty); diff != "" {
+		t.Errorf("SetKeyLimits (-want +got):\n%s", diff)
+	}
+	if got.Rev <= before.Rev {
+		t.Errorf("key's Rev after SetKeyLimits = %d; want > %d", got.Rev, before.Rev)
+	}
+	if diff := cmp.Diff(store.Changes{Keys: []store.Key{got}, Rev: got.Rev}, changes(t, s, before.Rev), equateEmpty); diff != "" {
+		t.Errorf("Changes after SetKeyLimits (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]store.Key{got}, listKeys(t, s), equateEmpty); diff != "" {
+		t.Errorf("ListKeys after SetKeyLimits (-want +got):\n%s", diff)
+	}
+
+	// Clearing them, on a revoked key, is a write like any other: the
+	// revocation stays and followers see a new revision.
+	revoked, err := s.RevokeKey(ctx, k.ID, base.Add(time.Hour))
+	if err != nil {
+		t.Fatalf("RevokeKey: %v", err)
+	}
+	cleared, err := s.SetKeyLimits(ctx, k.ID, policies.Limits{})
+	if err != nil {
+		t.Fatalf("SetKeyLimits(none): %v", err)
+	}
+	want = revoked
+	want.Limits = policies.Limits{}
+	if diff := cmp.Diff(want, cleared, ignoreRev, equateEmpty); diff != "" {
+		t.Errorf("SetKeyLimits(none) on a revoked key (-want +got):\n%s", diff)
+	}
+	if cleared.Rev <= revoked.Rev {
+		t.Errorf("Rev after clearing = %d; want > %d", cleared.Rev, revoked.Rev)
+	}
+}
+
+func testSetKeyLimitsUnknown(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	write(t, s.CreateKey(ctx, NewKey("key_known")))
+	before := changes(t, s, 0)
+	got, err := s.SetKeyLimits(ctx, "key_unknown", fullLimits())
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("SetKeyLimits(unknown) = %v; want ErrNotFound", err)
+	}
+	if diff := cmp.Diff(store.Key{}, got, equateEmpty); diff != "" {
+		t.Errorf("SetKeyLimits(unknown) returned a key (-want +got):\n%s", diff)
+	}
+	assertUnchanged(t, s, before)
+}
+
+func testPutOrgLimits(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	v1 := store.Org{Name: "acme", Limits: fullLimits()}
+	write(t, s.PutOrg(ctx, v1))
+	c1 := changes(t, s, 0)
+	v1.Rev = c1.Rev
+	if diff := cmp.Diff(store.Changes{Orgs: []store.Org{v1}, Rev: v1.Rev}, c1, equateEmpty); diff != "" {
+		t.Errorf("Changes(0) after create (-want +got):\n%s", diff)
+	}
+	// Replacing the org replaces its limits: none now.
+	write(t, s.PutOrg(ctx, store.Org{Name: "acme"}))
+	c2 := changes(t, s, v1.Rev)
+	if diff := cmp.Diff(store.Changes{Orgs: []store.Org{{Name: "acme", Rev: c2.Rev}}, Rev: c2.Rev}, c2, equateEmpty); diff != "" || c2.Rev <= v1.Rev {
+		t.Errorf("Changes(%d) after replace (-want +got):\n%s", v1.Rev, diff)
+	}
+}
+
 func testPutTeam(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	v1 := store.Team{Name: "search", Org: "acme", Models: []string{"gpt-4o-mini"}}
@@ -337,6 +438,7 @@ func testRevisionsIncrease(t *testing.T, s store.Store) {
 		{"put team", func() error { return s.PutTeam(ctx, store.Team{Name: "search", Org: "acme"}) }},
 		{"create key", func() error { return s.CreateKey(ctx, NewKey("key_b")) }},
 		{"revoke key", func() error { _, err := s.RevokeKey(ctx, "key_a", base); return err }},
+		{"set key limits", func() error { _, err := s.SetKeyLimits(ctx, "key_b", fullLimits()); return err }},
 		{"replace team", func() error { return s.PutTeam(ctx, store.Team{Name: "search"}) }},
 		{"replace org", func() error { return s.PutOrg(ctx, store.Org{Name: "acme"}) }},
 	}
@@ -432,6 +534,7 @@ func testCanceledContext(t *testing.T, s store.Store) {
 		{"CreateKey", func() error { return s.CreateKey(ctx, NewKey("key_new")) }},
 		{"RevokeKey", func() error { _, err := s.RevokeKey(ctx, "key_live", base); return err }},
 		{"ListKeys", func() error { _, err := s.ListKeys(ctx); return err }},
+		{"SetKeyLimits", func() error { _, err := s.SetKeyLimits(ctx, "key_live", fullLimits()); return err }},
 		{"PutTeam", func() error { return s.PutTeam(ctx, store.Team{Name: "search"}) }},
 		{"PutOrg", func() error { return s.PutOrg(ctx, store.Org{Name: "acme"}) }},
 		{"Changes", func() error { _, err := s.Changes(ctx, 0); return err }},
