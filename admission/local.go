@@ -255,7 +255,10 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 func (l *Local) budget(s scope, b policies.Budget, at time.Time) (string, *budgetState) {
 	key := s.prefix() + "/budget/" + b.Period
 	st := l.budgets[key]
-	if st != nil && (st.end.IsZero() || at.Before(st.end)) && !at.Before(st.start) {
+	// A time before the current period (concurrent requests near a
+	// boundary carry slightly out-of-order clocks) counts in the current
+	// period: going back would throw the current period's state away.
+	if st != nil && (st.end.IsZero() || at.Before(st.end)) {
 		return key, st
 	}
 	start, end := periodOf(b.Period, at, l.opts.TimeZone)

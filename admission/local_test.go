@@ -394,3 +394,23 @@ func TestSpentFrom(t *testing.T) {
 		t.Errorf("EarliestPeriodStart on Wed 2 Dec = %v, want Monday 30 Nov (before the month's start)", got)
 	}
 }
+
+// TestBudgetPeriodNeverGoesBack: a request stamped just before midnight,
+// admitted after one stamped just after, must not reset the new day.
+func TestBudgetPeriodNeverGoesBack(t *testing.T) {
+	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
+	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}}}, policies.Limits{}, policies.Limits{})
+	ctx := context.Background()
+	midnight := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	g, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 80, At: midnight.Add(time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Settle(ctx, g, Actual{CostMicros: 80, At: midnight.Add(time.Second)})
+	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 30, At: midnight.Add(-time.Millisecond)}); err == nil {
+		t.Fatal("a late request from the old day reset the new day's budget")
+	}
+	if st := l.budgets["key/key_a/budget/day"]; !st.start.Equal(midnight) || st.spent != 80 {
+		t.Errorf("state %+v; want the new day with 80 spent", st)
+	}
+}
