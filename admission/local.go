@@ -29,6 +29,8 @@ type Local struct {
 	held    map[uint64]*hold // unsettled reservations, by grant id
 	nextID  uint64
 	expired int64
+	// expiredHeld counts the holds in held that expired (not reserving).
+	expiredHeld int
 }
 
 // LocalOptions configure a Local.
@@ -65,6 +67,7 @@ type hold struct {
 	tokens  []tokenHold // token windows and rolling budgets
 	budgets []budgetHold
 	amount  [4]int64 // reserved, by tokenKind
+	expired bool     // released by ExpireBefore; Settle still charges
 }
 
 type tokenHold struct {
@@ -213,7 +216,10 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 			}
 			key, st := l.budget(s, b, c.At)
 			left := b.MicroUSD - st.spent - st.reserved
-			if left <= 0 || amount[costMicros] > left {
+			// A request that costs nothing (an unpriced model) is
+			// invisible to budgets, as it is to a rolling one.
+			if cost := amount[costMicros]; cost > 0 && (left <= 0 || cost > left) {
+				l.uncount(c)
 				return Grant{}, l.budgetDenial(s, b, st, c.At, left)
 			}
 			rem.budget(b.MicroUSD, left-amount[costMicros])
@@ -223,6 +229,7 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	var buf [16]int64
 	dec := l.counters.AdmitInto(c.At, ds, buf[:0])
 	if !dec.Admitted {
+		l.uncount(c)
 		return Grant{}, denial(ds[dec.Denied], meta[dec.Denied], dec)
 	}
 	for _, h := range bh {
@@ -248,6 +255,17 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	id := l.nextID
 	l.held[id] = h
 	return Grant{Claim: c, id: id, Remaining: rem}, nil
+}
+
+// uncount takes back the request ext_authz counted for a request that
+// admission refuses: a refused request is counted nowhere.
+func (l *Local) uncount(c Claim) {
+	if c.CountRequest {
+		return // counted here, and Admit counts nothing it refuses
+	}
+	for _, d := range c.Principal.Requests {
+		l.counters.Adjust(c.At, c.At, d.Key, d.Period, -1)
+	}
 }
 
 // budget returns the state of budget b of scope s for the period that
@@ -308,6 +326,9 @@ func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
 		return
 	}
 	delete(l.held, g.id)
+	if h.expired {
+		l.expiredHeld--
+	}
 	now := a.At
 	if now.IsZero() {
 		now = g.Claim.At
@@ -327,9 +348,9 @@ func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
 }
 
 // ExpireBefore releases every reservation made before cutoff and not yet
-// settled — requests whose end Sluice never saw — charging nothing, and
-// returns how many it released. Their spend, if any reached the ledger, is
-// counted when budgets are rebuilt from it.
+// settled — requests whose end Sluice has not seen — and returns how many
+// it released. A request that does end later is still charged its whole
+// use when it settles; one that never ends is forgotten a day later.
 func (l *Local) ExpireBefore(now, cutoff time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -338,13 +359,23 @@ func (l *Local) ExpireBefore(now, cutoff time.Time) int {
 		if !h.at.Before(cutoff) {
 			continue
 		}
-		delete(l.held, id)
+		// The reservation is released, but the hold stays (with nothing
+		// reserved) so that the request, if it ends after all, is charged
+		// its whole use by Settle. Holds expired twice over are dropped.
+		if h.expired {
+			if h.at.Before(cutoff.Add(-24 * time.Hour)) {
+				delete(l.held, id)
+			}
+			continue
+		}
 		for _, t := range h.tokens {
 			l.counters.Adjust(h.at, now, t.key, t.period, -h.amount[t.kind])
 		}
 		for _, b := range h.budgets {
 			b.state.reserved -= h.amount[costMicros]
 		}
+		h.amount, h.expired = [4]int64{}, true
+		l.expiredHeld++
 		n++
 	}
 	l.expired += int64(n)
@@ -377,7 +408,7 @@ func (l *Local) Expired() int64 {
 func (l *Local) Held() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.held)
+	return len(l.held) - l.expiredHeld
 }
 
 // Remaining is what is left after an admission, for the x-ratelimit-*

@@ -275,8 +275,8 @@ func TestPerModelAndOrgLimits(t *testing.T) {
 	}
 }
 
-// TestExpireReleasesLostReservations: a reservation never settled is
-// released after the TTL, and a late settle does nothing.
+// TestExpireReleasesLostReservations: a reservation not settled within the
+// TTL is released; if the request ends after all, it is still charged.
 func TestExpireReleasesLostReservations(t *testing.T) {
 	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
 	p := principal(policies.Limits{Tokens: policies.TokenLimits{Output: policies.RateLimits{PerHour: 100}},
@@ -295,9 +295,13 @@ func TestExpireReleasesLostReservations(t *testing.T) {
 	if _, err := l.Admit(ctx, Claim{Principal: p, MaxOutputTokens: 100, CostMicros: 100, At: t0.Add(21 * time.Minute)}); err != nil {
 		t.Fatalf("the expired reservation still holds: %v", err)
 	}
+	// The request ends after all: it is charged its whole use.
 	l.Settle(ctx, g, Actual{OutputTokens: 100, CostMicros: 100, At: t0.Add(22 * time.Minute)})
-	if st := l.budgets["key/key_a/budget/day"]; st.spent != 0 || st.reserved != 100 {
-		t.Errorf("a late settle of an expired grant changed the budget: %+v", st)
+	if st := l.budgets["key/key_a/budget/day"]; st.spent != 100 || st.reserved != 100 {
+		t.Errorf("a late settle of an expired grant: %+v; want its 100 spent (and the second request's 100 reserved)", st)
+	}
+	if l.Held() != 1 {
+		t.Errorf("held %d, want the second request only", l.Held())
 	}
 }
 
@@ -412,5 +416,36 @@ func TestBudgetPeriodNeverGoesBack(t *testing.T) {
 	}
 	if st := l.budgets["key/key_a/budget/day"]; !st.start.Equal(midnight) || st.spent != 80 {
 		t.Errorf("state %+v; want the new day with 80 spent", st)
+	}
+}
+
+// TestRefusedRequestIsCountedNowhere: a request ext_authz counted and
+// admission refuses gives its request count back; a request that costs
+// nothing passes a spent budget.
+func TestRefusedRequestIsCountedNowhere(t *testing.T) {
+	counters := limits.New(limits.Options{})
+	l := NewLocal(counters, LocalOptions{})
+	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 10, Period: policies.PeriodDay}}}, policies.Limits{}, policies.Limits{})
+	p.Requests = []limits.Demand{{Key: "key/key_a/requests/1m", Period: time.Minute, Limit: 5, Amount: 1}}
+	ctx := context.Background()
+	authz := func() { // what ext_authz does before ext_proc
+		if !counters.Admit(t0, p.Requests).Admitted {
+			t.Fatal("authz refused")
+		}
+	}
+	authz()
+	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 10, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	authz()
+	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 1, At: t0}); err == nil {
+		t.Fatal("the spent budget admitted more")
+	}
+	if rem := counters.Admit(t0, []limits.Demand{{Key: "key/key_a/requests/1m", Period: time.Minute, Limit: 5}}).Remaining[0]; rem != 4 {
+		t.Errorf("remaining requests %d, want 4: the refused request must give its count back", rem)
+	}
+	authz()
+	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 0, At: t0}); err != nil {
+		t.Errorf("a request that costs nothing was refused by a spent budget: %v", err)
 	}
 }

@@ -257,6 +257,9 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 	case maxOut < 0:
 		maxOut = route.MaxOutputTokens
 	}
+	if req.N > 1 && p.ep != llmapi.Embeddings {
+		maxOut *= req.N // every choice may be that long
+	}
 	var worst int64
 	if route.Priced {
 		worst = route.Price.CostMicros(req.InputTokens, 0, maxOut)

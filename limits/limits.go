@@ -415,7 +415,7 @@ func (c *Counters) Adjust(at, now time.Time, key string, period time.Duration, d
 		head := ct.advance(nowIdx)
 		if delta > 0 {
 			ct.add(delta)
-		} else if j := floorDiv(at.UnixNano(), w); j > head-ct.buckets() && j <= head {
+		} else if j := floorDiv(at.UnixNano(), w); j >= head-ct.buckets() && j <= head {
 			s := ct.slot(j)
 			take := min(-delta, s.amt)
 			s.amt -= take

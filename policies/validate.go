@@ -479,8 +479,8 @@ func (v *validator) limitsAt(path string, l Limits, nested bool) {
 			v.add(bp+".period", "required (one of %s)", strings.Join(BudgetPeriods, ", "))
 		case !slices.Contains(BudgetPeriods, b.Period):
 			v.add(bp+".period", "unknown period %q (one of %s)%s", b.Period, strings.Join(BudgetPeriods, ", "), didYouMean(b.Period, BudgetPeriods))
-		case b.Period == PeriodRolling && b.Window < time.Minute:
-			v.add(bp+".window", "a rolling budget needs a window of at least 1m (e.g. 24h), got %v", b.Window)
+		case b.Period == PeriodRolling && (b.Window < time.Minute || b.Window%time.Minute != 0):
+			v.add(bp+".window", "a rolling budget needs a window of whole minutes, at least 1m (e.g. 24h), got %v", b.Window)
 		case b.Period != PeriodRolling && b.Window != 0:
 			v.add(bp+".window", "only allowed with period: %s", PeriodRolling)
 		}
