@@ -43,6 +43,10 @@ type LocalOptions struct {
 	// it, so budgets survive a restart. It is called under Local's lock and
 	// must not block: answer from memory.
 	Spent func(kind, id, model string, since time.Time) int64
+	// Record, when set, is told of every settled request's cost, per scope
+	// (key, team, org) and model, with the time it started: what Spent
+	// must answer later for a budget period that begins after it.
+	Record func(kind, id, model string, at time.Time, cost int64)
 }
 
 // NewLocal returns a Local counting in counters (share them with authz so
@@ -344,6 +348,12 @@ func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
 	for _, b := range h.budgets {
 		b.state.reserved -= h.amount[costMicros]
 		b.state.spent += used[costMicros]
+	}
+	if rec := l.opts.Record; rec != nil && used[costMicros] > 0 {
+		p, c := g.Claim.Principal, g.Claim
+		rec("key", p.KeyID, c.Model, c.At, used[costMicros])
+		rec("team", p.Team, c.Model, c.At, used[costMicros])
+		rec("org", p.Org, c.Model, c.At, used[costMicros])
 	}
 }
 

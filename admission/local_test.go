@@ -375,7 +375,7 @@ func TestBudgetsReport(t *testing.T) {
 	}
 }
 
-func TestSpentFrom(t *testing.T) {
+func TestSpendIndex(t *testing.T) {
 	day := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	buckets := []ledger.Aggregate{
 		{Scope: ledger.ScopeTeam, ID: "t", Model: "a", Bucket: day.Add(-15 * time.Minute), CostMicros: 1000}, // yesterday
@@ -384,7 +384,7 @@ func TestSpentFrom(t *testing.T) {
 		{Scope: ledger.ScopeKey, ID: "t", Model: "a", Bucket: day, CostMicros: 7}, // another scope, same id
 	}
 	lifetime := []ledger.Aggregate{{Scope: ledger.ScopeTeam, ID: "t", Model: "a", CostMicros: 5000}, {Scope: ledger.ScopeTeam, ID: "t", Model: "b", CostMicros: 6}}
-	spent := SpentFrom(buckets, lifetime)
+	spent := NewSpendIndex(buckets, lifetime).Spent
 	for _, tt := range []struct {
 		model string
 		since time.Time
@@ -447,5 +447,31 @@ func TestRefusedRequestIsCountedNowhere(t *testing.T) {
 	authz()
 	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 0, At: t0}); err != nil {
 		t.Errorf("a request that costs nothing was refused by a spent budget: %v", err)
+	}
+}
+
+// TestBudgetAddedMidPeriod: a budget that appears in the middle of a
+// period (an admin change, a reload) starts from what the scope already
+// spent in it, in this process too.
+func TestBudgetAddedMidPeriod(t *testing.T) {
+	idx := NewSpendIndex(nil, nil)
+	l := NewLocal(limits.New(limits.Options{}), LocalOptions{Spent: idx.Spent, Record: idx.Add})
+	ctx := context.Background()
+	free := principal(policies.Limits{}, policies.Limits{}, policies.Limits{})
+	g, err := l.Admit(ctx, Claim{Principal: free, Model: "m", CostMicros: 50, At: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Settle(ctx, g, Actual{CostMicros: 50, At: t0})
+	// Now the team gets a daily budget of 60: 50 are already spent today.
+	capped := principal(policies.Limits{}, policies.Limits{Budgets: []policies.Budget{{MicroUSD: 60, Period: policies.PeriodDay}}}, policies.Limits{})
+	if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostMicros: 20, At: t0.Add(time.Hour)}); err == nil {
+		t.Fatal("a budget added mid-day ignored what was spent earlier that day")
+	}
+	if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostMicros: 10, At: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := idx.Spent("org", "o", "", time.Time{}); got != 50 {
+		t.Errorf("lifetime spend of the org %d, want 50", got)
 	}
 }

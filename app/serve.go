@@ -188,7 +188,8 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 	if err != nil {
 		return fmt.Errorf("rebuild budgets from the ledger: %w", err)
 	}
-	admitter := admission.NewLocal(counters, admission.LocalOptions{TimeZone: tz, Spent: admission.SpentFrom(buckets, lifetime)})
+	spent := admission.NewSpendIndex(buckets, lifetime)
+	admitter := admission.NewLocal(counters, admission.LocalOptions{TimeZone: tz, Spent: spent.Spent, Record: spent.Add})
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys_cached", Help: "API keys in the in-memory replica (config-declared and stored, revoked included)."},
 			func() float64 { return float64(ring.Len()) }),
