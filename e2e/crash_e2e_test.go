@@ -45,25 +45,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// crashPolicy: each request costs exactly 100 micro-dollars (100 output
-// tokens at $1 per 1M, nothing for input), and the team's daily budget
-// affords 60 of them.
-const crashPolicy = `
-listen: {envoy: "127.0.0.1:0"}
-store: {sqlite: sluice.db}
-ledger: {sqlite: ledger.db}
-providers:
-  - {name: mock, kind: openai-compatible, base_url: "http://%s"}
-models:
-  - {name: m, provider: mock}
-pricing:
-  m: {input: 0, output: 1000000}
-teams:
-  - name: t
-    limits:
-      budgets: [{micro_usd: 6000, period: day}]
-`
-
 // startChild runs `sluice serve` as a subprocess and waits for it to be
 // ready.
 func startChild(t *testing.T, config string) (*exec.Cmd, *sluiceProcess) {
@@ -145,7 +126,7 @@ func TestCrashSafety(t *testing.T) {
 	}
 	_, mockAddr := mockProvider(t, mockllm.Options{Words: 100})
 	config := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(crashPolicy, mockAddr)), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(limitsPolicy, mockAddr, 6000)), 0o600); err != nil { // a budget for 60 requests
 		t.Fatal(err)
 	}
 	child, s := startChild(t, config)

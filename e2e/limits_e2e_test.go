@@ -17,10 +17,10 @@ import (
 )
 
 // limitsPolicy prices only output tokens, at one micro-dollar each, and
-// every reply the mock sends is exactly 100 words (100 output tokens): a
-// request asking max_tokens 100 reserves exactly what it will cost, 100
-// micro-dollars, so a budget of 10,000 affords exactly 100 requests
-// whatever their order.
+// the mock's replies are exactly 100 words (100 output tokens) when asked:
+// a request with max_tokens 100 reserves exactly what it will cost, 100
+// micro-dollars, so a daily budget of N affords exactly N/100 requests
+// whatever their order. Arguments: the mock's address, the budget.
 const limitsPolicy = `
 listen: {envoy: "127.0.0.1:0"}
 store: {sqlite: sluice.db}
@@ -34,7 +34,7 @@ pricing:
 teams:
   - name: t
     limits:
-      budgets: [{micro_usd: 10000, period: day}]
+      budgets: [{micro_usd: %d, period: day}]
 `
 
 // TestBudgetHoldsEndToEnd: 500 requests from 16 concurrent clients
@@ -46,7 +46,7 @@ teams:
 // would outlast Envoy's 200 ms ext_authz timeout and test the machine.)
 func TestBudgetHoldsEndToEnd(t *testing.T) {
 	mock, mockAddr := mockProvider(t, mockllm.Options{Words: 100})
-	s := startSluice(t, fmt.Sprintf(limitsPolicy, mockAddr))
+	s := startSluice(t, fmt.Sprintf(limitsPolicy, mockAddr, 10000))
 	_, key := s.createKey(t, "t")
 	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-limits", XDSAddress: s.xdsAddr})
 	if err != nil {
@@ -135,7 +135,7 @@ func (p *sluiceProcess) records(t *testing.T) []ledger.Record {
 // reservation is settled.
 func TestAbortChargesReceivedChunks(t *testing.T) {
 	_, mockAddr := mockProvider(t, mockllm.Options{})
-	s := startSluice(t, fmt.Sprintf(limitsPolicy, mockAddr))
+	s := startSluice(t, fmt.Sprintf(limitsPolicy, mockAddr, 10000))
 	_, key := s.createKey(t, "t")
 	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-abort", XDSAddress: s.xdsAddr})
 	if err != nil {

@@ -29,7 +29,7 @@ type Snapshot struct {
 	pathPrefix map[string]string      // provider name → base_url path, no trailing slash
 	models     map[string]*ModelRoute // by name and by alias
 	modelNames []string
-	orgs       map[string]struct{}
+	orgs       map[string]Limits
 	teams      []TeamPolicy
 	teamIndex  map[string]int
 	keys       []KeyPolicy
@@ -167,7 +167,7 @@ func Compile(cfg *Config, file string) (*Snapshot, error) {
 		ledgerPath: ledgerPath,
 		providers:  make(map[string]*Provider, len(c.Providers)),
 		models:     make(map[string]*ModelRoute),
-		orgs:       make(map[string]struct{}, len(c.Orgs)),
+		orgs:       make(map[string]Limits, len(c.Orgs)),
 		teamIndex:  make(map[string]int, len(c.Teams)),
 		xds:        c.XDS,
 	}
@@ -227,7 +227,7 @@ func Compile(cfg *Config, file string) (*Snapshot, error) {
 	}
 	slices.Sort(s.modelNames)
 	for _, o := range c.Orgs {
-		s.orgs[o.Name] = struct{}{}
+		s.orgs[o.Name] = o.Limits
 	}
 	for i, t := range c.Teams {
 		set, err := NewModelSet(t.Models)
@@ -327,14 +327,7 @@ func (s *Snapshot) Org(name string) bool {
 
 // OrgLimits returns the limits of an org declared in the config (none for
 // an org that exists only in the store).
-func (s *Snapshot) OrgLimits(name string) Limits {
-	for _, o := range s.cfg.Orgs {
-		if o.Name == name {
-			return o.Limits
-		}
-	}
-	return Limits{}
-}
+func (s *Snapshot) OrgLimits(name string) Limits { return s.orgs[name] }
 
 // Team returns the policy of the named team.
 func (s *Snapshot) Team(name string) (TeamPolicy, bool) {

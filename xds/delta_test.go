@@ -43,28 +43,7 @@ func newDeltaClient(t *testing.T, cc *grpc.ClientConn, node *corev3.Node) *delta
 		t.Fatal(err)
 	}
 	c := &deltaClient{t: t, node: node, stream: stream, in: make(chan *discoverygrpc.DeltaDiscoveryResponse, 64)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer close(c.in)
-		for {
-			r, err := stream.Recv()
-			if err != nil {
-				c.err = err
-				return
-			}
-			select {
-			case c.in <- r:
-			case <-ctx.Done():
-				c.err = ctx.Err()
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	receive(ctx, t, cancel, stream.Recv, c.in, &c.err)
 	return c
 }
 

@@ -15,27 +15,6 @@ import (
 	"github.com/sluicegw/sluice/xds/xdstest"
 )
 
-// scalePolicy has three EDS providers. Between version 1 and 2 every type
-// changes: p0's connect timeout (clusters), p1's endpoint (assignments),
-// p2's idle timeout (routes) and the access log (listener).
-func scalePolicy(version int) string {
-	return fmt.Sprintf(`
-listen: {grpc: "127.0.0.1:9001", envoy: "127.0.0.1:10000"}
-providers:
-  - {name: p0, kind: openai-compatible, base_url: "http://p0.test:8000", endpoints: ["10.0.0.1:8000", "10.0.0.2:8000"], connect_timeout: %ds}
-  - {name: p1, kind: openai-compatible, base_url: "http://p1.test:8000", endpoints: ["10.0.1.%d:8000"]}
-  - {name: p2, kind: openai-compatible, base_url: "http://p2.test:8000", endpoints: ["10.0.2.1:8000"], idle_timeout: %dm}
-models:
-  - {name: m0, provider: p0}
-  - {name: m1, provider: p1}
-  - {name: m2, provider: p2}
-xds: {access_log: "/tmp/sluice-access-%d.log"}
-`, version, version, version, version)
-}
-
-// scaleEDSNames are the assignments an Envoy subscribes to for scalePolicy.
-var scaleEDSNames = []string{"p0", "p1", "p2"}
-
 // expectedVersions is what the server will serve for p to the default
 // group's Envoys, by type URL, computed without serving it.
 func expectedVersions(t testing.TB, p *policies.Snapshot) map[string]string {
@@ -63,7 +42,7 @@ func TestScale1000(t *testing.T) {
 	const nodes, conns = 1000, 8
 	checkLeaks(t)
 	ts := startXDS(t)
-	ts.update(t, scalePolicy(1))
+	ts.update(t, xdstest.FanOutPolicy(1))
 	v1 := ts.served(t, FlavourEnvoy)
 	cc := make([]grpc.ClientConnInterface, conns)
 	for i := range cc {
@@ -82,7 +61,7 @@ func TestScale1000(t *testing.T) {
 		Node: func(i int) *corev3.Node {
 			return &corev3.Node{Id: fmt.Sprintf("scale-%04d", i), Cluster: "scale", UserAgentName: "envoy"}
 		},
-		Names: map[string][]string{resourcev3.EndpointType: scaleEDSNames, resourcev3.RouteType: {RouteName}},
+		Names: map[string][]string{resourcev3.EndpointType: xdstest.FanOutEDSNames, resourcev3.RouteType: {RouteName}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +104,7 @@ func TestScale1000(t *testing.T) {
 	responses := fleet.Responses()
 
 	// The push: every type changes.
-	p2 := compile(t, scalePolicy(2))
+	p2 := compile(t, xdstest.FanOutPolicy(2))
 	v2 := expectedVersions(t, p2)
 	for _, typ := range typeOrder {
 		if v2[typ] == v1[typ] {

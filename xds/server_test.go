@@ -286,20 +286,27 @@ func newSotwClient(t testing.TB, cc *grpc.ClientConn, node *corev3.Node, names m
 		t.Fatal(err)
 	}
 	c := &sotwClient{t: t, node: node, stream: stream, names: names, in: make(chan *discoverygrpc.DiscoveryResponse, 64)}
+	receive(ctx, t, cancel, stream.Recv, c.in, &c.err)
+	return c
+}
+
+// receive pumps a test client's stream into in until the stream ends (the
+// error lands in *errp before in closes) or the test does.
+func receive[T any](ctx context.Context, t testing.TB, cancel context.CancelFunc, recv func() (T, error), in chan<- T, errp *error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer close(c.in)
+		defer close(in)
 		for {
-			r, err := stream.Recv()
+			r, err := recv()
 			if err != nil {
-				c.err = err
+				*errp = err
 				return
 			}
 			select {
-			case c.in <- r:
+			case in <- r:
 			case <-ctx.Done():
-				c.err = ctx.Err()
+				*errp = ctx.Err()
 				return
 			}
 		}
@@ -308,7 +315,6 @@ func newSotwClient(t testing.TB, cc *grpc.ClientConn, node *corev3.Node, names m
 		cancel()
 		<-done
 	})
-	return c
 }
 
 func (c *sotwClient) send(req *discoverygrpc.DiscoveryRequest) {

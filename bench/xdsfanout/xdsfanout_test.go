@@ -22,22 +22,6 @@ import (
 
 const nodes, conns = 1000, 8
 
-// policy is a three-provider config; versions differ in every xDS type.
-func policy(v int) string {
-	return fmt.Sprintf(`
-listen: {grpc: "127.0.0.1:9001", envoy: "127.0.0.1:10000"}
-providers:
-  - {name: p0, kind: openai-compatible, base_url: "http://p0.test:8000", endpoints: ["10.0.0.1:8000", "10.0.0.2:8000"], connect_timeout: %ds}
-  - {name: p1, kind: openai-compatible, base_url: "http://p1.test:8000", endpoints: ["10.0.1.%d:8000"]}
-  - {name: p2, kind: openai-compatible, base_url: "http://p2.test:8000", endpoints: ["10.0.2.1:8000"], idle_timeout: %dm}
-models:
-  - {name: m0, provider: p0}
-  - {name: m1, provider: p1}
-  - {name: m2, provider: p2}
-xds: {access_log: "/tmp/sluice-access-%d.log"}
-`, v, v, v, v)
-}
-
 func compile(b *testing.B, yaml string) *policies.Snapshot {
 	b.Helper()
 	cfg, err := policies.Parse([]byte(yaml), "bench.yaml", nil)
@@ -92,7 +76,7 @@ func BenchmarkPushTo1000(b *testing.B) {
 		}
 	}()
 
-	configs := []*policies.Snapshot{compile(b, policy(1)), compile(b, policy(2))}
+	configs := []*policies.Snapshot{compile(b, xdstest.FanOutPolicy(1)), compile(b, xdstest.FanOutPolicy(2))}
 	want := []map[string]string{versions(b, configs[0]), versions(b, configs[1])}
 	if _, err := s.Update(configs[0]); err != nil {
 		b.Fatal(err)
@@ -112,7 +96,7 @@ func BenchmarkPushTo1000(b *testing.B) {
 		Node: func(i int) *corev3.Node {
 			return &corev3.Node{Id: fmt.Sprintf("bench-%04d", i), UserAgentName: "envoy"}
 		},
-		Names: map[string][]string{resourcev3.EndpointType: {"p0", "p1", "p2"}, resourcev3.RouteType: {xds.RouteName}},
+		Names: map[string][]string{resourcev3.EndpointType: xdstest.FanOutEDSNames, resourcev3.RouteType: {xds.RouteName}},
 	})
 	if err != nil {
 		b.Fatal(err)
