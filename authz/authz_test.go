@@ -26,13 +26,13 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicegw/sluice/apikey"
 	"github.com/sluicegw/sluice/authz"
-	"github.com/sluicegw/sluice/keyring"
-	"github.com/sluicegw/sluice/limits"
+	"github.com/sluicegw/sluice/internal/apikey"
+	"github.com/sluicegw/sluice/internal/keyring"
+	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/store"
+	"github.com/sluicegw/sluice/internal/store/sqlite"
 	"github.com/sluicegw/sluice/policies"
-	"github.com/sluicegw/sluice/store"
-	"github.com/sluicegw/sluice/store/sqlite"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

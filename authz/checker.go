@@ -7,10 +7,10 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
-	"github.com/sluicegw/sluice/apierr"
-	"github.com/sluicegw/sluice/apikey"
-	"github.com/sluicegw/sluice/keyring"
-	"github.com/sluicegw/sluice/limits"
+	"github.com/sluicegw/sluice/internal/apierr"
+	"github.com/sluicegw/sluice/internal/apikey"
+	"github.com/sluicegw/sluice/internal/keyring"
+	"github.com/sluicegw/sluice/internal/limits"
 )
 
 // Decision codes (stable; the `reason` label of sluice_authz_checks_total

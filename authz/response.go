@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicegw/sluice/apierr"
-	"github.com/sluicegw/sluice/apikey"
-	"github.com/sluicegw/sluice/chain"
+	"github.com/sluicegw/sluice/internal/apierr"
+	"github.com/sluicegw/sluice/internal/apikey"
+	"github.com/sluicegw/sluice/internal/chain"
 )
 
 // MetadataNamespace is where Envoy stores ext_authz dynamic metadata; the

@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/sluicegw/sluice/chain"
 	"github.com/sluicegw/sluice/envoy/envoytest"
+	"github.com/sluicegw/sluice/internal/chain"
 )
 
 // TestQuickstartBootstrapMatchesChain keeps the hand-written quickstart

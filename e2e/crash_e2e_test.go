@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicegw/sluice/app"
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/envoy/envoytest"
+	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/xds"
 )
 

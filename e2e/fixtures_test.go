@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluicegw/sluice/internal/fixtures"
-	"github.com/sluicegw/sluice/ledger"
+	"github.com/sluicegw/sluice/internal/ledger"
 )
 
 // fixturesDir is ../shared/fixtures/openai; tests skip, naming it, when

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/sluicegw/sluice/bench/mockllm"
-	"github.com/sluicegw/sluice/ledger"
-	"github.com/sluicegw/sluice/llmapi"
-	"github.com/sluicegw/sluice/usage"
+	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/usage"
 	"github.com/sluicegw/sluice/xds"
 )
 

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluicegw/sluice/app"
+	"github.com/sluicegw/sluice/internal/app"
 )
 
 // sluiceProcess is `sluice serve` run in-process through app.Run — the

@@ -3,7 +3,7 @@ package extproc
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicegw/sluice/ledger"
+	"github.com/sluicegw/sluice/internal/ledger"
 )
 
 // Metrics are the ext_proc server's Prometheus series. Labels are bounded:

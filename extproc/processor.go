@@ -13,15 +13,15 @@ import (
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluicegw/sluice/admission"
 	"github.com/sluicegw/sluice/authz"
-	"github.com/sluicegw/sluice/chain"
-	"github.com/sluicegw/sluice/keyring"
-	"github.com/sluicegw/sluice/ledger"
-	"github.com/sluicegw/sluice/llmapi"
-	"github.com/sluicegw/sluice/payload"
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/keyring"
+	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/payload"
+	"github.com/sluicegw/sluice/internal/usage"
 	"github.com/sluicegw/sluice/policies"
-	"github.com/sluicegw/sluice/usage"
 )
 
 // Admitter admits requests and settles them (admission.Local).

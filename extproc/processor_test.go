@@ -15,13 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluicegw/sluice/admission"
-	"github.com/sluicegw/sluice/apikey"
 	"github.com/sluicegw/sluice/authz"
-	"github.com/sluicegw/sluice/chain"
-	"github.com/sluicegw/sluice/keyring"
-	"github.com/sluicegw/sluice/ledger"
-	"github.com/sluicegw/sluice/limits"
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/apikey"
+	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/keyring"
+	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/policies"
 )
 

@@ -8,10 +8,10 @@ import (
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
-	"github.com/sluicegw/sluice/apierr"
-	"github.com/sluicegw/sluice/apikey"
-	"github.com/sluicegw/sluice/llmapi"
-	"github.com/sluicegw/sluice/payload"
+	"github.com/sluicegw/sluice/internal/apierr"
+	"github.com/sluicegw/sluice/internal/apikey"
+	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/payload"
 	"github.com/sluicegw/sluice/policies"
 )
 

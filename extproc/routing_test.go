@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluicegw/sluice/admission"
-	"github.com/sluicegw/sluice/chain"
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/chain"
 )
 
 // countingAdmitter wraps the real admitter and counts its calls.

@@ -8,7 +8,7 @@ import (
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sluicegw/sluice/chain"
+	"github.com/sluicegw/sluice/internal/chain"
 )
 
 // Server is the envoy.service.ext_proc.v3.ExternalProcessor gRPC service:

@@ -8,10 +8,10 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/sluicegw/sluice/apierr"
-	"github.com/sluicegw/sluice/chain"
-	"github.com/sluicegw/sluice/llmapi"
-	"github.com/sluicegw/sluice/payload"
+	"github.com/sluicegw/sluice/internal/apierr"
+	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/payload"
 	"github.com/sluicegw/sluice/policies"
 )
 

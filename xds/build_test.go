@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/sluicegw/sluice/chain"
+	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/policies"
 )
 

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	grpcxds "google.golang.org/grpc/xds" // registers the xds resolver and balancers
 
-	"github.com/sluicegw/sluice/chain"
+	"github.com/sluicegw/sluice/internal/chain"
 )
 
 // grpc-go as an independent xDS client of Sluice: a proxyless gRPC channel

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/sluicegw/sluice/chain"
+	"github.com/sluicegw/sluice/internal/chain"
 )
 
 // istioCluster is the name the Istio manifests give Sluice's gRPC cluster.

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicegw/sluice/chain"
+	"github.com/sluicegw/sluice/internal/chain"
 )
 
 const (

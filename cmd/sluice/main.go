@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sluicegw/sluice/app"
+	"github.com/sluicegw/sluice/internal/app"
 )
 
 func main() {

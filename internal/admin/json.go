@@ -1,0 +1,369 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/store"
+	"github.com/sluicegw/sluice/policies"
+)
+
+// The API's JSON shapes. Field names follow sluice.yaml where the same
+// thing is written there (limits); money is integer micro-dollars, times
+// are RFC 3339 in UTC, durations Go durations ("24h").
+
+// limitsJSON is policies.Limits as sluice.yaml writes it: the same fields,
+// and a budget's window as a duration string, not nanoseconds.
+type limitsJSON struct {
+	Requests policies.RateLimits   `json:"requests,omitzero"`
+	Tokens   policies.TokenLimits  `json:"tokens,omitzero"`
+	Budgets  []budgetJSON          `json:"budgets,omitempty"`
+	Models   map[string]limitsJSON `json:"models,omitempty"`
+}
+
+type budgetJSON struct {
+	MicroUSD int64  `json:"micro_usd"`
+	Period   string `json:"period"`
+	Window   string `json:"window,omitempty"`
+}
+
+func toLimitsJSON(l policies.Limits) limitsJSON {
+	j := limitsJSON{Requests: l.Requests, Tokens: l.Tokens}
+	for _, b := range l.Budgets {
+		bj := budgetJSON{MicroUSD: b.MicroUSD, Period: b.Period}
+		if b.Window != 0 {
+			bj.Window = duration(b.Window)
+		}
+		j.Budgets = append(j.Budgets, bj)
+	}
+	if len(l.Models) > 0 {
+		j.Models = make(map[string]limitsJSON, len(l.Models))
+		for m, ml := range l.Models {
+			j.Models[m] = toLimitsJSON(ml)
+		}
+	}
+	return j
+}
+
+// limits converts j, reporting windows that are not durations; everything
+// else is checked by policies.Snapshot.CheckLimits.
+func (j limitsJSON) limits(path string) (policies.Limits, []problem) {
+	l := policies.Limits{Requests: j.Requests, Tokens: j.Tokens}
+	var ps []problem
+	for i, b := range j.Budgets {
+		pb := policies.Budget{MicroUSD: b.MicroUSD, Period: b.Period}
+		if b.Window != "" {
+			d, err := time.ParseDuration(b.Window)
+			if err != nil {
+				ps = append(ps, problem{fmt.Sprintf("%s.budgets[%d].window", path, i), fmt.Sprintf("want a duration such as 24h or 168h, got %q", b.Window)})
+			}
+			pb.Window = d
+		}
+		l.Budgets = append(l.Budgets, pb)
+	}
+	if len(j.Models) > 0 {
+		l.Models = make(map[string]policies.Limits, len(j.Models))
+		for m, mj := range j.Models {
+			ml, mps := mj.limits(path + ".models." + m)
+			l.Models[m] = ml
+			ps = append(ps, mps...)
+		}
+	}
+	return l, ps
+}
+
+// duration formats d without trailing zero units: 24h, 1h30m, 90s → 1m30s.
+func duration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// Key sources.
+const (
+	sourceStore  = "store"  // created at runtime (this API, sluice keys)
+	sourceConfig = "config" // declared in sluice.yaml
+)
+
+type keyJSON struct {
+	ID        string     `json:"id"`
+	Prefix    string     `json:"prefix"`
+	Name      string     `json:"name"`
+	Team      string     `json:"team"`
+	Source    string     `json:"source"`
+	State     string     `json:"state"`
+	Models    []string   `json:"models,omitempty"`
+	Limits    limitsJSON `json:"limits"`
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+func storedKeyJSON(k store.Key, now time.Time) keyJSON {
+	j := keyJSON{
+		ID: k.ID, Prefix: k.Prefix, Name: k.Name, Team: k.Team, Source: sourceStore,
+		State: state(k.Revoked(), k.Expired(now)), Models: k.Models, Limits: toLimitsJSON(k.Limits),
+		CreatedAt: timePtr(k.CreatedAt), ExpiresAt: timePtr(k.ExpiresAt), RevokedAt: timePtr(k.RevokedAt),
+	}
+	return j
+}
+
+func declaredKeyJSON(k policies.KeyPolicy, now time.Time) keyJSON {
+	expired := !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt)
+	return keyJSON{
+		ID: k.ID, Prefix: k.Prefix, Name: k.Name, Team: k.Team, Source: sourceConfig,
+		State: state(false, expired), Models: k.Models.Patterns(), Limits: toLimitsJSON(k.Limits),
+		ExpiresAt: timePtr(k.ExpiresAt),
+	}
+}
+
+func state(revoked, expired bool) string {
+	switch {
+	case revoked:
+		return "revoked"
+	case expired:
+		return "expired"
+	}
+	return "active"
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// createKeyRequest is POST /v1/keys.
+type createKeyRequest struct {
+	Team   string     `json:"team"`
+	Name   string     `json:"name"`
+	Models []string   `json:"models"`
+	Limits limitsJSON `json:"limits"`
+	// ExpiresAt is an RFC 3339 time, parsed by the handler so that a bad
+	// one is reported at its path.
+	ExpiresAt string `json:"expires_at"`
+}
+
+type createdKeyJSON struct {
+	keyJSON
+	// Secret is the key itself, shown once: only its SHA-256 is stored.
+	Secret string `json:"secret"`
+}
+
+type teamJSON struct {
+	Name   string     `json:"name"`
+	Org    string     `json:"org,omitempty"`
+	Models []string   `json:"models,omitempty"`
+	Limits limitsJSON `json:"limits"`
+	Source string     `json:"source"`
+}
+
+// putTeamRequest is PUT /v1/teams/{name}.
+type putTeamRequest struct {
+	Org    string     `json:"org"`
+	Models []string   `json:"models"`
+	Limits limitsJSON `json:"limits"`
+}
+
+type orgJSON struct {
+	Name   string     `json:"name"`
+	Limits limitsJSON `json:"limits"`
+	Source string     `json:"source"`
+}
+
+// putOrgRequest is PUT /v1/orgs/{name}.
+type putOrgRequest struct {
+	Limits limitsJSON `json:"limits"`
+}
+
+type budgetStatusJSON struct {
+	Scope             string     `json:"scope"`
+	ID                string     `json:"id"`
+	Model             string     `json:"model,omitempty"`
+	Period            string     `json:"period"`
+	Window            string     `json:"window,omitempty"`
+	LimitMicroUSD     int64      `json:"limit_micro_usd"`
+	SpentMicroUSD     int64      `json:"spent_micro_usd"`
+	ReservedMicroUSD  int64      `json:"reserved_micro_usd"`
+	RemainingMicroUSD int64      `json:"remaining_micro_usd"`
+	ResetsAt          *time.Time `json:"resets_at,omitempty"`
+}
+
+func toBudgetJSON(b admission.BudgetStatus) budgetStatusJSON {
+	j := budgetStatusJSON{
+		Scope: b.Scope, ID: b.ID, Model: b.Model, Period: b.Period,
+		LimitMicroUSD: b.Limit, SpentMicroUSD: b.Spent, ReservedMicroUSD: b.Reserved, RemainingMicroUSD: b.Remaining,
+		ResetsAt: timePtr(b.Resets),
+	}
+	if b.Window != 0 {
+		j.Window = duration(b.Window)
+	}
+	return j
+}
+
+type totalJSON struct {
+	Group               string `json:"group"`
+	Requests            int64  `json:"requests"`
+	InputTokens         int64  `json:"input_tokens"`
+	CachedInputTokens   int64  `json:"cached_input_tokens"`
+	CacheCreationTokens int64  `json:"cache_creation_tokens"`
+	OutputTokens        int64  `json:"output_tokens"`
+	ReasoningTokens     int64  `json:"reasoning_tokens"`
+	CostMicroUSD        int64  `json:"cost_micro_usd"`
+	Estimated           int64  `json:"estimated"`
+	Unpriced            int64  `json:"unpriced"`
+}
+
+func toTotalJSON(t ledger.Total) totalJSON {
+	return totalJSON{
+		Group: t.Group, Requests: t.Requests,
+		InputTokens: t.InputTokens, CachedInputTokens: t.CachedInputTokens, CacheCreationTokens: t.CacheCreationTokens,
+		OutputTokens: t.OutputTokens, ReasoningTokens: t.ReasoningTokens,
+		CostMicroUSD: t.CostMicros, Estimated: t.Estimated, Unpriced: t.Unpriced,
+	}
+}
+
+type spendJSON struct {
+	By     string      `json:"by"`
+	Since  *time.Time  `json:"since,omitempty"`
+	Until  *time.Time  `json:"until,omitempty"`
+	Totals []totalJSON `json:"totals"`
+}
+
+// Errors.
+
+// apiError is an API error: the HTTP status and the body
+// {"error": {"code", "message", "problems"}}. Code is stable; message is
+// for people.
+type apiError struct {
+	Status   int       `json:"-"`
+	Code     string    `json:"code"`
+	Message  string    `json:"message"`
+	Problems []problem `json:"problems,omitempty"`
+}
+
+// problem is one invalid field of a request, addressed by its path in the
+// body ("limits.budgets[0].period") or the query ("query.since").
+type problem struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// invalid is a 400 listing every problem of a request.
+func invalid(ps []problem) *apiError {
+	msgs := make([]string, len(ps))
+	for i, p := range ps {
+		msgs[i] = p.Path + ": " + p.Message
+		if p.Path == "" {
+			msgs[i] = p.Message
+		}
+	}
+	return &apiError{Status: http.StatusBadRequest, Code: "invalid_request", Message: strings.Join(msgs, "; "), Problems: ps}
+}
+
+// fromPolicies turns policies.Problems into problems, the path rebased:
+// CheckLimits addresses from "limits", a body that is the limits itself
+// from the root.
+func fromPolicies(ps policies.Problems, trim string) []problem {
+	out := make([]problem, len(ps))
+	for i, p := range ps {
+		path := p.Path
+		if trim != "" {
+			path = strings.TrimPrefix(strings.TrimPrefix(path, trim), ".")
+		}
+		out[i] = problem{Path: path, Message: p.Msg}
+	}
+	return out
+}
+
+// maxBody bounds a request body; a limits document is a few KiB.
+const maxBody = 1 << 20
+
+// decode reads the body, one JSON value, into v: unknown fields, trailing
+// data and wrong types are refused with the field's path.
+func decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, extra := dec.Token(); extra != io.EOF {
+			return errorf(http.StatusBadRequest, "invalid_json", "body: want one JSON object, got more after it")
+		}
+		return nil
+	}
+	var (
+		tooBig *http.MaxBytesError
+		syn    *json.SyntaxError
+		typ    *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &tooBig):
+		return errorf(http.StatusRequestEntityTooLarge, "body_too_large", "body: larger than %d bytes", maxBody)
+	case errors.Is(err, io.EOF):
+		return errorf(http.StatusBadRequest, "invalid_json", "body: required (a JSON object)")
+	case errors.As(err, &syn):
+		return errorf(http.StatusBadRequest, "invalid_json", "body: invalid JSON at byte %d: %v", syn.Offset, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errorf(http.StatusBadRequest, "invalid_json", "body: truncated JSON")
+	case errors.As(err, &typ):
+		path := typ.Field
+		if path == "" {
+			path = "body"
+		}
+		return invalid([]problem{{path, fmt.Sprintf("want %s, got %s", jsonKind(typ.Type.Kind()), typ.Value)}})
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return invalid([]problem{{"body", strings.TrimPrefix(err.Error(), "json: ")}})
+	}
+	return errorf(http.StatusBadRequest, "invalid_json", "body: %v", err)
+}
+
+// jsonKind names a Go kind as JSON calls it.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
+}
+
+// writeJSON writes v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("content-type", "application/json")
+	w.WriteHeader(status)
+	// An error here is the client gone away; there is no one to tell.
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.Status, struct {
+		Error *apiError `json:"error"`
+	}{e})
+}

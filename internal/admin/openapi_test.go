@@ -1,0 +1,156 @@
+package admin
+
+import (
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/keyring"
+	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/store"
+	"github.com/sluicegw/sluice/policies"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const openAPIFile = "../../docs/admin-api.openapi.yaml"
+
+// methods are the operation keys of an OpenAPI path item.
+var methods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+// routeOnlyServer is a server whose dependencies are never called: enough
+// to list and route its patterns.
+func routeOnlyServer(t *testing.T) *Server {
+	t.Helper()
+	s, err := New(Deps{
+		Gatherer:   prometheus.NewRegistry(),
+		Ready:      func() error { return nil },
+		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Policy:     func() *policies.Snapshot { return nil },
+		Keys:       struct{ store.Store }{},
+		Groups:     struct{ store.Store }{},
+		Principals: (*keyring.Ring)(nil),
+		Budgets:    (*admission.Local)(nil),
+		Spend:      struct{ ledger.Reader }{},
+		Now:        time.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestOpenAPIMatchesRoutes: every route the server serves is an operation
+// of docs/admin-api.openapi.yaml and every operation is a route the mux
+// dispatches to; every $ref resolves; every /v1 operation documents the
+// 401 and 403 that guard answers for it.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	data, err := os.ReadFile(openAPIFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("%s: %v", openAPIFile, err)
+	}
+	if v, _ := doc["openapi"].(string); !strings.HasPrefix(v, "3.1.") {
+		t.Errorf("openapi = %q; want 3.1.x", v)
+	}
+	paths, ok := doc["paths"].(map[string]any)
+	if !ok {
+		t.Fatalf("%s has no paths", openAPIFile)
+	}
+	var documented []string
+	for path, item := range paths {
+		ops, _ := item.(map[string]any)
+		for _, m := range methods {
+			op, ok := ops[m].(map[string]any)
+			if !ok {
+				continue
+			}
+			documented = append(documented, strings.ToUpper(m)+" "+path)
+			if strings.HasPrefix(path, "/v1/") {
+				responses, _ := op["responses"].(map[string]any)
+				for _, code := range []string{"401", "403"} {
+					if _, ok := responses[code]; !ok {
+						t.Errorf("%s %s does not document %s", strings.ToUpper(m), path, code)
+					}
+				}
+			}
+		}
+	}
+	s := routeOnlyServer(t)
+	served := slices.Clone(s.patterns)
+	slices.Sort(documented)
+	slices.Sort(served)
+	if diff := cmp.Diff(served, documented); diff != "" {
+		t.Errorf("routes served (-) versus operations documented (+):\n%s", diff)
+	}
+
+	// Each documented operation reaches the handler of the same pattern
+	// through the real mux: the path templates mean the same in both.
+	api := s.api
+	for _, op := range documented {
+		method, path, _ := strings.Cut(op, " ")
+		if !strings.HasPrefix(path, "/v1/") {
+			continue
+		}
+		concrete := strings.NewReplacer("{id}", "key_x", "{name}", "n").Replace(path)
+		_, pattern := api.Handler(httptest.NewRequest(method, concrete, nil))
+		if pattern != op {
+			t.Errorf("%s %s routes to %q; want %q", method, concrete, pattern, op)
+		}
+	}
+
+	// Every $ref points at something in the document.
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if ref, ok := v["$ref"].(string); ok {
+				if !resolves(doc, ref) {
+					t.Errorf("$ref %q does not resolve", ref)
+				}
+			}
+			for _, c := range v {
+				walk(c)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c)
+			}
+		}
+	}
+	walk(doc)
+}
+
+// resolves reports whether a local JSON pointer ("#/components/x/y")
+// names a node of doc.
+func resolves(doc map[string]any, ref string) bool {
+	rest, ok := strings.CutPrefix(ref, "#/")
+	if !ok {
+		return false
+	}
+	var node any = doc
+	for _, seg := range strings.Split(rest, "/") {
+		m, ok := node.(map[string]any)
+		if !ok {
+			return false
+		}
+		if node, ok = m[seg]; !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,62 @@
+// Package admission owns the decision to let a metered request start and
+// the settling of what it actually used: Admit reserves, in one step, what
+// a request may consume — requests, input/output/total tokens, dollars —
+// against every limit that covers it (the key's, its team's and its org's,
+// and their per-model limits); Settle replaces the reservation by the
+// actual use. Local is the in-process implementation (sliding windows in
+// limits.Counters, calendar and lifetime budgets in a table of its own,
+// one lock for atomicity); a fleet backend implements the same two calls
+// in one round trip each. docs/limits.md gives the semantics.
+//
+// It must not parse bodies or talk to Envoy; extproc calls it.
+package admission
+
+import (
+	"time"
+
+	"github.com/sluicegw/sluice/internal/keyring"
+)
+
+// Claim is what a request asks to be admitted with.
+type Claim struct {
+	Principal *keyring.Principal
+	Model     string
+	// CountRequest is set when ext_authz did not count the request (it is
+	// not in the filter chain): Admit counts it against the request-rate
+	// limits.
+	CountRequest bool
+	// InputTokens is the request-phase estimate of the prompt;
+	// MaxOutputTokens the most the reply may hold (the client's max_tokens,
+	// else the model's cap). Both are reserved against token limits.
+	InputTokens, MaxOutputTokens int64
+	// CostMicros is the worst-case cost (those tokens at the model's
+	// price, plus its per-request fee), reserved against budgets; 0 for an
+	// unpriced model.
+	CostMicros int64
+	At         time.Time
+}
+
+// Grant is an admitted claim, to be settled exactly once.
+type Grant struct {
+	Claim Claim
+	// Remaining is what the covering limits have left after this
+	// reservation, for the x-ratelimit-* response headers.
+	Remaining Remaining
+	id        uint64
+}
+
+// Actual is what an admitted request used, and when it ended.
+type Actual struct {
+	InputTokens, OutputTokens, CostMicros int64
+	At                                    time.Time
+}
+
+// Denial is a refusal: the status and error a client gets.
+type Denial struct {
+	Status     int
+	Code       string
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (d *Denial) Error() string { return d.Message }

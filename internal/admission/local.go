@@ -1,0 +1,570 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/apierr"
+	"github.com/sluicegw/sluice/internal/keyring"
+	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/policies"
+)
+
+// Local admits against in-process state: sliding windows (request and
+// token rates, rolling budgets) in a limits.Counters shared with authz, and
+// calendar and lifetime budgets in its own table. One mutex makes an
+// admission atomic across everything that covers the request: either every
+// limit reserves, or none does.
+type Local struct {
+	counters *limits.Counters
+	opts     LocalOptions
+
+	mu      sync.Mutex
+	budgets map[string]*budgetState
+	held    map[uint64]*hold // unsettled reservations, by grant id
+	nextID  uint64
+	expired int64
+	// expiredHeld counts the holds in held that expired (not reserving).
+	expiredHeld int
+}
+
+// LocalOptions configure a Local.
+type LocalOptions struct {
+	// TimeZone places calendar budget periods (nil: UTC).
+	TimeZone *time.Location
+	// Spent, when set, tells what the ledger recorded for a scope (kind
+	// key, team or org; id; model, "" for all) since a time (the zero time:
+	// ever). A budget period this process has not tracked yet starts from
+	// it, so budgets survive a restart. It is called under Local's lock and
+	// must not block: answer from memory.
+	Spent func(kind, id, model string, since time.Time) int64
+	// Record, when set, is told of every settled request's cost, per scope
+	// (key, team, org) and model, with the time it started: what Spent
+	// must answer later for a budget period that begins after it.
+	Record func(kind, id, model string, at time.Time, cost int64)
+}
+
+// NewLocal returns a Local counting in counters (share them with authz so
+// that one limit is one counter).
+func NewLocal(counters *limits.Counters, opts LocalOptions) *Local {
+	if opts.TimeZone == nil {
+		opts.TimeZone = time.UTC
+	}
+	return &Local{counters: counters, opts: opts, budgets: map[string]*budgetState{}, held: map[uint64]*hold{}}
+}
+
+// budgetState is one period of a calendar or lifetime budget: what was
+// spent in it (settled) and what admitted requests hold (reserved).
+type budgetState struct {
+	start, end      time.Time // end zero: lifetime
+	spent, reserved int64
+}
+
+// hold is what a grant reserved, to be settled or released.
+type hold struct {
+	at      time.Time
+	tokens  []tokenHold // token windows and rolling budgets
+	budgets []budgetHold
+	amount  [4]int64 // reserved, by tokenKind
+	expired bool     // released by ExpireBefore; Settle still charges
+}
+
+type tokenHold struct {
+	key    string
+	period time.Duration
+	kind   tokenKind
+}
+
+type tokenKind uint8
+
+const (
+	inputTokens tokenKind = iota
+	outputTokens
+	totalTokens
+	costMicros
+)
+
+type budgetHold struct {
+	key   string
+	state *budgetState
+}
+
+// scope is one of the key, its team and its org, with the limits that
+// cover this request there: the base limits and the model's.
+type scope struct {
+	kind, id string
+	l        policies.Limits
+	model    string // set for the per-model limits
+}
+
+func scopes(p *keyring.Principal, model string) []scope {
+	var out []scope
+	add := func(kind, id string, l policies.Limits) {
+		if id == "" {
+			return
+		}
+		out = append(out, scope{kind: kind, id: id, l: l})
+		if ml, ok := l.Models[model]; ok {
+			out = append(out, scope{kind: kind, id: id, l: ml, model: model})
+		}
+	}
+	add("key", p.KeyID, p.KeyLimits)
+	add("team", p.Team, p.TeamLimits)
+	add("org", p.Org, p.OrgLimits)
+	return out
+}
+
+func (s scope) prefix() string {
+	if s.model != "" {
+		return s.kind + "/" + s.id + "/model/" + s.model
+	}
+	return s.kind + "/" + s.id
+}
+
+func (s scope) describe() string {
+	d := s.kind + " " + s.id
+	if s.model != "" {
+		d += " for model " + s.model
+	}
+	return d
+}
+
+var windows = []struct {
+	name   string
+	period time.Duration
+	get    func(policies.RateLimits) int64
+}{
+	{"1m", time.Minute, func(l policies.RateLimits) int64 { return l.PerMinute }},
+	{"1h", time.Hour, func(l policies.RateLimits) int64 { return l.PerHour }},
+	{"1d", 24 * time.Hour, func(l policies.RateLimits) int64 { return l.PerDay }},
+}
+
+// demand is a limits.Demand with what it stands for.
+type demand struct {
+	scope scope
+	what  string // "requests", "input tokens", …, "rolling budget"
+	kind  tokenKind
+	req   bool
+}
+
+// Admit reserves, atomically, what c may use against every limit that
+// covers it, or returns a *Denial and reserves nothing.
+func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
+	if c.Principal == nil {
+		return Grant{}, fmt.Errorf("admission: claim without a principal")
+	}
+	input, output := max(c.InputTokens, 0), max(c.MaxOutputTokens, 0)
+	amount := [4]int64{inputTokens: input, outputTokens: output, totalTokens: input + output, costMicros: max(c.CostMicros, 0)}
+
+	var dbuf [16]limits.Demand
+	var mbuf [16]demand
+	ds, meta := dbuf[:0], mbuf[:0]
+	if c.CountRequest {
+		for _, d := range c.Principal.Requests {
+			ds = append(ds, d)
+			meta = append(meta, demand{what: "requests", req: true, scope: scope{kind: "", id: limits.Describe(d.Key)}})
+		}
+	} else {
+		// Counted by ext_authz: checked only, for the remaining headers.
+		for _, d := range c.Principal.Requests {
+			d.Amount = 0
+			ds = append(ds, d)
+			meta = append(meta, demand{what: "requests", req: true, scope: scope{kind: "", id: limits.Describe(d.Key)}})
+		}
+	}
+	scs := scopes(c.Principal, c.Model)
+	for _, s := range scs {
+		for _, w := range windows {
+			// Request limits of orgs and per-model ones: ext_authz knows
+			// neither the org's limits nor the model, so they are counted
+			// here.
+			if n := w.get(s.l.Requests); n > 0 && (s.kind == "org" || s.model != "") {
+				ds = append(ds, limits.Demand{Key: s.prefix() + "/requests/" + w.name, Period: w.period, Limit: n, Amount: 1})
+				meta = append(meta, demand{scope: s, what: "requests", req: true})
+			}
+			for _, t := range []struct {
+				kind tokenKind
+				name string
+				lim  policies.RateLimits
+			}{{inputTokens, "input", s.l.Tokens.Input}, {outputTokens, "output", s.l.Tokens.Output}, {totalTokens, "total", s.l.Tokens.Total}} {
+				if n := w.get(t.lim); n > 0 {
+					ds = append(ds, limits.Demand{Key: s.prefix() + "/tokens/" + t.name + "/" + w.name, Period: w.period, Limit: n, Amount: amount[t.kind]})
+					meta = append(meta, demand{scope: s, what: t.name + " tokens", kind: t.kind})
+				}
+			}
+		}
+		for _, b := range s.l.Budgets {
+			if b.Period == policies.PeriodRolling {
+				ds = append(ds, limits.Demand{Key: s.prefix() + "/budget/rolling/" + b.Window.String(), Period: b.Window, Limit: b.MicroUSD, Amount: amount[costMicros]})
+				meta = append(meta, demand{scope: s, what: "rolling " + b.Window.String() + " budget", kind: costMicros})
+			}
+		}
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	// Calendar and lifetime budgets first: they are only read until
+	// everything is known to fit.
+	var bh []budgetHold
+	var rem Remaining
+	for _, s := range scs {
+		for _, b := range s.l.Budgets {
+			if b.Period == policies.PeriodRolling {
+				continue
+			}
+			key, st := l.budget(s, b, c.At)
+			left := b.MicroUSD - st.spent - st.reserved
+			// A request that costs nothing (an unpriced model) is
+			// invisible to budgets, as it is to a rolling one.
+			if cost := amount[costMicros]; cost > 0 && (left <= 0 || cost > left) {
+				l.uncount(c)
+				return Grant{}, l.budgetDenial(s, b, st, c.At, left)
+			}
+			rem.budget(b.MicroUSD, left-amount[costMicros])
+			bh = append(bh, budgetHold{key: key, state: st})
+		}
+	}
+	var buf [16]int64
+	dec := l.counters.AdmitInto(c.At, ds, buf[:0])
+	if !dec.Admitted {
+		l.uncount(c)
+		return Grant{}, denial(ds[dec.Denied], meta[dec.Denied], dec)
+	}
+	for _, h := range bh {
+		h.state.reserved += amount[costMicros]
+	}
+	h := &hold{at: c.At, budgets: bh, amount: amount}
+	for i, d := range ds {
+		m := meta[i]
+		switch {
+		case m.req:
+			rem.requests(d.Limit, dec.Remaining[i])
+		case m.kind == costMicros:
+			h.tokens = append(h.tokens, tokenHold{key: d.Key, period: d.Period, kind: costMicros})
+			rem.budget(d.Limit, dec.Remaining[i])
+		default:
+			h.tokens = append(h.tokens, tokenHold{key: d.Key, period: d.Period, kind: m.kind})
+			if m.kind == totalTokens {
+				rem.tokens(d.Limit, dec.Remaining[i])
+			}
+		}
+	}
+	l.nextID++
+	id := l.nextID
+	l.held[id] = h
+	return Grant{Claim: c, id: id, Remaining: rem}, nil
+}
+
+// uncount takes back the request ext_authz counted for a request that
+// admission refuses: a refused request is counted nowhere.
+func (l *Local) uncount(c Claim) {
+	if c.CountRequest {
+		return // counted here, and Admit counts nothing it refuses
+	}
+	for _, d := range c.Principal.Requests {
+		l.counters.Adjust(c.At, c.At, d.Key, d.Period, -1)
+	}
+}
+
+// budget returns the state of budget b of scope s for the period that
+// holds at, starting a new period when the last one has ended.
+func (l *Local) budget(s scope, b policies.Budget, at time.Time) (string, *budgetState) {
+	key := s.prefix() + "/budget/" + b.Period
+	st := l.budgets[key]
+	// A time before the current period (concurrent requests near a
+	// boundary carry slightly out-of-order clocks) counts in the current
+	// period: going back would throw the current period's state away.
+	if st != nil && (st.end.IsZero() || at.Before(st.end)) {
+		return key, st
+	}
+	start, end := periodOf(b.Period, at, l.opts.TimeZone)
+	if st != nil && st.start.Equal(start) {
+		return key, st
+	}
+	st = &budgetState{start: start, end: end}
+	if l.opts.Spent != nil {
+		// A period this process has not seen yet: what the ledger holds
+		// for it (after a restart, the spend before it).
+		st.spent = l.opts.Spent(s.kind, s.id, s.model, start)
+	}
+	l.budgets[key] = st
+	return key, st
+}
+
+// periodOf returns the calendar period of kind that holds at, in tz: [start,
+// end); a lifetime period starts at the zero time and never ends.
+func periodOf(kind string, at time.Time, tz *time.Location) (start, end time.Time) {
+	t := at.In(tz)
+	y, m, d := t.Date()
+	switch kind {
+	case policies.PeriodDay:
+		start = time.Date(y, m, d, 0, 0, 0, 0, tz)
+		end = start.AddDate(0, 0, 1)
+	case policies.PeriodWeek:
+		back := (int(t.Weekday()) + 6) % 7 // days since Monday
+		start = time.Date(y, m, d-back, 0, 0, 0, 0, tz)
+		end = start.AddDate(0, 0, 7)
+	case policies.PeriodMonth:
+		start = time.Date(y, m, 1, 0, 0, 0, 0, tz)
+		end = start.AddDate(0, 1, 0)
+	}
+	return start, end
+}
+
+// Settle replaces g's reservation by what the request used: token windows
+// and rolling budgets are corrected in the bucket the reservation went to
+// (a use above it is counted now), calendar budgets move the reserved
+// amount to spent — in the period the request started in. Settling a grant
+// twice, or one that expired, does nothing.
+func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, ok := l.held[g.id]
+	if !ok {
+		return
+	}
+	delete(l.held, g.id)
+	if h.expired {
+		l.expiredHeld--
+	}
+	now := a.At
+	if now.IsZero() {
+		now = g.Claim.At
+	}
+	in, out := max(a.InputTokens, 0), max(a.OutputTokens, 0)
+	used := [4]int64{inputTokens: in, outputTokens: out, totalTokens: in + out, costMicros: max(a.CostMicros, 0)}
+	for _, t := range h.tokens {
+		l.counters.Adjust(h.at, now, t.key, t.period, used[t.kind]-h.amount[t.kind])
+	}
+	// A calendar budget is charged in the period the request started in,
+	// the one that admitted it — as the ledger's aggregates count it
+	// (ledger.Aggregate), so a restart rebuilds the same numbers.
+	for _, b := range h.budgets {
+		b.state.reserved -= h.amount[costMicros]
+		b.state.spent += used[costMicros]
+	}
+	if rec := l.opts.Record; rec != nil && used[costMicros] > 0 {
+		p, c := g.Claim.Principal, g.Claim
+		rec("key", p.KeyID, c.Model, c.At, used[costMicros])
+		rec("team", p.Team, c.Model, c.At, used[costMicros])
+		rec("org", p.Org, c.Model, c.At, used[costMicros])
+	}
+}
+
+// ExpireBefore releases every reservation made before cutoff and not yet
+// settled — requests whose end Sluice has not seen — and returns how many
+// it released. A request that does end later is still charged its whole
+// use when it settles; one that never ends is forgotten a day later.
+func (l *Local) ExpireBefore(now, cutoff time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for id, h := range l.held {
+		if !h.at.Before(cutoff) {
+			continue
+		}
+		// The reservation is released, but the hold stays (with nothing
+		// reserved) so that the request, if it ends after all, is charged
+		// its whole use by Settle. Holds expired twice over are dropped.
+		if h.expired {
+			if h.at.Before(cutoff.Add(-24 * time.Hour)) {
+				delete(l.held, id)
+			}
+			continue
+		}
+		for _, t := range h.tokens {
+			l.counters.Adjust(h.at, now, t.key, t.period, -h.amount[t.kind])
+		}
+		for _, b := range h.budgets {
+			b.state.reserved -= h.amount[costMicros]
+		}
+		h.amount, h.expired = [4]int64{}, true
+		l.expiredHeld++
+		n++
+	}
+	l.expired += int64(n)
+	return n
+}
+
+// Run releases reservations older than ttl once a minute until ctx ends.
+func (l *Local) Run(ctx context.Context, ttl time.Duration, now func() time.Time) error {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			n := now()
+			l.ExpireBefore(n, n.Add(-ttl))
+		}
+	}
+}
+
+// Expired reports how many reservations ExpireBefore has released.
+func (l *Local) Expired() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expired
+}
+
+// Held reports the number of unsettled reservations.
+func (l *Local) Held() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.held) - l.expiredHeld
+}
+
+// Remaining is what is left after an admission, for the x-ratelimit-*
+// response headers: the tightest of each kind (-1: unlimited).
+type Remaining struct {
+	RequestsLimit, Requests int64
+	TokensLimit, Tokens     int64
+	BudgetLimit, Budget     int64
+	set                     uint8
+}
+
+func (r *Remaining) requests(limit, left int64) {
+	if r.set&1 == 0 || left < r.Requests {
+		r.RequestsLimit, r.Requests = limit, left
+	}
+	r.set |= 1
+}
+
+func (r *Remaining) tokens(limit, left int64) {
+	if r.set&2 == 0 || left < r.Tokens {
+		r.TokensLimit, r.Tokens = limit, left
+	}
+	r.set |= 2
+}
+
+func (r *Remaining) budget(limit, left int64) {
+	if r.set&4 == 0 || left < r.Budget {
+		r.BudgetLimit, r.Budget = limit, left
+	}
+	r.set |= 4
+}
+
+// Headers lists the x-ratelimit-* headers, in OpenAI's style, for the kinds
+// of limit that covered the request.
+func (r Remaining) Headers() [][2]string {
+	var out [][2]string
+	if r.set&1 != 0 {
+		out = append(out, [2]string{"x-ratelimit-limit-requests", strconv.FormatInt(r.RequestsLimit, 10)}, [2]string{"x-ratelimit-remaining-requests", strconv.FormatInt(max(r.Requests, 0), 10)})
+	}
+	if r.set&2 != 0 {
+		out = append(out, [2]string{"x-ratelimit-limit-tokens", strconv.FormatInt(r.TokensLimit, 10)}, [2]string{"x-ratelimit-remaining-tokens", strconv.FormatInt(max(r.Tokens, 0), 10)})
+	}
+	if r.set&4 != 0 {
+		out = append(out, [2]string{"x-ratelimit-limit-budget-micro-usd", strconv.FormatInt(r.BudgetLimit, 10)}, [2]string{"x-ratelimit-remaining-budget-micro-usd", strconv.FormatInt(max(r.Budget, 0), 10)})
+	}
+	return out
+}
+
+func denial(d limits.Demand, m demand, dec limits.Decision) *Denial {
+	ra := ceilSeconds(dec.RetryAfter)
+	switch {
+	case m.req && m.scope.kind == "":
+		return &Denial{Status: 429, Code: "rate_limited", RetryAfter: dec.RetryAfter,
+			Message: fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds", m.scope.id, d.Limit, limits.PeriodName(d.Period), ra)}
+	case m.req:
+		return &Denial{Status: 429, Code: "rate_limited", RetryAfter: dec.RetryAfter,
+			Message: fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds", m.scope.describe(), d.Limit, limits.PeriodName(d.Period), ra)}
+	case m.kind == costMicros:
+		if dec.Impossible {
+			return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, Message: fmt.Sprintf("budget exceeded: this request may cost up to %s, more than the %s budget of %s (%s) allows at all; lower max_tokens",
+				usd(d.Amount), m.what, m.scope.describe(), usd(d.Limit))}
+		}
+		return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, RetryAfter: dec.RetryAfter,
+			Message: fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has no room for this request (up to %s); retry in %ds", m.what, m.scope.describe(), usd(d.Limit), usd(d.Amount), ra)}
+	case dec.Impossible:
+		return &Denial{Status: 429, Code: "tokens_rate_limited",
+			Message: fmt.Sprintf("token limit: this request may use up to %d %s, more than %s allows per %s (%d) at all; lower max_tokens or shorten the prompt", d.Amount, m.what, m.scope.describe(), limits.PeriodName(d.Period), d.Limit)}
+	default:
+		return &Denial{Status: 429, Code: "tokens_rate_limited", RetryAfter: dec.RetryAfter,
+			Message: fmt.Sprintf("token limit reached: %s allows %d %s per %s and this request may use up to %d; retry in %ds", m.scope.describe(), d.Limit, m.what, limits.PeriodName(d.Period), d.Amount, ra)}
+	}
+}
+
+func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at time.Time, left int64) *Denial {
+	what := map[string]string{policies.PeriodDay: "daily", policies.PeriodWeek: "weekly", policies.PeriodMonth: "monthly"}[b.Period]
+	if b.Period == policies.PeriodLifetime {
+		return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota,
+			Message: fmt.Sprintf("budget exhausted: the lifetime budget of %s (%s) has %s left, not enough for this request", s.describe(), usd(b.MicroUSD), usd(max(left, 0)))}
+	}
+	ra := st.end.Sub(at)
+	return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, RetryAfter: ra,
+		Message: fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has %s left, not enough for this request; it resets at %s",
+			what, s.describe(), usd(b.MicroUSD), usd(max(left, 0)), st.end.Format(time.RFC3339))}
+}
+
+// usd formats micro-dollars as dollars.
+func usd(micros int64) string {
+	return fmt.Sprintf("$%d.%06d", micros/1_000_000, micros%1_000_000)
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
+}
+
+// BudgetStatus is one budget that covers a principal, as it stands.
+type BudgetStatus struct {
+	Scope, ID string // key, team or org, and its name or id
+	Model     string // "" for the scope's own budgets
+	Period    string
+	Window    time.Duration // rolling budgets
+	// Limit, Spent (settled in the current period; for a rolling budget,
+	// spent and reserved together), Reserved (held by requests in flight)
+	// and Remaining, in micro-dollars.
+	Limit, Spent, Reserved, Remaining int64
+	Resets                            time.Time // zero: lifetime or rolling
+}
+
+// Budgets reports every budget that covers p's requests (for any model)
+// at time at, without reserving anything.
+func (l *Local) Budgets(p *keyring.Principal, at time.Time) []BudgetStatus {
+	var out []BudgetStatus
+	var scs []scope
+	add := func(kind, id string, lim policies.Limits) {
+		if id == "" {
+			return
+		}
+		scs = append(scs, scope{kind: kind, id: id, l: lim})
+		for _, m := range slices.Sorted(maps.Keys(lim.Models)) {
+			scs = append(scs, scope{kind: kind, id: id, l: lim.Models[m], model: m})
+		}
+	}
+	add("key", p.KeyID, p.KeyLimits)
+	add("team", p.Team, p.TeamLimits)
+	add("org", p.Org, p.OrgLimits)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range scs {
+		for _, b := range s.l.Budgets {
+			bs := BudgetStatus{Scope: s.kind, ID: s.id, Model: s.model, Period: b.Period, Window: b.Window, Limit: b.MicroUSD}
+			if b.Period == policies.PeriodRolling {
+				d := limits.Demand{Key: s.prefix() + "/budget/rolling/" + b.Window.String(), Period: b.Window, Limit: b.MicroUSD}
+				dec := l.counters.Admit(at, []limits.Demand{d})
+				bs.Remaining = dec.Remaining[0]
+				bs.Spent = b.MicroUSD - bs.Remaining
+			} else {
+				_, st := l.budget(s, b, at)
+				bs.Spent, bs.Reserved = st.spent, st.reserved
+				bs.Remaining = max(b.MicroUSD-st.spent-st.reserved, 0)
+				bs.Resets = st.end
+			}
+			out = append(out, bs)
+		}
+	}
+	return out
+}

@@ -1,0 +1,150 @@
+package app
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/ledger"
+	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
+)
+
+// spendLedger writes recs into the ledger of config, as sluice serve
+// would.
+func spendLedger(t *testing.T, config string, recs ...ledger.Record) {
+	t.Helper()
+	snap, err := loadSnapshot(config, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	led, err := ledgersqlite.Open(t.Context(), snap.LedgerPath(), ledgersqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- led.Run(ctx) }()
+	for _, r := range recs {
+		if err := led.Append(t.Context(), r); err != nil {
+			t.Error(err)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+	if err := led.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSpendCLI reports four records by period in zones where they fall
+// in different days, weeks and months: UTC; Asia/Kolkata (+5:30);
+// Asia/Kathmandu (+5:45); America/New_York, whose clocks went forward on
+// 2025-03-09, the day of two of them.
+func TestSpendCLI(t *testing.T) {
+	config := quickstart(t)
+	at := func(s string) time.Time {
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			panic(err)
+		}
+		return t
+	}
+	rec := func(id, key, team, model, started string, cost int64) ledger.Record {
+		return ledger.Record{
+			RequestID: id, KeyID: key, Team: team, Org: "acme", Model: model,
+			InputTokens: 100, OutputTokens: 10, CostMicros: cost, Priced: true,
+			Status: 200, Outcome: "ok", StartedAt: at(started),
+		}
+	}
+	spendLedger(t, config,
+		// Sunday 23:59:59 in Kolkata; Sunday in UTC.
+		rec("r1", "key_a", "search", "gpt-4o", "2025-03-09T18:29:59Z", 1_000_000),
+		// Monday 00:00 in Kolkata; still Sunday in UTC.
+		rec("r2", "key_a", "search", "gpt-4o", "2025-03-09T18:30:00Z", 2_000_000),
+		// April 1st 00:00 in Kathmandu; March 31st everywhere else here.
+		rec("r3", "key_b", "ads", "claude-sonnet", "2025-03-31T18:15:00Z", 500_000),
+		// February in UTC and New York; March 1st in Asia.
+		rec("r4", "key_b", "ads", "claude-sonnet", "2025-02-28T23:00:00Z", 250_000),
+	)
+	spend := func(args ...string) (string, error) {
+		out, _, err := run(t, append([]string{"spend", "--config", config}, args...)...)
+		return out, err
+	}
+	const csvHeader = ",requests,input_tokens,cached_input_tokens,output_tokens,reasoning_tokens,cost_usd,estimated,unpriced\n"
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"month UTC", []string{"--by", "month", "--format", "csv"}, "month" + csvHeader +
+			"2025-03,3,300,0,30,0,3.500000,0,0\n" +
+			"2025-02,1,100,0,10,0,0.250000,0,0\n"},
+		{"month Kolkata", []string{"--by", "month", "--tz", "Asia/Kolkata", "--format", "csv"}, "month" + csvHeader +
+			"2025-03,4,400,0,40,0,3.750000,0,0\n"},
+		{"month Kathmandu", []string{"--by", "month", "--tz", "Asia/Kathmandu", "--format", "csv"}, "month" + csvHeader +
+			"2025-04,1,100,0,10,0,0.500000,0,0\n" +
+			"2025-03,3,300,0,30,0,3.250000,0,0\n"},
+		{"week UTC", []string{"--by", "week", "--format", "csv"}, "week" + csvHeader +
+			"2025-03-31,1,100,0,10,0,0.500000,0,0\n" +
+			"2025-03-03,2,200,0,20,0,3.000000,0,0\n" +
+			"2025-02-24,1,100,0,10,0,0.250000,0,0\n"},
+		{"week Kolkata", []string{"--by", "week", "--tz", "Asia/Kolkata", "--format", "csv"}, "week" + csvHeader +
+			"2025-03-31,1,100,0,10,0,0.500000,0,0\n" +
+			"2025-03-10,1,100,0,10,0,2.000000,0,0\n" +
+			"2025-03-03,1,100,0,10,0,1.000000,0,0\n" +
+			"2025-02-24,1,100,0,10,0,0.250000,0,0\n"},
+		{"day New York", []string{"--by", "day", "--tz", "America/New_York", "--format", "csv"}, "day" + csvHeader +
+			"2025-03-31,1,100,0,10,0,0.500000,0,0\n" +
+			"2025-03-09,2,200,0,20,0,3.000000,0,0\n" +
+			"2025-02-28,1,100,0,10,0,0.250000,0,0\n"},
+		{"a date in --since is midnight in --tz", []string{"--by", "month", "--tz", "Asia/Kolkata", "--since", "2025-03-10", "--format", "csv"}, "month" + csvHeader +
+			"2025-03,2,200,0,20,0,2.500000,0,0\n"},
+		{"filter and limit", []string{"--by", "day", "--key", "key_b", "--limit", "1", "--format", "csv"}, "day" + csvHeader +
+			"2025-03-31,1,100,0,10,0,0.500000,0,0\n"},
+		{"org", []string{"--by", "model", "--org", "acme", "--format", "csv"}, "model" + csvHeader +
+			"gpt-4o,2,200,0,20,0,3.000000,0,0\n" +
+			"claude-sonnet,2,200,0,20,0,0.750000,0,0\n"},
+		{"table", []string{"--by", "month", "--tz", "Asia/Kathmandu"}, "" +
+			"    month  requests  input_tokens  cached_input_tokens  output_tokens  reasoning_tokens  cost_usd  estimated  unpriced\n" +
+			"  2025-04         1           100                    0             10                 0  0.500000          0         0\n" +
+			"  2025-03         3           300                    0             30                 0  3.250000          0         0\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := spend(tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out != tt.want {
+				t.Errorf("spend %s:\n%q\nwant:\n%q", strings.Join(tt.args, " "), out, tt.want)
+			}
+		})
+	}
+
+	out, err := spend("--by", "week", "--tz", "Asia/Kolkata", "--format", "json", "--limit", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"group":"2025-03-31","requests":1,"input_tokens":100,"cached_input_tokens":0,"cache_creation_tokens":0,` +
+		`"output_tokens":10,"reasoning_tokens":0,"cost_micros":500000,"cost_usd":"0.500000","estimated":0,"unpriced":0}` + "\n"
+	if out != want {
+		t.Errorf("spend --format json:\n%s\nwant:\n%s", out, want)
+	}
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--by", "week", "--tz", "Mars/Olympus_Mons"}, `--tz: unknown time zone "Mars/Olympus_Mons"`},
+		{[]string{"--by", "year"}, `--by: want key, team, org, model, day, week, month or none, got "year"`},
+		{[]string{"--by", "bucket"}, `--by: want key, team, org, model, day, week, month or none, got "bucket"`},
+		{[]string{"--since", "last tuesday"}, `--since: want a duration (24h), a date (2026-11-01) or an RFC 3339 time, got "last tuesday"`},
+	} {
+		if _, err := spend(tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("spend %v: err = %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/ledger"
+)
+
+var _ ledger.Aggregates = (*Ledger)(nil)
+
+// errOverflow is the error of a record whose sums would take an aggregate
+// beyond int64 (more than 9.2 × 10¹² dollars, say): such a record cannot
+// be counted, so it is not stored either.
+var errOverflow = errors.New("sum would overflow int64")
+
+// aggKey identifies an aggregate row.
+type aggKey struct {
+	scope     ledger.Scope
+	id, model string
+	bucket    int64 // Unix seconds
+}
+
+// sums are the counters of an aggregate row.
+type sums struct {
+	cost, input, cachedInput, output, requests int64
+}
+
+// plus is s + o, and false if a sum overflows. Every value is
+// non-negative (Record.Validate), so only the upper bound can be crossed.
+func (s sums) plus(o sums) (sums, bool) {
+	add := func(a, b int64) (int64, bool) { return a + b, a <= math.MaxInt64-b }
+	var ok [5]bool
+	s.cost, ok[0] = add(s.cost, o.cost)
+	s.input, ok[1] = add(s.input, o.input)
+	s.cachedInput, ok[2] = add(s.cachedInput, o.cachedInput)
+	s.output, ok[3] = add(s.output, o.output)
+	s.requests, ok[4] = add(s.requests, o.requests)
+	return s, ok == [5]bool{true, true, true, true, true}
+}
+
+// aggInput is what one record adds to its aggregates.
+type aggInput struct {
+	key, team, org, model string
+	bucket                int64 // Unix seconds
+	sums
+}
+
+// aggregateOf is what r adds to its aggregates: its counts, in the bucket
+// of its StartedAt (see ledger.Aggregate for why not FinishedAt).
+func aggregateOf(r ledger.Record) aggInput {
+	return aggInput{
+		key: r.KeyID, team: r.Team, org: r.Org, model: r.Model,
+		bucket: ledger.BucketOf(r.StartedAt).Unix(),
+		sums: sums{
+			cost: r.CostMicros, input: r.InputTokens, cachedInput: r.CachedInputTokens,
+			output: r.OutputTokens, requests: 1,
+		},
+	}
+}
+
+// The queries of Buckets and Lifetime: rows in aggColumns' order, with a
+// NULL bucket for none. Buckets' rows are sorted in Go: with an ORDER BY,
+// SQLite would rather scan the whole table in primary-key order than
+// read the recent buckets through spend_agg_bucket and sort them, and at
+// start-up a ledger's current month is a small part of its history.
+const (
+	allBucketsQuery = `SELECT ` + aggColumns + ` FROM spend_agg`
+	bucketsQuery    = allBucketsQuery + ` WHERE bucket >= ?`
+	lifetimeQuery   = `SELECT scope, id, model, NULL,
+		sum(cost_micros), sum(input_tokens), sum(cached_input_tokens), sum(output_tokens), sum(requests)
+		FROM spend_agg GROUP BY scope, id, model ORDER BY scope, id, model`
+)
+
+// Buckets returns the aggregates of every bucket from the one that holds
+// since on (all of them if since is zero), sorted by scope, id, model and
+// bucket. Like every read, it sees the last commit and never waits for
+// the committer.
+func (l *Ledger) Buckets(ctx context.Context, since time.Time) ([]ledger.Aggregate, error) {
+	var (
+		as  []ledger.Aggregate
+		err error
+	)
+	if since.IsZero() {
+		as, err = l.aggregates(ctx, allBucketsQuery)
+	} else {
+		as, err = l.aggregates(ctx, bucketsQuery, ledger.BucketOf(since).Unix())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ledger/sqlite: buckets: %w", err)
+	}
+	slices.SortFunc(as, func(a, b ledger.Aggregate) int {
+		return cmp.Or(cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.ID, b.ID), cmp.Compare(a.Model, b.Model),
+			a.Bucket.Compare(b.Bucket))
+	})
+	return as, nil
+}
+
+// Lifetime returns every scope, id and model's sums over all buckets,
+// sorted by scope, id and model; Bucket is zero. The table's primary key
+// is in that order, so SQLite sums it in one pass without sorting.
+func (l *Ledger) Lifetime(ctx context.Context) ([]ledger.Aggregate, error) {
+	as, err := l.aggregates(ctx, lifetimeQuery)
+	if err != nil {
+		return nil, fmt.Errorf("ledger/sqlite: lifetime: %w", err)
+	}
+	return as, nil
+}
+
+// aggregates runs one of the queries above.
+func (l *Ledger) aggregates(ctx context.Context, query string, args ...any) ([]ledger.Aggregate, error) {
+	rows, err := l.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var as []ledger.Aggregate
+	for rows.Next() {
+		var (
+			a      ledger.Aggregate
+			bucket *int64
+		)
+		if err := rows.Scan(&a.Scope, &a.ID, &a.Model, &bucket,
+			&a.CostMicros, &a.InputTokens, &a.CachedInputTokens, &a.OutputTokens, &a.Requests); err != nil {
+			return nil, err
+		}
+		if bucket != nil {
+			a.Bucket = time.Unix(*bucket, 0).UTC()
+		}
+		as = append(as, a)
+	}
+	return as, rows.Err()
+}

@@ -1,0 +1,401 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/sluicegw/sluice/internal/ledger"
+)
+
+// pending is one queued Append.
+type pending struct {
+	args []any    // the insert's arguments, encoded by Append
+	agg  aggInput // what the record adds to its aggregates
+	// done receives the outcome once; buffered, so the committer never
+	// waits for an Append that gave up.
+	done chan error
+}
+
+// Append queues r for the committer and returns once the transaction that
+// holds it committed (WAL synced, synchronous=FULL), or with that
+// transaction's error, in which case the caller may Append r again.
+//
+// Run must be running: Append never writes by itself. If ctx ends first,
+// Append returns an error wrapping ctx.Err(); r stays queued and is
+// committed when the committer reaches it (if the ledger is closed before,
+// it is not). If ctx is already done, nothing is queued. Once Run has
+// returned, or Close was called, Append returns ledger.ErrClosed.
+func (l *Ledger) Append(ctx context.Context, r ledger.Record) error {
+	args, err := encode(r)
+	if err != nil {
+		return fmt.Errorf("ledger/sqlite: append: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ledger/sqlite: append %s: %w", r.RequestID, err)
+	}
+	p := &pending{args: args, agg: aggregateOf(r), done: make(chan error, 1)}
+	select {
+	case l.slots <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("ledger/sqlite: append %s: queue full: %w", r.RequestID, ctx.Err())
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		<-l.slots
+		return fmt.Errorf("ledger/sqlite: append %s: %w", r.RequestID, ledger.ErrClosed)
+	}
+	l.queue = append(l.queue, p)
+	n := len(l.queue)
+	if n == 1 {
+		l.first = time.Now()
+	}
+	l.mu.Unlock()
+	if n == 1 || n == l.maxBatch {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+
+	select {
+	case err = <-p.done:
+	case <-ctx.Done():
+		select {
+		case err = <-p.done: // it finished meanwhile: report that
+		default:
+			return fmt.Errorf("ledger/sqlite: append %s: waiting for commit: %w", r.RequestID, ctx.Err())
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("ledger/sqlite: append %s: %w", r.RequestID, err)
+	}
+	return nil
+}
+
+// encode validates r and turns it into the insert's arguments, in the
+// order of columns.
+func encode(r ledger.Record) ([]any, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	started, err := nanos("started_at", r.StartedAt)
+	if err != nil {
+		return nil, fmt.Errorf("request %s: %w", r.RequestID, err)
+	}
+	finished, err := nanos("finished_at", r.FinishedAt)
+	if err != nil {
+		return nil, fmt.Errorf("request %s: %w", r.RequestID, err)
+	}
+	return []any{
+		r.RequestID, r.KeyID, r.Team, r.Org, r.Endpoint, r.Model, r.Provider, r.UpstreamModel,
+		r.InputTokens, r.CachedInputTokens, r.CacheCreationTokens, r.OutputTokens, r.ReasoningTokens,
+		r.CostMicros, r.Priced, int64(r.Status), r.Outcome, r.Estimated, r.Stream,
+		started, finished, int64(r.TTFT),
+	}, nil
+}
+
+// Run is the committer: it takes up to MaxBatch queued records (waiting at
+// most MaxWait after the first arrived for more), inserts them in one
+// transaction with one prepared statement, commits, and tells each Append
+// the outcome. It blocks until ctx ends; then it stops taking Appends
+// (they get ledger.ErrClosed), commits everything already queued, and
+// returns nil, or the error of a commit that failed while draining.
+//
+// Run must be running for Appends to return, and may run once per Ledger.
+// A commit that fails fails only its batch: Run goes on with the next.
+// Run returns early, failing what is queued, only if it cannot set up its
+// connection.
+func (l *Ledger) Run(ctx context.Context) error {
+	l.mu.Lock()
+	switch {
+	case l.closed:
+		l.mu.Unlock()
+		return fmt.Errorf("ledger/sqlite: run: %w", ledger.ErrClosed)
+	case l.running:
+		l.mu.Unlock()
+		return errors.New("ledger/sqlite: run: already running")
+	}
+	l.running = true
+	l.mu.Unlock()
+
+	// The database work goes on after ctx ends: what is queued must be
+	// committed, and a half-done commit must not be interrupted.
+	dbctx := context.WithoutCancel(ctx)
+	c, err := newCommitter(dbctx, l.db)
+	if err != nil {
+		err = fmt.Errorf("ledger/sqlite: run: %w", err)
+		l.stop(dbctx, nil, err)
+		return err
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		if ctx.Err() != nil {
+			return l.stop(dbctx, c, nil)
+		}
+		l.mu.Lock()
+		n, first := len(l.queue), l.first
+		l.mu.Unlock()
+		if n == 0 {
+			select {
+			case <-l.wake:
+				continue
+			case <-ctx.Done():
+				return l.stop(dbctx, c, nil)
+			}
+		}
+		if n < l.maxBatch && l.maxWait > 0 {
+			if d := time.Until(first.Add(l.maxWait)); d > 0 {
+				timer.Reset(d)
+				select {
+				case <-timer.C:
+				case <-l.wake: // maybe full now: look again
+					timer.Stop()
+					continue
+				case <-ctx.Done():
+					timer.Stop()
+					return l.stop(dbctx, c, nil)
+				}
+			}
+		}
+		// A failed batch's error went to its Appends, whose callers may
+		// retry; the committer goes on with the next batch.
+		_ = l.commit(dbctx, c, l.take())
+	}
+}
+
+// stop refuses new Appends, then commits what is queued with c, or, if c
+// is nil, fails it with cause. It returns the first commit error, wrapped.
+func (l *Ledger) stop(ctx context.Context, c *committer, cause error) error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	var first error
+	for {
+		batch := l.take()
+		if len(batch) == 0 {
+			break
+		}
+		if c == nil {
+			finish(batch, cause)
+			continue
+		}
+		if err := l.commit(ctx, c, batch); err != nil && first == nil {
+			first = fmt.Errorf("ledger/sqlite: run: commit queued records: %w", err)
+		}
+	}
+	if c == nil {
+		return nil
+	}
+	return errors.Join(first, c.close())
+}
+
+// take removes up to maxBatch records from the head of the queue and gives
+// back their slots. If records are left, they are due at once: the queue
+// was more than full.
+func (l *Ledger) take() []*pending {
+	l.mu.Lock()
+	k := min(l.maxBatch, len(l.queue))
+	batch := make([]*pending, k)
+	copy(batch, l.queue)
+	rest := copy(l.queue, l.queue[k:])
+	clear(l.queue[rest:])
+	l.queue = l.queue[:rest]
+	l.first = time.Time{}
+	l.mu.Unlock()
+	for range k {
+		<-l.slots
+	}
+	return batch
+}
+
+// finish tells every Append of batch its outcome.
+func finish(batch []*pending, err error) {
+	for _, p := range batch {
+		p.done <- err
+	}
+}
+
+// commit writes batch in one transaction and tells every Append the
+// outcome. A record that breaks a constraint (which Validate should have
+// prevented), or whose sums would overflow an aggregate, fails alone: the
+// transaction is rolled back and retried without it. When an aggregate
+// row refuses the batch's sum (its stored total would overflow) and no
+// single record is to blame, the records are committed one per
+// transaction, so that only those that cannot be counted fail. Any other
+// error fails the whole batch; it is returned.
+func (l *Ledger) commit(ctx context.Context, c *committer, batch []*pending) error {
+	for len(batch) > 0 {
+		bad, err := c.write(ctx, batch)
+		switch {
+		case err == nil:
+			l.nCommits.Add(1)
+			l.nRecords.Add(int64(len(batch)))
+			finish(batch, nil)
+			return nil
+		case !recordFault(err):
+			finish(batch, err)
+			return err
+		case bad >= 0:
+			batch[bad].done <- err
+			batch = append(batch[:bad], batch[bad+1:]...)
+		case len(batch) == 1:
+			finish(batch, err)
+			return nil
+		default:
+			var first error
+			for _, p := range batch {
+				if err := l.commit(ctx, c, []*pending{p}); err != nil && first == nil {
+					first = err
+				}
+			}
+			return first
+		}
+	}
+	return nil
+}
+
+// recordFault reports whether err may be one record's fault: a constraint
+// (of the spend table, or of an aggregate row, which an overflow breaks),
+// or a batch sum that would overflow.
+func recordFault(err error) bool {
+	return sqliteCode(err)&0xff == sqlite3.SQLITE_CONSTRAINT || errors.Is(err, errOverflow)
+}
+
+// committer is Run's connection and the statements prepared on it. It
+// runs its own BEGIN IMMEDIATE and COMMIT on the connection instead of
+// using sql.Tx, because sql.Tx would prepare the statements again for
+// every transaction.
+type committer struct {
+	conn                   *sql.Conn
+	insert, addAgg, newAgg *sql.Stmt
+	// rows are the current batch's sums per aggregate row, reused from
+	// batch to batch.
+	rows map[aggKey]sums
+}
+
+func newCommitter(ctx context.Context, db *sql.DB) (*committer, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &committer{conn: conn, rows: map[aggKey]sums{}}
+	for _, s := range []struct {
+		stmt  **sql.Stmt
+		query string
+	}{{&c.insert, insert}, {&c.addAgg, addAgg}, {&c.newAgg, newAgg}} {
+		if *s.stmt, err = conn.PrepareContext(ctx, s.query); err != nil {
+			return nil, errors.Join(err, c.close())
+		}
+	}
+	return c, nil
+}
+
+// close closes what newCommitter prepared, and the connection.
+func (c *committer) close() error {
+	var errs []error
+	for _, s := range []*sql.Stmt{c.insert, c.addAgg, c.newAgg} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	return errors.Join(append(errs, c.conn.Close())...)
+}
+
+// write inserts batch and adds it to the aggregates in one transaction,
+// and commits it. The aggregates count only the records the inserts
+// stored (a RequestID already in the ledger is skipped, and is not
+// counted again), summed per aggregate row first, so a batch costs one
+// update (or, for a new row, insert) per row it touches rather than three
+// per record. If an insert fails, or a record's sums would overflow the
+// batch's, it rolls back and returns the index of that record with the
+// error; if anything else fails (BEGIN, an aggregate, COMMIT), it returns
+// -1.
+//
+// The records and their aggregates land together or not at all: every
+// statement runs in the one transaction, and SQLite's rollback — on an
+// error here, or in recovery after a crash before COMMIT's WAL sync —
+// undoes them all. TestAggregateFailureWritesNothing and
+// TestCrashLosesNothing check both ways.
+func (c *committer) write(ctx context.Context, batch []*pending) (int, error) {
+	if _, err := c.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return -1, errors.Join(fmt.Errorf("begin: %w", err), c.rollback(ctx))
+	}
+	clear(c.rows)
+	for i, p := range batch {
+		res, err := c.insert.ExecContext(ctx, p.args...)
+		if err != nil {
+			return i, errors.Join(fmt.Errorf("insert: %w", err), c.rollback(ctx))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return -1, errors.Join(fmt.Errorf("insert: %w", err), c.rollback(ctx))
+		}
+		if n == 0 {
+			continue // a duplicate RequestID: not stored, not counted
+		}
+		if err := c.count(p.agg); err != nil {
+			return i, errors.Join(err, c.rollback(ctx))
+		}
+	}
+	for k, s := range c.rows {
+		if err := c.add(ctx, k, s); err != nil {
+			return -1, errors.Join(fmt.Errorf("aggregate %s %q model %q bucket %d: %w", k.scope, k.id, k.model, k.bucket, err),
+				c.rollback(ctx))
+		}
+	}
+	if _, err := c.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return -1, errors.Join(fmt.Errorf("commit: %w", err), c.rollback(ctx))
+	}
+	return -1, nil
+}
+
+// add adds s to the aggregate row k, creating it if missing.
+func (c *committer) add(ctx context.Context, k aggKey, s sums) error {
+	args := []any{string(k.scope), k.id, k.model, k.bucket, s.cost, s.input, s.cachedInput, s.output, s.requests}
+	res, err := c.addAgg.ExecContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return err
+	}
+	_, err = c.newAgg.ExecContext(ctx, args...)
+	return err
+}
+
+// count adds a stored record's sums to the rows of its scopes.
+func (c *committer) count(a aggInput) error {
+	for _, s := range [...]struct {
+		scope ledger.Scope
+		id    string
+	}{{ledger.ScopeKey, a.key}, {ledger.ScopeTeam, a.team}, {ledger.ScopeOrg, a.org}} {
+		if s.id == "" {
+			continue
+		}
+		k := aggKey{scope: s.scope, id: s.id, model: a.model, bucket: a.bucket}
+		sum, ok := c.rows[k].plus(a.sums)
+		if !ok {
+			return fmt.Errorf("aggregate %s %q model %q bucket %d: %w", k.scope, k.id, k.model, k.bucket, errOverflow)
+		}
+		c.rows[k] = sum
+	}
+	return nil
+}
+
+// rollback ends the transaction. SQLite may have rolled it back already
+// (some errors do), and then there is nothing to roll back: that is not
+// an error.
+func (c *committer) rollback(ctx context.Context) error {
+	_, err := c.conn.ExecContext(ctx, "ROLLBACK")
+	if err != nil && sqliteCode(err)&0xff == sqlite3.SQLITE_ERROR {
+		return nil // "cannot rollback - no transaction is active"
+	}
+	return err
+}

@@ -1,0 +1,157 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/sqlitedb"
+
+	"github.com/sluicegw/sluice/internal/ledger"
+)
+
+var (
+	_ ledger.Ledger = (*Ledger)(nil)
+	_ ledger.Reader = (*Ledger)(nil)
+)
+
+// pragmas are set on every connection, busy_timeout first so that the
+// others (journal_mode=WAL takes a lock the first time) wait instead of
+// failing. synchronous=FULL syncs the WAL at every commit: that sync is
+// what makes a record durable, and what group commit amortises.
+// _txlock=immediate makes the migration transaction BEGIN IMMEDIATE.
+const pragmas = "_pragma=busy_timeout(5000)" +
+	"&_pragma=journal_mode(WAL)" +
+	"&_pragma=synchronous(FULL)" +
+	"&_txlock=immediate"
+
+// DefaultMaxBatch is Options.MaxBatch's default, chosen by
+// BenchmarkAppend (see doc.go for the numbers).
+const DefaultMaxBatch = 128
+
+// Options tune group commit. The zero value is the defaults.
+type Options struct {
+	// MaxBatch caps the records committed in one transaction; 0 means
+	// DefaultMaxBatch.
+	MaxBatch int
+	// MaxWait is how long the committer waits, after the first record of
+	// a batch arrived, for the batch to fill before committing it anyway.
+	// 0, the default, means no wait: the committer commits what is queued
+	// at once, and what arrives during a commit is the next batch, so the
+	// commit's own duration is the batching window (BenchmarkAppendRate
+	// shows that waiting only adds latency; see doc.go). A batch is never
+	// held back past MaxWait after its first record.
+	MaxWait time.Duration
+}
+
+func (o Options) withDefaults() (Options, error) {
+	var errs []error
+	if o.MaxBatch < 0 {
+		errs = append(errs, fmt.Errorf("max_batch: %d is negative", o.MaxBatch))
+	}
+	if o.MaxWait < 0 {
+		errs = append(errs, fmt.Errorf("max_wait: %v is negative", o.MaxWait))
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	return o, errors.Join(errs...)
+}
+
+// Ledger is the SQLite ledger.Ledger and ledger.Reader. Its Run must be
+// running for Append to return: see Run. It is safe for concurrent use.
+// Several Ledgers (in one process or several) may share a file, though
+// only one committer writes at a time.
+type Ledger struct {
+	db       *sql.DB
+	maxBatch int
+	maxWait  time.Duration // 0: no wait
+
+	// slots bounds the queue: Append takes a slot before it queues, the
+	// committer gives the slots of a batch back once it took the batch.
+	slots chan struct{}
+	// wake tells the committer that the queue became non-empty or full.
+	wake chan struct{}
+
+	mu      sync.Mutex
+	queue   []*pending
+	first   time.Time // when queue[0] arrived; zero: commit without waiting
+	running bool      // Run is running
+	closed  bool      // no more Appends: Run returned, or Close was called
+
+	nRecords, nCommits atomic.Int64
+}
+
+// Open opens the ledger in the SQLite file at path, creating the file and
+// its parent directories if missing, and migrates its schema to the
+// current version. It fails if the file is not a SQLite database, if its
+// schema is newer than this code knows, or if opts is invalid. It starts
+// no goroutine: the committer is Run.
+func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("ledger/sqlite: options: %w", err)
+	}
+	db, err := sqlitedb.Open(ctx, path, pragmas, migrations, "ledger")
+	if err != nil {
+		return nil, fmt.Errorf("ledger/sqlite: %w", err)
+	}
+	return &Ledger{
+		db:       db,
+		maxBatch: opts.MaxBatch,
+		maxWait:  opts.MaxWait,
+		slots:    make(chan struct{}, max(4*opts.MaxBatch, 1024)),
+		wake:     make(chan struct{}, 1),
+	}, nil
+}
+
+// Close fails the Appends still queued with ledger.ErrClosed, refuses new
+// ones and closes the database. Call it after Run returned (Run commits
+// what is queued before it returns, so then nothing is queued). It is safe
+// to call more than once.
+func (l *Ledger) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	q := l.queue
+	l.queue = nil
+	l.mu.Unlock()
+	for _, p := range q {
+		p.done <- ledger.ErrClosed
+		<-l.slots
+	}
+	return l.db.Close()
+}
+
+// Stats reports how many records this Ledger has committed (duplicates
+// that were skipped included) and in how many commits: records/commits is
+// the mean batch size.
+func (l *Ledger) Stats() (records, commits int64) {
+	return l.nRecords.Load(), l.nCommits.Load()
+}
+
+func sqliteCode(err error) int { return sqlitedb.Code(err) }
+
+// nanos is t as stored: Unix nanoseconds, 0 for the zero time.
+func nanos(field string, t time.Time) (int64, error) {
+	if t.IsZero() {
+		return 0, nil
+	}
+	n := t.UnixNano()
+	if n == 0 || !time.Unix(0, n).Equal(t) {
+		return 0, fmt.Errorf("%s: %s cannot be stored (Unix nanoseconds, 1678 to 2262, not the epoch): %w",
+			field, t.Format(time.RFC3339Nano), ledger.ErrInvalid)
+	}
+	return n, nil
+}
+
+// utc is the inverse of nanos.
+func utc(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}

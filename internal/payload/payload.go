@@ -1,0 +1,458 @@
+package payload
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+
+	"github.com/sluicegw/sluice/internal/llmapi"
+)
+
+// Request is what Sluice needs from an LLM API request body.
+type Request struct {
+	// Model is the top-level "model" field, decoded (escapes resolved).
+	Model string
+	// Stream is true when "stream" is true. Only read on endpoints that can
+	// stream (llmapi.Endpoint.CanStream) and on an unknown endpoint.
+	Stream bool
+	// MaxOutputTokens is the client's cap on output tokens, -1 when absent
+	// (or null): max_tokens and max_completion_tokens (chat/completions,
+	// completions; the larger when both are set), max_output_tokens
+	// (responses), max_tokens (messages); an unknown endpoint takes the
+	// largest of the three. Embeddings have none.
+	MaxOutputTokens int64
+	// InputTokens estimates the prompt's tokens for admission; doc.go gives
+	// the formula and its error. It is never negative.
+	InputTokens int64
+	// IncludeUsage is true when stream_options.include_usage is true
+	// (chat/completions, completions and an unknown endpoint).
+	IncludeUsage bool
+	// N is the number of choices asked for ("n", chat/completions and
+	// completions; 1 when absent or null, and on other endpoints). Output
+	// tokens multiply by it.
+	N int64
+}
+
+// Limits on the values Parse accepts: large enough for every real request
+// (providers refuse far smaller values), small enough that
+// MaxOutputTokens × N stays below 2^42.
+const (
+	MaxTokensLimit = 1<<32 - 1 // largest max_tokens / max_output_tokens accepted
+	MaxN           = 1024      // largest "n" accepted
+	MaxModelLen    = 256       // longest model name accepted, in bytes (decoded)
+)
+
+// Error codes: stable, used as the metrics label and the API error code.
+const (
+	CodeEmptyBody    = "empty_body"
+	CodeInvalidJSON  = "invalid_json"
+	CodeNotAnObject  = "not_an_object"
+	CodeMissingModel = "missing_model"
+	CodeInvalidModel = "invalid_model"
+	CodeInvalidField = "invalid_field"
+	CodeInvalidUTF8  = "invalid_utf8"
+)
+
+// Error is a client error in a request body. Code is one of the Code*
+// constants; Message says what is wrong and where, and quotes at most 64
+// bytes of the body.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// fields Parse reads, found by top-level key.
+type field uint8
+
+const (
+	fNone field = iota
+	fModel
+	fStream
+	fMaxTokens
+	fMaxCompletionTokens
+	fMaxOutputTokens
+	fN
+	fStreamOptions
+	fText // prompt text: strings and numbers count
+	fList // prompt list: as fText, plus per-item overhead
+	fSize // counted by raw JSON size
+)
+
+// fieldNames are the keys of the decoded fields (fModel…fStreamOptions),
+// for messages and the case-folding check.
+var fieldNames = [...]string{
+	fModel:               "model",
+	fStream:              "stream",
+	fMaxTokens:           "max_tokens",
+	fMaxCompletionTokens: "max_completion_tokens",
+	fMaxOutputTokens:     "max_output_tokens",
+	fN:                   "n",
+	fStreamOptions:       "stream_options",
+}
+
+// fieldKeys are fieldNames as bytes (read only).
+var fieldKeys = func() (k [fStreamOptions + 1][]byte) {
+	for f := fModel; f <= fStreamOptions; f++ {
+		k[f] = []byte(fieldNames[f])
+	}
+	return k
+}()
+
+// fieldOf says what the top-level key means on endpoint ep.
+func fieldOf(ep llmapi.Endpoint, key []byte) field {
+	switch string(key) {
+	case "model":
+		return fModel
+	case "stream":
+		if ep.CanStream() || ep == llmapi.Unknown {
+			return fStream
+		}
+	case "max_tokens":
+		if ep != llmapi.Embeddings && ep != llmapi.Responses {
+			return fMaxTokens
+		}
+	case "max_completion_tokens":
+		if ep == llmapi.ChatCompletions || ep == llmapi.Completions || ep == llmapi.Unknown {
+			return fMaxCompletionTokens
+		}
+	case "max_output_tokens":
+		if ep == llmapi.Responses || ep == llmapi.Unknown {
+			return fMaxOutputTokens
+		}
+	case "n":
+		if ep == llmapi.ChatCompletions || ep == llmapi.Completions || ep == llmapi.Unknown {
+			return fN
+		}
+	case "stream_options":
+		if ep == llmapi.ChatCompletions || ep == llmapi.Completions || ep == llmapi.Unknown {
+			return fStreamOptions
+		}
+	case "messages":
+		if ep == llmapi.ChatCompletions || ep == llmapi.Messages || ep == llmapi.Unknown {
+			return fList
+		}
+	case "input":
+		switch ep {
+		case llmapi.Responses, llmapi.Unknown:
+			return fList
+		case llmapi.Embeddings:
+			return fText
+		}
+	case "prompt", "suffix":
+		if ep == llmapi.Completions || ep == llmapi.Unknown {
+			return fText
+		}
+	case "system":
+		if ep == llmapi.Messages || ep == llmapi.Unknown {
+			return fText
+		}
+	case "instructions":
+		if ep == llmapi.Responses || ep == llmapi.Unknown {
+			return fText
+		}
+	case "tools":
+		if ep != llmapi.Completions && ep != llmapi.Embeddings {
+			return fSize
+		}
+	case "functions", "response_format":
+		if ep == llmapi.ChatCompletions || ep == llmapi.Unknown {
+			return fSize
+		}
+	case "text":
+		if ep == llmapi.Responses || ep == llmapi.Unknown {
+			return fSize
+		}
+	}
+	return fNone
+}
+
+// foldedField reports the decoded field whose key equals key under Unicode
+// case folding (as encoding/json matches struct fields) though not exactly.
+func foldedField(ep llmapi.Endpoint, key []byte) (field, bool) {
+	if len(key) == 0 || len(key) > 3*len("max_completion_tokens") {
+		return fNone, false
+	}
+	for f := fModel; f <= fStreamOptions; f++ {
+		name := fieldKeys[f]
+		if !bytes.Equal(key, name) && bytes.EqualFold(key, name) && fieldOf(ep, name) == f {
+			return f, true
+		}
+	}
+	return fNone, false
+}
+
+// Tokens added by the estimate (doc.go).
+const (
+	perRequestTokens = 3    // reply priming, chat-style endpoints
+	perItemTokens    = 4    // each message / input item
+	mediaTokens      = 1600 // each media string (image, audio, file)
+)
+
+// Parse reads the request body of a call to endpoint ep. A body that is not
+// a valid request is an *Error; Parse reports a syntax error anywhere in the
+// body before any problem with a field's value.
+func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
+	s := scanner{buf: body}
+	if err := s.begin(); err != nil {
+		return Request{}, err
+	}
+	req := Request{MaxOutputTokens: -1, N: 1}
+	maxTokens, maxCompl, maxOutput := int64(-1), int64(-1), int64(-1)
+	haveModel, modelEsc := false, false
+	modelStart, modelEnd := 0, 0 // the last model string's content
+	var bad *Error               // the first problem with a field's value
+	noteBad := func(e *Error) {
+		if bad == nil {
+			bad = e
+		}
+	}
+	for more := s.firstMember(); more; more = s.nextMember() {
+		key, ok := s.memberKey()
+		if !ok {
+			break
+		}
+		f := fieldOf(ep, key)
+		if f == fNone {
+			if g, folded := foldedField(ep, key); folded {
+				noteBad(&Error{Code: CodeInvalidField, Message: fmt.Sprintf(
+					"top-level key %s differs from %q only in case; send %q", quoteKey(key), fieldNames[g], fieldNames[g])})
+			}
+		}
+		start := s.pos
+		switch f {
+		case fModel:
+			haveModel = true
+			if s.peek() != '"' {
+				if !s.value(1, modeSkip) {
+					break
+				}
+				noteBad(&Error{Code: CodeInvalidModel, Message: `"model" must be a string, got ` + kindOf(body[start])})
+				break
+			}
+			_, esc, ok := s.str()
+			if !ok {
+				break
+			}
+			modelStart, modelEnd, modelEsc = start+1, s.pos-1, esc
+			if modelStart == modelEnd {
+				noteBad(&Error{Code: CodeInvalidModel, Message: `"model" must not be empty`})
+			}
+		case fStream:
+			v, e, ok := s.boolValue(`"stream"`)
+			if !ok {
+				break
+			}
+			if e != nil {
+				noteBad(e)
+			}
+			req.Stream = v
+		case fMaxTokens, fMaxCompletionTokens, fMaxOutputTokens:
+			v, e, ok := s.intValue(fieldNames[f], 0, MaxTokensLimit, -1)
+			if !ok {
+				break
+			}
+			if e != nil {
+				noteBad(e)
+			}
+			switch f {
+			case fMaxTokens:
+				maxTokens = v
+			case fMaxCompletionTokens:
+				maxCompl = v
+			default:
+				maxOutput = v
+			}
+		case fN:
+			v, e, ok := s.intValue("n", 1, MaxN, 1)
+			if !ok {
+				break
+			}
+			if e != nil {
+				noteBad(e)
+			}
+			req.N = v
+		case fStreamOptions:
+			v, e, ok := s.streamOptions()
+			if !ok {
+				break
+			}
+			if e != nil {
+				noteBad(e)
+			}
+			req.IncludeUsage = v
+		case fText:
+			s.value(1, modeText)
+		case fList:
+			if s.peek() == '[' {
+				s.array(2, modeText, true)
+			} else {
+				s.value(1, modeText)
+			}
+		case fSize:
+			if s.value(1, modeSkip) {
+				s.tokens += int64(s.pos-start+3) / 4
+			}
+		default:
+			s.value(1, modeSkip)
+		}
+	}
+	if err := s.end(); err != nil {
+		return Request{}, err
+	}
+	if bad != nil {
+		return Request{}, bad
+	}
+	if !haveModel {
+		return Request{}, &Error{Code: CodeMissingModel, Message: `the request body has no "model" field`}
+	}
+	model, err := decodeModel(body[modelStart:modelEnd], modelEsc)
+	if err != nil {
+		return Request{}, err
+	}
+	req.Model = model
+	req.MaxOutputTokens = max(maxTokens, maxCompl, maxOutput)
+	req.InputTokens = s.tokens
+	if ep == llmapi.ChatCompletions || ep == llmapi.Messages || ep == llmapi.Responses {
+		req.InputTokens += perRequestTokens
+	}
+	return req, nil
+}
+
+// decodeModel decodes the model string's content (raw, escaped if esc),
+// rejecting names no provider uses and that must not reach a header, a
+// metrics label or the ledger. It allocates the string and nothing else.
+func decodeModel(raw []byte, esc bool) (string, error) {
+	var m string
+	if esc {
+		var buf [MaxModelLen]byte
+		d, ok := unescape(buf[:0], raw, MaxModelLen)
+		if !ok {
+			return "", &Error{Code: CodeInvalidModel, Message: fmt.Sprintf(`"model" is longer than %d bytes`, MaxModelLen)}
+		}
+		m = string(d)
+	} else {
+		if len(raw) > MaxModelLen {
+			return "", &Error{Code: CodeInvalidModel, Message: fmt.Sprintf(`"model" is longer than %d bytes`, MaxModelLen)}
+		}
+		m = string(raw)
+	}
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; c < 0x20 || c == 0x7f {
+			return "", &Error{Code: CodeInvalidModel, Message: fmt.Sprintf(`"model" contains a control character (U+%04X)`, c)}
+		}
+	}
+	return m, nil
+}
+
+// boolValue reads true, false or null (false) at s.pos. e reports any other
+// value; ok is false on a syntax error.
+func (s *scanner) boolValue(name string) (v bool, e *Error, ok bool) {
+	start := s.pos
+	switch s.peek() {
+	case 't':
+		return true, nil, s.value(1, modeSkip)
+	case 'f', 'n':
+		return false, nil, s.value(1, modeSkip)
+	}
+	if !s.value(1, modeSkip) {
+		return false, nil, false
+	}
+	return false, &Error{Code: CodeInvalidField, Message: name + " must be a boolean, got " + kindOf(s.buf[start])}, true
+}
+
+// intValue reads an integer in [lo, hi] at s.pos, or null (absent). e
+// reports any other value; ok is false on a syntax error.
+func (s *scanner) intValue(name string, lo, hi, absent int64) (v int64, e *Error, ok bool) {
+	start := s.pos
+	if !s.value(1, modeSkip) {
+		return 0, nil, false
+	}
+	lit := s.buf[start:s.pos]
+	if lit[0] == 'n' {
+		return absent, nil, true
+	}
+	bad := func(got string) *Error {
+		want := fmt.Sprintf("%q must be an integer from %d to %d", name, lo, hi)
+		if lo == 0 {
+			want = fmt.Sprintf("%q must be a non-negative integer (at most %d)", name, hi)
+		}
+		return &Error{Code: CodeInvalidField, Message: want + ", got " + got}
+	}
+	if c := lit[0]; c != '-' && (c < '0' || c > '9') {
+		return 0, bad(kindOf(c)), true
+	}
+	n, err := strconv.ParseInt(string(lit), 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, bad(clip(lit, 32)), true
+	}
+	return n, nil, true
+}
+
+// streamOptions reads the stream_options value at s.pos: an object whose
+// include_usage is read, or null.
+func (s *scanner) streamOptions() (usage bool, e *Error, ok bool) {
+	switch s.peek() {
+	case '{':
+	case 'n':
+		return false, nil, s.value(1, modeSkip)
+	default:
+		start := s.pos
+		if !s.value(1, modeSkip) {
+			return false, nil, false
+		}
+		return false, &Error{Code: CodeInvalidField, Message: `"stream_options" must be an object, got ` + kindOf(s.buf[start])}, true
+	}
+	s.pos++ // '{'
+	for more := s.firstMember(); more; more = s.nextMember() {
+		key, ok := s.memberKey()
+		if !ok {
+			return false, nil, false
+		}
+		if string(key) != "include_usage" {
+			if !s.value(2, modeSkip) {
+				return false, nil, false
+			}
+			continue
+		}
+		v, ve, ok := s.boolValue(`"stream_options.include_usage"`)
+		if !ok {
+			return false, nil, false
+		}
+		if ve != nil && e == nil {
+			e = ve
+		}
+		usage = v
+	}
+	return usage, e, s.err == nil
+}
+
+// kindOf names the kind of JSON value starting with byte c.
+func kindOf(c byte) string {
+	switch c {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// clip quotes at most n bytes of b, marking a cut with "…".
+func clip(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
+}
+
+// quoteKey quotes a decoded key for a message (keys reaching it are at
+// most 63 bytes).
+func quoteKey(key []byte) string { return strconv.Quote(string(key)) }

@@ -1,0 +1,350 @@
+package payload
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/sluicegw/sluice/internal/llmapi"
+)
+
+// The recorded OpenAI requests: what Parse reads from each, the estimate
+// included (doc.go's formula worked through in the comments).
+func TestParseFixtures(t *testing.T) {
+	want := map[string]Request{
+		// 3 + 4 (one message); content null costs nothing
+		"chat-bad-request.yaml": {Model: "gpt-5-nano", MaxOutputTokens: 0, InputTokens: 7, N: 1},
+		// 3 + 4 + ceil(6/4)
+		"chat-basic.yaml": {Model: "gpt-5-nano", MaxOutputTokens: -1, InputTokens: 9, N: 1},
+		// 3 + 4 + ceil(67/4) + ceil(44 bytes of response_format/4)
+		"chat-json-mode.yaml": {Model: "gpt-5-nano", MaxOutputTokens: -1, InputTokens: 32, N: 1},
+		// 3 + 4×4 + ceil(28/4) + ceil(6/4) + ceil(34/4) + ceil(49/4)
+		"chat-multiturn.yaml": {Model: "gpt-5-nano", MaxOutputTokens: -1, InputTokens: 50, N: 1},
+		"chat-streaming.yaml": {Model: "gpt-5-nano", Stream: true, MaxOutputTokens: -1, InputTokens: 9, N: 1},
+		// 3 + 4 + ceil(41/4) + ceil(652 bytes of tools/4)
+		"chat-tools.yaml":         {Model: "gpt-5-nano", MaxOutputTokens: -1, InputTokens: 181, N: 1},
+		"chat-unknown-model.yaml": {Model: "gpt-4.1-nano-wrong", MaxOutputTokens: -1, InputTokens: 9, N: 1},
+		// ceil(86/4): completions add no per-request tokens
+		"completion-basic.yaml":           {Model: "babbage-002", MaxOutputTokens: 25, InputTokens: 22, N: 1},
+		"completion-streaming.yaml":       {Model: "babbage-002", Stream: true, MaxOutputTokens: 25, InputTokens: 22, N: 1},
+		"completion-streaming-usage.yaml": {Model: "babbage-002", Stream: true, MaxOutputTokens: 25, InputTokens: 22, IncludeUsage: true, N: 1},
+		// one token id
+		"embeddings-bad-request.yaml": {Model: "text-embedding-3-small", MaxOutputTokens: -1, InputTokens: 1, N: 1},
+		// ceil(27/4)
+		"embeddings-basic.yaml": {Model: "text-embedding-3-small", MaxOutputTokens: -1, InputTokens: 7, N: 1},
+		// seven token ids
+		"embeddings-tokens.yaml":        {Model: "text-embedding-3-small", MaxOutputTokens: -1, InputTokens: 7, N: 1},
+		"embeddings-unknown-model.yaml": {Model: "text-embedding-4-ultra", MaxOutputTokens: -1, InputTokens: 6, N: 1},
+	}
+	seen := 0
+	for _, r := range loadRecorded(t) {
+		t.Run(r.name, func(t *testing.T) {
+			got, err := Parse(r.ep, r.body)
+			if err != nil {
+				t.Fatalf("Parse(%v): %v", r.ep, err)
+			}
+			w, ok := want[r.name]
+			if !ok {
+				t.Fatalf("no expectation for %s; Parse read %+v", r.name, got)
+			}
+			seen++
+			if diff := cmp.Diff(w, got); diff != "" {
+				t.Errorf("Parse(%v) (-want +got):\n%s", r.ep, diff)
+			}
+			if est, err := referenceEstimate(r.ep, r.body); err != nil || est != got.InputTokens {
+				t.Errorf("estimate recomputed from encoding/json's tokens: %d (%v), Parse: %d", est, err, got.InputTokens)
+			}
+			ref, err := reference(r.ep, r.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.InputTokens = 0
+			if diff := cmp.Diff(ref, got); diff != "" {
+				t.Errorf("Parse disagrees with encoding/json (-json +Parse):\n%s", diff)
+			}
+		})
+	}
+	if seen != len(want) {
+		t.Errorf("%d of %d expected fixtures found", seen, len(want))
+	}
+}
+
+// The estimate against the prompt_tokens the provider reported for the
+// same request: within the error doc.go states for English text and code.
+func TestFixtureEstimates(t *testing.T) {
+	n := 0
+	for _, r := range loadRecorded(t) {
+		if r.promptTokens <= 0 {
+			continue
+		}
+		n++
+		got, err := Parse(r.ep, r.body)
+		if err != nil {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+		ratio := float64(got.InputTokens) / float64(r.promptTokens)
+		t.Logf("%-32s estimate %4d, provider %4d (×%.2f)", r.name, got.InputTokens, r.promptTokens, ratio)
+		if ratio < 0.6 || ratio > 1.6 {
+			t.Errorf("%s: estimate %d is ×%.2f the provider's %d, outside [0.6, 1.6]", r.name, got.InputTokens, ratio, r.promptTokens)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no fixture reports prompt_tokens")
+	}
+}
+
+const (
+	// An Anthropic Messages request with a cached system block, an image,
+	// and fields the Messages API does not have (n, stream_options).
+	anthropicBody = `{
+  "model": "claude-sonnet-4-5",
+  "max_tokens": 1024,
+  "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}],
+  "messages": [
+    {"role": "user", "content": [
+      {"type": "text", "text": "What is in this image?"},
+      {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="}}
+    ]},
+    {"role": "assistant", "content": "A cat."},
+    {"role": "user", "content": "Thanks! 谢谢"}
+  ],
+  "tools": [{"name": "get_weather", "description": "Weather by city", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+  "stream": true,
+  "n": 3,
+  "stream_options": "not a Messages field"
+}`
+	anthropicTools = `[{"name": "get_weather", "description": "Weather by city", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]`
+
+	// An OpenAI Responses request: instructions, an input list with an
+	// image and a tool output, max_output_tokens (max_tokens is not a
+	// Responses field).
+	responsesBody = `{"model":"gpt-5","instructions":"Be brief.","input":[{"role":"user","content":[{"type":"input_text","text":"Describe this."},{"type":"input_image","image_url":"https://example.com/a.png","detail":"low"}]},{"type":"function_call_output","call_id":"call_1","output":"{\"temp\":21}"}],"max_output_tokens":500,"max_tokens":7,"stream":true,"text":{"format":{"type":"text"}}}`
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ep   llmapi.Endpoint
+		body string
+		want Request
+	}{{
+		// 3 + system ceil(14/4)=4 + 3 messages×4 + ceil(22/4)=6 + image 1600
+		// + ceil(6/4)=2 + ceil((8+2×4)/4)=4 + tools by size
+		name: "messages", ep: llmapi.Messages, body: anthropicBody,
+		want: Request{Model: "claude-sonnet-4-5", Stream: true, MaxOutputTokens: 1024, InputTokens: 1631 + (int64(len(anthropicTools))+3)/4, N: 1},
+	}, {
+		// 3 + ceil(9/4)=3 + 2 items×4 + ceil(14/4)=4 + image 1600 + output
+		// ceil(11/4)=3 + text by size ceil(26/4)=7
+		name: "responses", ep: llmapi.Responses, body: responsesBody,
+		want: Request{Model: "gpt-5", Stream: true, MaxOutputTokens: 500, InputTokens: 1628, N: 1},
+	}, {
+		name: "responses string input", ep: llmapi.Responses, body: `{"model":"gpt-5","input":"Hello there"}`,
+		want: Request{Model: "gpt-5", MaxOutputTokens: -1, InputTokens: 3 + 3, N: 1},
+	}, {
+		// 3 + 2×4 + "Hi" 1 + image 1600 + "lookup" 2 + arguments ceil(9/4)=3
+		name: "chat with image and tool call; larger max wins", ep: llmapi.ChatCompletions,
+		body: `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"high"}}]},{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\"q\":\"x\"}"}}]}],"max_tokens":100,"max_completion_tokens":50,"n":2,"stream":true,"stream_options":{"include_usage":false}}`,
+		want: Request{Model: "gpt-4o", Stream: true, MaxOutputTokens: 100, InputTokens: 1617, N: 2},
+	}, {
+		name: "completions with token ids", ep: llmapi.Completions,
+		body: `{"model":"davinci-002","prompt":[[1,2,3],[4,5]],"n":2,"max_tokens":16,"max_completion_tokens":20,"stream":true,"stream_options":{"x":[1],"include_usage":true}}`,
+		want: Request{Model: "davinci-002", Stream: true, MaxOutputTokens: 20, InputTokens: 5, IncludeUsage: true, N: 2},
+	}, {
+		name: "embeddings read neither stream nor max_tokens", ep: llmapi.Embeddings,
+		body: `{"model":"text-embedding-3-small","input":["first text","second"],"stream":"x","max_tokens":"x","n":0,"Stream":1}`,
+		want: Request{Model: "text-embedding-3-small", MaxOutputTokens: -1, InputTokens: 3 + 2, N: 1},
+	}, {
+		name: "unknown endpoint reads every field", ep: llmapi.Unknown,
+		body: `{"model":"m","prompt":"abcd","input":"efgh","system":"ijkl","max_output_tokens":9,"max_tokens":3,"n":4,"stream":true,"stream_options":{"include_usage":true}}`,
+		want: Request{Model: "m", Stream: true, MaxOutputTokens: 9, InputTokens: 3, IncludeUsage: true, N: 4},
+	}, {
+		name: "duplicate keys: the last wins", ep: llmapi.ChatCompletions,
+		body: `{"model":"a","stream":true,"model":"b","stream":false,"max_tokens":5,"max_tokens":null,"stream_options":{"include_usage":true},"stream_options":{}}`,
+		want: Request{Model: "b", MaxOutputTokens: -1, InputTokens: 3, N: 1},
+	}, {
+		name: "escaped keys and values", ep: llmapi.ChatCompletions,
+		body: `{"mod\u0065l":"gpt\u002d4o\u00e9\ud83d\ude00","str\u0065am":true,"\u006e":3}`,
+		want: Request{Model: "gpt-4oé😀", Stream: true, MaxOutputTokens: -1, InputTokens: 3, N: 3},
+	}, {
+		name: "nulls are absent", ep: llmapi.ChatCompletions,
+		body: `{"model":"a","stream":null,"max_tokens":null,"max_completion_tokens":null,"n":null,"stream_options":null,"messages":null}`,
+		want: Request{Model: "a", MaxOutputTokens: -1, InputTokens: 3, N: 1},
+	}, {
+		name: "negative zero, limits, nested model", ep: llmapi.ChatCompletions,
+		body: "\t{ \"metadata\" : {\"model\":5}, \"model\" :\n\"a\", \"max_tokens\": -0, \"max_completion_tokens\": 4294967295, \"n\": 1024 }\r\n",
+		want: Request{Model: "a", MaxOutputTokens: 4294967295, InputTokens: 3, N: 1024},
+	}, {
+		name: "lone surrogates decode to U+FFFD", ep: llmapi.Completions,
+		body: `{"model":"m\ud800x\udc00","prompt":"\ud800"}`,
+		want: Request{Model: "m\uFFFDx\uFFFD", MaxOutputTokens: -1, InputTokens: 1, N: 1},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse(tc.ep, []byte(tc.body))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Parse (-want +got):\n%s", diff)
+			}
+			if est, err := referenceEstimate(tc.ep, []byte(tc.body)); err != nil || est != got.InputTokens {
+				t.Errorf("estimate recomputed from encoding/json's tokens: %d (%v), Parse: %d", est, err, got.InputTokens)
+			}
+			ref, err := reference(tc.ep, []byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.InputTokens = 0
+			if diff := cmp.Diff(ref, got); diff != "" {
+				t.Errorf("Parse disagrees with encoding/json (-json +Parse):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	deep := strings.Repeat(`{"a":`, 129) + "1" + strings.Repeat("}", 129)
+	tooDeep := `{"model":"m","x":` + strings.Repeat("[", 128) + strings.Repeat("]", 128) + "}"
+	for _, tc := range []struct {
+		ep         llmapi.Endpoint
+		body, code string
+		msg        string
+	}{
+		{0, "", CodeEmptyBody, "the request body is empty"},
+		{0, " \r\n\t", CodeEmptyBody, "the request body is empty"},
+
+		{0, `[]`, CodeNotAnObject, "the request body must be a JSON object, got an array"},
+		{0, ` "x" `, CodeNotAnObject, "the request body must be a JSON object, got a string"},
+		{0, `12`, CodeNotAnObject, "the request body must be a JSON object, got a number"},
+		{0, `null`, CodeNotAnObject, "the request body must be a JSON object, got null"},
+		{0, `true`, CodeNotAnObject, "the request body must be a JSON object, got a boolean"},
+
+		{0, `{"model":"a",}`, CodeInvalidJSON, "invalid JSON at byte 13: invalid character '}' looking for beginning of object key string"},
+		{0, `{"model":"a"`, CodeInvalidJSON, "invalid JSON at byte 12: unexpected end of input"},
+		{0, `{"model":"a`, CodeInvalidJSON, "invalid JSON at byte 11: unexpected end of input"},
+		{0, `{"model":"a"} x`, CodeInvalidJSON, "invalid JSON at byte 14: invalid character 'x' after top-level value"},
+		{0, `[1] {`, CodeInvalidJSON, "invalid JSON at byte 4: invalid character '{' after top-level value"},
+		{0, `{"model":tru}`, CodeInvalidJSON, "invalid JSON at byte 12: invalid character '}' in literal true (expecting 'e')"},
+		{0, `{"model":"a","n":01}`, CodeInvalidJSON, "invalid JSON at byte 18: invalid character '1' after object key:value pair"},
+		{0, `{"model":"a","x":1.}`, CodeInvalidJSON, "invalid JSON at byte 19: invalid character '}' after decimal point in numeric literal"},
+		{0, `{"model":"a","x":1e+}`, CodeInvalidJSON, "invalid JSON at byte 20: invalid character '}' in exponent of numeric literal"},
+		{0, `{"model":"a","x":-a}`, CodeInvalidJSON, "invalid JSON at byte 18: invalid character 'a' in numeric literal"},
+		{0, `{"model":"a","x":+1}`, CodeInvalidJSON, "invalid JSON at byte 17: invalid character '+' looking for beginning of value"},
+		{0, `{"model":"a\x"}`, CodeInvalidJSON, `invalid JSON at byte 12: invalid character 'x' in string escape code`},
+		{0, `{"model":"\u12G4"}`, CodeInvalidJSON, `invalid JSON at byte 14: invalid character 'G' in \u hexadecimal character escape`},
+		{0, "{\"model\":\"a\nb\"}", CodeInvalidJSON, "invalid JSON at byte 11: invalid character byte 0x0A in string literal"},
+		{0, `{"model" "a"}`, CodeInvalidJSON, "invalid JSON at byte 9: invalid character '\"' after object key"},
+		{0, `{"a":[1 2]}`, CodeInvalidJSON, "invalid JSON at byte 8: invalid character '2' after array element"},
+		{0, `{"a":}`, CodeInvalidJSON, "invalid JSON at byte 5: invalid character '}' looking for beginning of value"},
+		{0, `{'a':1}`, CodeInvalidJSON, `invalid JSON at byte 1: invalid character '\'' looking for beginning of object key string`},
+		{0, "\xef\xbb\xbf{}", CodeInvalidJSON, "invalid JSON at byte 0: invalid character byte 0xEF looking for beginning of value"},
+		{0, tooDeep, CodeInvalidJSON, "invalid JSON at byte 144: nested too deeply (more than 128 levels)"},
+		{0, deep, CodeInvalidJSON, "invalid JSON at byte 640: nested too deeply (more than 128 levels)"},
+		// a syntax error anywhere wins over a bad field before it
+		{0, `{"model":5,"stream":"x",`, CodeInvalidJSON, "invalid JSON at byte 24: unexpected end of input"},
+
+		{0, "{\"model\":\"a\xffb\"}", CodeInvalidUTF8, "invalid UTF-8 in a string at byte 11"},
+		{0, "{\"a\xc0\xaf\":1}", CodeInvalidUTF8, "invalid UTF-8 in a string at byte 3"},        // overlong '/'
+		{0, "{\"a\":\"\xed\xa0\x80\"}", CodeInvalidUTF8, "invalid UTF-8 in a string at byte 6"}, // a surrogate
+		{0, "{\"a\":\"\xe4\xb8\"}", CodeInvalidUTF8, "invalid UTF-8 in a string at byte 6"},     // cut short
+
+		{0, `{}`, CodeMissingModel, `the request body has no "model" field`},
+		{llmapi.Messages, `{"messages":[{"model":"x"}]}`, CodeMissingModel, `the request body has no "model" field`},
+
+		{0, `{"model":5}`, CodeInvalidModel, `"model" must be a string, got a number`},
+		{0, `{"model":null}`, CodeInvalidModel, `"model" must be a string, got null`},
+		{0, `{"model":{"name":"a"}}`, CodeInvalidModel, `"model" must be a string, got an object`},
+		{0, `{"model":["a"]}`, CodeInvalidModel, `"model" must be a string, got an array`},
+		{0, `{"model":""}`, CodeInvalidModel, `"model" must not be empty`},
+		{0, `{"model":"","model":"a"}`, CodeInvalidModel, `"model" must not be empty`},
+		{0, `{"model":"a","model":false}`, CodeInvalidModel, `"model" must be a string, got a boolean`},
+		{0, `{"model":"` + strings.Repeat("m", 257) + `"}`, CodeInvalidModel, `"model" is longer than 256 bytes`},
+		{0, `{"model":"` + strings.Repeat(`\u006d`, 257) + `"}`, CodeInvalidModel, `"model" is longer than 256 bytes`},
+		{0, `{"model":"a\nb"}`, CodeInvalidModel, `"model" contains a control character (U+000A)`},
+		{0, `{"model":"a\u007f"}`, CodeInvalidModel, `"model" contains a control character (U+007F)`},
+
+		{llmapi.ChatCompletions, `{"model":"a","stream":"yes"}`, CodeInvalidField, `"stream" must be a boolean, got a string`},
+		{llmapi.Messages, `{"model":"a","stream":1}`, CodeInvalidField, `"stream" must be a boolean, got a number`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":-1}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got -1`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1.5}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1.5`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1e3}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1e3`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":"10"}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got a string`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":4294967296}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 4294967296`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":123456789012345678901234567890123456789}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 12345678901234567890123456789012…`},
+		{llmapi.Completions, `{"model":"a","max_completion_tokens":true}`, CodeInvalidField, `"max_completion_tokens" must be a non-negative integer (at most 4294967295), got a boolean`},
+		{llmapi.Responses, `{"model":"a","max_output_tokens":[]}`, CodeInvalidField, `"max_output_tokens" must be a non-negative integer (at most 4294967295), got an array`},
+		{llmapi.Messages, `{"model":"a","max_tokens":{}}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got an object`},
+		{llmapi.ChatCompletions, `{"model":"a","n":0}`, CodeInvalidField, `"n" must be an integer from 1 to 1024, got 0`},
+		{llmapi.Completions, `{"model":"a","n":1025}`, CodeInvalidField, `"n" must be an integer from 1 to 1024, got 1025`},
+		{llmapi.ChatCompletions, `{"model":"a","stream_options":"x"}`, CodeInvalidField, `"stream_options" must be an object, got a string`},
+		{llmapi.ChatCompletions, `{"model":"a","stream_options":{"include_usage":1}}`, CodeInvalidField, `"stream_options.include_usage" must be a boolean, got a number`},
+		{llmapi.ChatCompletions, `{"Model":"a","model":"b"}`, CodeInvalidField, `top-level key "Model" differs from "model" only in case; send "model"`},
+		{llmapi.ChatCompletions, `{"model":"b","ſtream":true}`, CodeInvalidField, `top-level key "ſtream" differs from "stream" only in case; send "stream"`},
+		{llmapi.Messages, `{"model":"b","max_to\u212aens":9}`, CodeInvalidField, "top-level key \"max_to\u212aens\" differs from \"max_tokens\" only in case; send \"max_tokens\""},
+		{llmapi.Completions, `{"model":"b","N":2}`, CodeInvalidField, `top-level key "N" differs from "n" only in case; send "n"`},
+		// the first bad field is reported
+		{llmapi.ChatCompletions, `{"model":"a","n":0,"stream":0}`, CodeInvalidField, `"n" must be an integer from 1 to 1024, got 0`},
+		{llmapi.ChatCompletions, `{"stream":0}`, CodeInvalidField, `"stream" must be a boolean, got a number`},
+	} {
+		t.Run(tc.code+"/"+clip([]byte(tc.body), 40), func(t *testing.T) {
+			_, err := Parse(tc.ep, []byte(tc.body))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Parse(%q) = %v, want an *Error", tc.body, err)
+			}
+			if e.Code != tc.code || e.Message != tc.msg {
+				t.Errorf("Parse(%q):\n got %s: %s\nwant %s: %s", tc.body, e.Code, e.Message, tc.code, tc.msg)
+			}
+			if e.Error() != e.Message {
+				t.Errorf("Error() = %q, want the message", e.Error())
+			}
+		})
+	}
+	if _, err := Parse(0, []byte(`{"model":"m","x":`+strings.Repeat("[", 127)+strings.Repeat("]", 127)+"}")); err != nil {
+		t.Errorf("128 levels of nesting: %v", err)
+	}
+}
+
+// str's units: 1 per decoded rune below U+0800, 4 per rune at or above it,
+// with every escape form decoded.
+func TestStringUnits(t *testing.T) {
+	for lit, want := range map[string]int64{
+		`""`:                      0,
+		`"Hello!"`:                6,
+		`"0123456789abcdef012"`:   19, // crosses an 8-byte block
+		`"a\nb\"c\\d\/e\tf"`:      11,
+		`"\u0041\u00e9\u07ff"`:    3,
+		`"\u0800\uffff"`:          8,
+		`"\ud83d\ude00"`:          4,  // a surrogate pair is one rune
+		`"\ud800"`:                4,  // lone: U+FFFD
+		`"\udc00\ud800\u0041"`:    9,  // two lone surrogates, then 'A'
+		`"\ud800\ud800\udc00"`:    8,  // lone high, then a pair
+		"\"é中😀\"":                 9,  // raw 2-, 3- and 4-byte runes
+		"\"abcdefgé中😀xyzxyzxyz\"": 25, // after a full block
+	} {
+		s := scanner{buf: []byte(lit)}
+		got, _, ok := s.str()
+		if !ok || s.pos != len(lit) {
+			t.Errorf("str(%s): ok %v, pos %d of %d, err %v", lit, ok, s.pos, len(lit), s.err)
+			continue
+		}
+		if got != want {
+			t.Errorf("str(%s) = %d units, want %d", lit, got, want)
+		}
+	}
+}
+
+// Parse allocates the model string and nothing that grows with the body.
+func TestParseAllocs(t *testing.T) {
+	for _, n := range []int{800, 1 << 20} {
+		body := chatBody(t, n, true)
+		allocs := testing.AllocsPerRun(5, func() {
+			if _, err := Parse(llmapi.ChatCompletions, body); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs > 1 {
+			t.Errorf("Parse of %d bytes: %v allocations, want at most 1", len(body), allocs)
+		}
+	}
+}

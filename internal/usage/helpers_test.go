@@ -1,0 +1,130 @@
+package usage
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicegw/sluice/internal/fixtures"
+	"github.com/sluicegw/sluice/internal/llmapi"
+)
+
+// fixturesDir is ../shared/fixtures/openai beside the module root (the
+// directory holding go.mod above the test's working directory). Tests that
+// need it skip, naming the folder, when it is absent.
+func fixturesDir(t testing.TB) string { return fixtures.OpenAI(t) }
+
+// findFixtures returns the fixtures folder or why it is absent.
+func findFixtures() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	return fixtures.Find(wd)
+}
+
+// cassette is the part of a go-vcr v2 cassette these tests read: its first
+// interaction.
+type cassette struct {
+	Name    string
+	URL     string
+	ReqBody string
+	Code    int
+	Header  map[string][]string
+	Body    string
+}
+
+func loadCassettes(t testing.TB) []cassette {
+	t.Helper()
+	dir := fixturesDir(t)
+	cs := readCassettes(t, dir)
+	if len(cs) == 0 {
+		t.Skipf("no *.yaml in fixtures folder %s", dir)
+	}
+	return cs
+}
+
+// loadCassettesOrNone is loadCassettes for tests that also run without
+// the fixtures: it logs the missing folder instead of skipping.
+func loadCassettesOrNone(t testing.TB) []cassette {
+	t.Helper()
+	dir, err := findFixtures()
+	if err != nil {
+		t.Logf("fixtures not used: %v", err)
+		return nil
+	}
+	return readCassettes(t, dir)
+}
+
+func readCassettes(t testing.TB, dir string) []cassette {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	var out []cassette
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			Interactions []struct {
+				Request struct {
+					URL  string `yaml:"url"`
+					Body string `yaml:"body"`
+				} `yaml:"request"`
+				Response struct {
+					Code    int                 `yaml:"code"`
+					Headers map[string][]string `yaml:"headers"`
+					Body    string              `yaml:"body"`
+				} `yaml:"response"`
+			} `yaml:"interactions"`
+		}
+		if err := yaml.Unmarshal(data, &v); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if len(v.Interactions) != 1 {
+			t.Fatalf("%s: %d interactions, want 1", f, len(v.Interactions))
+		}
+		in := v.Interactions[0]
+		out = append(out, cassette{
+			Name:    strings.TrimSuffix(filepath.Base(f), ".yaml"),
+			URL:     in.Request.URL,
+			ReqBody: in.Request.Body,
+			Code:    in.Response.Code,
+			Header:  in.Response.Headers,
+			Body:    in.Response.Body,
+		})
+	}
+	return out
+}
+
+// options derives a Meter's options from a recorded exchange, as the
+// ext_proc request and response phases would.
+func (c cassette) options() Options {
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		panic(fmt.Sprintf("%s: %v", c.Name, err))
+	}
+	var req struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
+	_ = json.Unmarshal([]byte(c.ReqBody), &req) // a bad request body leaves zero values
+	o := Options{Endpoint: llmapi.EndpointFor(u.Path), Stream: req.Stream, Model: req.Model}
+	for k, v := range c.Header {
+		if strings.EqualFold(k, "content-type") && len(v) > 0 {
+			o.ContentType = v[0]
+		}
+	}
+	return o
+}
