@@ -7,10 +7,10 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
-	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
 // Decision codes (stable; the `reason` label of sluice_authz_checks_total
@@ -37,7 +37,7 @@ type Decision struct {
 	// Principal is the resolved caller, when the key was found.
 	Principal *keyring.Principal
 	// Dialect is the error-body dialect of the path called.
-	Dialect apierr.Dialect
+	Dialect llmapi.Dialect
 }
 
 // Allowed reports whether the request may proceed.
@@ -66,7 +66,7 @@ func (c *Checker) Check(req *authv3.CheckRequest) Decision {
 	h := req.GetAttributes().GetRequest().GetHttp()
 	headers := h.GetHeaders()
 	d := c.Authenticate(func(k string) (string, bool) { v, ok := headers[k]; return v, ok })
-	d.Dialect = apierr.DialectFor(h.GetPath())
+	d.Dialect = llmapi.DialectFor(h.GetPath())
 	if d.Allowed() {
 		c.admit(&d)
 	}

@@ -23,7 +23,7 @@ type clientRequest struct {
 	method    string
 	requestID string
 	ep        llmapi.Endpoint
-	dialect   apierr.Dialect
+	dialect   llmapi.Dialect
 	// clientAnthropicVersion: the client sent anthropic-version itself.
 	clientAnthropicVersion bool
 }
@@ -34,7 +34,7 @@ func (c *clientRequest) note(get func(string) (string, bool)) {
 	c.requestID, _ = get("x-request-id")
 	_, c.clientAnthropicVersion = get("anthropic-version")
 	c.ep = llmapi.EndpointFor(c.path)
-	c.dialect = apierr.DialectFor(c.path)
+	c.dialect = llmapi.DialectFor(c.path)
 }
 
 // targetRewrite is the provider-specific rewrite of the request for target
@@ -128,7 +128,7 @@ func bodyReply(body []byte, hm *extprocsvc.HeaderMutation, rw payload.Rewrite, c
 
 // denial is an ImmediateResponse in the dialect of the API called, counted
 // by code.
-func denial(m *Metrics, dialect apierr.Dialect, status int, code, msg string) *extprocsvc.ProcessingResponse {
+func denial(m *Metrics, dialect llmapi.Dialect, status int, code, msg string) *extprocsvc.ProcessingResponse {
 	m.denials.WithLabelValues(code).Inc()
 	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocsvc.ImmediateResponse{
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},

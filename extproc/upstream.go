@@ -8,7 +8,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/payload"
@@ -88,7 +87,7 @@ func (u *UpstreamProcessor) requestHeaders(m *extprocsvc.ProcessingRequest, h *e
 	md := m.GetMetadataContext().GetFilterMetadata()[chain.UsageNamespace].GetFields()
 	if p := md[chain.FallbackPathKey].GetStringValue(); p != "" {
 		u.path = p
-		u.ep, u.dialect = llmapi.EndpointFor(p), apierr.DialectFor(p)
+		u.ep, u.dialect = llmapi.EndpointFor(p), llmapi.DialectFor(p)
 		u.clientAnthropicVersion = md[chain.FallbackAnthropicVersionKey].GetBoolValue()
 	}
 	n, err := strconv.Atoi(headerOr(get, chain.AttemptCountHeader))

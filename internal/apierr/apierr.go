@@ -2,50 +2,15 @@ package apierr
 
 import (
 	"encoding/json"
-	"strings"
+
+	"github.com/sluicegw/sluice/internal/llmapi"
 )
-
-// Dialect is the error-body shape a client understands.
-type Dialect uint8
-
-const (
-	// OpenAI: {"error":{"message","type","param","code"}}.
-	OpenAI Dialect = iota
-	// Anthropic: {"type":"error","error":{"type","message"}}.
-	Anthropic
-)
-
-func (d Dialect) String() string {
-	if d == Anthropic {
-		return "anthropic"
-	}
-	return "openai"
-}
-
-// DialectFor returns the dialect of the API a request path belongs to: the
-// Anthropic Messages API (`/v1/messages`, `/v1/messages/…`, `/v1/complete`)
-// speaks Anthropic; every other path, OpenAI's `/v1/chat/completions`,
-// `/v1/completions`, `/v1/embeddings`, `/v1/responses` included, speaks
-// OpenAI. A query string is ignored.
-func DialectFor(path string) Dialect {
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		path = path[:i]
-	}
-	if path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/") || path == "/v1/complete" {
-		return Anthropic
-	}
-	return OpenAI
-}
-
-// CodeInsufficientQuota is the code (and, in OpenAI's shape, the type) of
-// a refusal because a dollar budget is spent.
-const CodeInsufficientQuota = "insufficient_quota"
 
 // Body renders the error body for status in dialect d. code is Sluice's
 // stable error code; message is shown to the client as is.
-func Body(d Dialect, status int, code, message string) []byte {
+func Body(d llmapi.Dialect, status int, code, message string) []byte {
 	var v any
-	if d == Anthropic {
+	if d == llmapi.Anthropic {
 		v = anthropicBody{Type: "error", Error: anthropicError{Type: anthropicType(status), Message: message}}
 	} else {
 		typ := openAIType(status)

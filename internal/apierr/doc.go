@@ -1,8 +1,10 @@
-// Package apierr owns what a client sees when Sluice refuses a request: the
-// JSON error body in the dialect of the API it called (OpenAI or Anthropic),
-// chosen by request path, and the stable error codes that double as the
-// `reason` label of metrics.
+// Package apierr owns what a client sees when Sluice refuses a request:
+// the one error type every layer returns for a client-facing failure
+// (Error: status, stable code, message, param, retry-after), every code in
+// one table (codes.go) — the codes double as the `reason` label of
+// metrics — and the JSON error body in the dialect of the API the client
+// called (OpenAI or Anthropic, llmapi.Dialect).
 //
 // It must not decide anything: callers pick the status and code; this
-// package only renders them.
+// package only carries and renders them.
 package apierr

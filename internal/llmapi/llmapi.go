@@ -6,11 +6,7 @@
 // It must not parse bodies or know about providers.
 package llmapi
 
-import (
-	"strings"
-
-	"github.com/sluicegw/sluice/internal/apierr"
-)
+import "strings"
 
 // Endpoint is an LLM API endpoint.
 type Endpoint uint8
@@ -57,11 +53,11 @@ func EndpointFor(path string) Endpoint {
 }
 
 // Dialect is the API family's error dialect.
-func (e Endpoint) Dialect() apierr.Dialect {
+func (e Endpoint) Dialect() Dialect {
 	if e == Messages {
-		return apierr.Anthropic
+		return Anthropic
 	}
-	return apierr.OpenAI
+	return OpenAI
 }
 
 // CanStream reports whether requests to the endpoint may ask for a stream.
