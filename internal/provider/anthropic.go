@@ -1,0 +1,47 @@
+package provider
+
+import (
+	"fmt"
+
+	"github.com/sluicegw/sluice/internal/llmapi"
+)
+
+// Anthropic is the Anthropic Messages API (kind "anthropic"): /v1/messages
+// only, the credential in x-api-key, an anthropic-version header, api_key
+// required.
+type Anthropic struct{}
+
+var _ Provider = Anthropic{}
+
+// Dialect is Anthropic's.
+func (Anthropic) Dialect() llmapi.Dialect { return llmapi.Anthropic }
+
+// Unsupported refuses every endpoint but the Messages API.
+func (Anthropic) Unsupported(ep llmapi.Endpoint, name string) string {
+	if ep != llmapi.Messages {
+		return fmt.Sprintf("its provider %q speaks the Anthropic Messages API; call /v1/messages", name)
+	}
+	return ""
+}
+
+// Configure requires api_key, refuses api_version, and defaults
+// anthropic_version to DefaultAnthropicVersion.
+func (Anthropic) Configure(s Settings) (Settings, []Problem) {
+	ps := append(keyRequired(KindAnthropic, s), onlyFor(KindAnthropic, s)...)
+	if s.AnthropicVersion == "" {
+		s.AnthropicVersion = DefaultAnthropicVersion
+	}
+	return s, ps
+}
+
+// Rewrite sets x-api-key, anthropic-version unless the client sent one,
+// and the base URL's path prefix.
+func (Anthropic) Rewrite(t Target, r Request) Rewrite {
+	rw := base(t, r)
+	rw.set("x-api-key", t.APIKey)
+	if !r.AnthropicVersion {
+		rw.set("anthropic-version", t.AnthropicVersion)
+	}
+	rw.prefixed(t, r)
+	return rw.done()
+}

@@ -1,0 +1,35 @@
+package provider
+
+import "github.com/sluicegw/sluice/internal/llmapi"
+
+// OpenAI is the OpenAI API (kind "openai"): every OpenAI endpoint, the
+// credential as a bearer token, api_key required.
+type OpenAI struct{}
+
+var _ Provider = OpenAI{}
+
+// Dialect is OpenAI's.
+func (OpenAI) Dialect() llmapi.Dialect { return llmapi.OpenAI }
+
+// Unsupported refuses the Anthropic Messages API.
+func (OpenAI) Unsupported(ep llmapi.Endpoint, name string) string { return openAIFamily(ep, name) }
+
+// Configure requires api_key and refuses the other kinds' version fields.
+func (OpenAI) Configure(s Settings) (Settings, []Problem) {
+	return s, append(keyRequired(KindOpenAI, s), onlyFor(KindOpenAI, s)...)
+}
+
+// Rewrite sets authorization: Bearer <key> and the base URL's path prefix.
+func (OpenAI) Rewrite(t Target, r Request) Rewrite { return bearer(t, r) }
+
+// bearer is the rewrite of the OpenAI API and of OpenAI-compatible
+// servers: the model renamed, authorization: Bearer <key> when there is a
+// key, the base URL's path prefix before the client's path.
+func bearer(t Target, r Request) Rewrite {
+	rw := base(t, r)
+	if t.APIKey != "" {
+		rw.set("authorization", "Bearer "+t.APIKey)
+	}
+	rw.prefixed(t, r)
+	return rw.done()
+}

@@ -1,0 +1,68 @@
+package provider
+
+import (
+	"fmt"
+
+	"github.com/sluicegw/sluice/internal/apikey"
+	"github.com/sluicegw/sluice/internal/llmapi"
+)
+
+// The parts of a rewrite more than one kind shares.
+
+// base starts a rewrite: the model renamed to t.Upstream where it differs
+// from the name in the request.
+func base(t Target, r Request) Rewrite {
+	var rw Rewrite
+	if t.Upstream != r.Model {
+		rw.Body.Model = t.Upstream
+	}
+	return rw
+}
+
+// prefixed puts the base URL's path prefix before the client's path.
+func (rw *Rewrite) prefixed(t Target, r Request) {
+	if t.PathPrefix != "" {
+		rw.set(":path", t.PathPrefix+r.Path)
+	}
+}
+
+func (rw *Rewrite) set(k, v string) { rw.Set = append(rw.Set, Header{k, v}) }
+
+// done removes the caller's credential headers, except the one the
+// provider's credential is set in (a set overwrites it), and returns rw.
+func (rw *Rewrite) done() Rewrite {
+	for _, k := range apikey.CredentialHeaders {
+		if !rw.Sets(k) {
+			rw.Remove = append(rw.Remove, k)
+		}
+	}
+	return *rw
+}
+
+// openAIFamily is the endpoint check of the kinds speaking the OpenAI API.
+func openAIFamily(ep llmapi.Endpoint, name string) string {
+	if ep == llmapi.Messages {
+		return fmt.Sprintf("its provider %q speaks the OpenAI API; call /v1/chat/completions", name)
+	}
+	return ""
+}
+
+// onlyFor reports the version fields a kind does not take.
+func onlyFor(k Kind, s Settings) []Problem {
+	var ps []Problem
+	if k != KindAzureOpenAI && s.APIVersion != "" {
+		ps = append(ps, Problem{"api_version", fmt.Sprintf("only allowed for kind %q", KindAzureOpenAI)})
+	}
+	if k != KindAnthropic && s.AnthropicVersion != "" {
+		ps = append(ps, Problem{"anthropic_version", fmt.Sprintf("only allowed for kind %q", KindAnthropic)})
+	}
+	return ps
+}
+
+// keyRequired reports a missing api_key for kind k.
+func keyRequired(k Kind, s Settings) []Problem {
+	if s.HasAPIKey {
+		return nil
+	}
+	return []Problem{{"api_key", fmt.Sprintf("required for kind %q", k)}}
+}
