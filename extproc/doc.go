@@ -21,7 +21,10 @@
 // from the dynamic metadata the downstream processor left. It reports who
 // answered in response headers that the downstream processor reads,
 // removes, and meters with. Both apply the one provider rewrite
-// (targetRewrite).
+// (targetRewrite) and endpoint check (compatible), which only turn what
+// the provider's kind decides (internal/provider, resolved when the
+// policy compiled: policies.Provider.Impl) into Envoy's messages; nothing
+// here switches on a provider kind.
 // docs/architecture.md describes the state machine.
 //
 // Processor and UpstreamProcessor are transport-free (ProcessingRequest in,

@@ -304,18 +304,10 @@ func (p *Processor) compatibleRoute(route *policies.ModelRoute) string {
 	return ""
 }
 
-// compatible says why an endpoint cannot go to a provider, or "".
+// compatible says why an endpoint cannot go to a provider, or "": the
+// provider's kind decides (provider.Provider.Unsupported).
 func compatible(ep llmapi.Endpoint, pr *policies.Provider) string {
-	anthropic := pr.Kind == policies.KindAnthropic
-	switch {
-	case ep == llmapi.Messages && !anthropic:
-		return fmt.Sprintf("its provider %q speaks the OpenAI API; call /v1/chat/completions", pr.Name)
-	case ep != llmapi.Messages && anthropic:
-		return fmt.Sprintf("its provider %q speaks the Anthropic Messages API; call /v1/messages", pr.Name)
-	case ep == llmapi.Responses && pr.Kind == policies.KindAzureOpenAI:
-		return fmt.Sprintf("the Responses API is not routed to Azure OpenAI provider %q", pr.Name)
-	}
-	return ""
+	return pr.Impl.Unsupported(ep, pr.Name)
 }
 
 func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {

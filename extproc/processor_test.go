@@ -22,6 +22,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/provider"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -193,7 +194,7 @@ func TestRequestPhase(t *testing.T) {
 			body: `{"model":"sonnet","max_tokens":10,"messages":[]}`,
 			check: func(t *testing.T, r *extprocsvc.BodyResponse) {
 				h := setHeaders(r.GetResponse().GetHeaderMutation())
-				if h["x-api-key"] != "sk-ant" || h["anthropic-version"] != policies.DefaultAnthropicVersion || h[":path"] != "/prefix/v1/messages" {
+				if h["x-api-key"] != "sk-ant" || h["anthropic-version"] != provider.DefaultAnthropicVersion || h[":path"] != "/prefix/v1/messages" {
 					t.Errorf("headers %v", h)
 				}
 			}},

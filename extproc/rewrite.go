@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"net/url"
 	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -12,6 +11,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/payload"
+	"github.com/sluicegw/sluice/internal/provider"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -38,60 +38,29 @@ func (c *clientRequest) note(get func(string) (string, bool)) {
 }
 
 // targetRewrite is the provider-specific rewrite of the request for target
-// t — the one definition, applied by the downstream processor for a
-// single-provider or weighted model and by the upstream processor on every
-// attempt of a fallback model:
-//   - headers: the caller's credential headers removed and the provider's
-//     set (authorization, x-api-key or api-key); for Azure OpenAI the path
-//     /openai/deployments/<upstream>/<operation>?api-version=…; otherwise
-//     the base URL's path prefix before the client's path; for Anthropic
-//     anthropic-version when the client sent none;
-//   - body: the model renamed to t.Upstream where it differs from model
-//     (the name in the request), or dropped for Azure, which takes the
-//     deployment from the path.
+// t — the one call, made by the downstream processor for a single-provider
+// or weighted model and by the upstream processor on every attempt of a
+// fallback model. What the rewrite is belongs to the provider's kind
+// (provider.Provider.Rewrite: credential, path, version headers, the
+// caller's credential headers removed, the model in the body); this turns
+// it into Envoy's header mutation.
 //
 // The caller adds its own provider-agnostic parts (the routing header,
 // ForceIncludeUsage) and answers with bodyReply.
 func (c *clientRequest) targetRewrite(snap *policies.Snapshot, t policies.Target, model string) (*extprocsvc.HeaderMutation, payload.Rewrite) {
 	pr := t.Provider
-	hm := &extprocsvc.HeaderMutation{}
-	set := func(k, v string) { hm.SetHeaders = append(hm.SetHeaders, rawHeader(k, v)) }
-	prefix := snap.PathPrefix(pr.Name)
-	key := pr.APIKey.Reveal()
-	var rw payload.Rewrite
-	if t.Upstream != model {
-		rw.Model = t.Upstream
+	rw := pr.Impl.Rewrite(provider.Target{
+		APIKey:           pr.APIKey.Reveal(),
+		APIVersion:       pr.APIVersion,
+		AnthropicVersion: pr.AnthropicVersion,
+		PathPrefix:       snap.PathPrefix(pr.Name),
+		Upstream:         t.Upstream,
+	}, provider.Request{Path: c.path, Endpoint: c.ep, Model: model, AnthropicVersion: c.clientAnthropicVersion})
+	hm := &extprocsvc.HeaderMutation{RemoveHeaders: rw.Remove}
+	for _, h := range rw.Set {
+		hm.SetHeaders = append(hm.SetHeaders, rawHeader(h.Key, h.Value))
 	}
-	switch pr.Kind {
-	case policies.KindOpenAI, policies.KindOpenAICompatible:
-		if key != "" {
-			set("authorization", "Bearer "+key)
-		}
-		if prefix != "" {
-			set(":path", prefix+c.path)
-		}
-	case policies.KindAnthropic:
-		set("x-api-key", key)
-		if !c.clientAnthropicVersion {
-			set("anthropic-version", pr.AnthropicVersion)
-		}
-		if prefix != "" {
-			set(":path", prefix+c.path)
-		}
-	case policies.KindAzureOpenAI:
-		set("api-key", key)
-		op := map[llmapi.Endpoint]string{llmapi.ChatCompletions: "chat/completions", llmapi.Completions: "completions", llmapi.Embeddings: "embeddings"}[c.ep]
-		set(":path", prefix+"/openai/deployments/"+url.PathEscape(t.Upstream)+"/"+op+"?api-version="+url.QueryEscape(pr.APIVersion))
-		rw.Model, rw.DropModel = "", true
-	}
-	// The caller's credential headers are removed, except the one the
-	// provider's credential is set in (a set overwrites it).
-	for _, k := range apikey.CredentialHeaders {
-		if !hasSet(hm, k) {
-			hm.RemoveHeaders = append(hm.RemoveHeaders, k)
-		}
-	}
-	return hm, rw
+	return hm, rw.Body
 }
 
 // clientCredentialsRemoved is the provider-agnostic header mutation: the

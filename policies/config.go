@@ -1,6 +1,10 @@
 package policies
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluicegw/sluice/internal/provider"
+)
 
 // Config is the source form of sluice.yaml, exactly as an operator writes it.
 // It is produced by Load (which expands ${ENV}, rejects unknown fields and
@@ -82,19 +86,12 @@ type Gateway struct {
 	ReservationTTL time.Duration `yaml:"reservation_ttl"`
 }
 
-// Provider kinds.
-const (
-	KindOpenAI           = "openai"
-	KindAnthropic        = "anthropic"
-	KindAzureOpenAI      = "azure-openai"
-	KindOpenAICompatible = "openai-compatible"
-)
-
 // Provider is an upstream LLM API.
 type Provider struct {
-	Name    string `yaml:"name"`
-	Kind    string `yaml:"kind"`
-	BaseURL string `yaml:"base_url"`
+	Name string `yaml:"name"`
+	// Kind is the provider's API (provider.Kinds lists them).
+	Kind    provider.Kind `yaml:"kind"`
+	BaseURL string        `yaml:"base_url"`
 	// APIKey is the provider credential, normally "${SOME_ENV_VAR}". Required
 	// for every kind but openai-compatible.
 	APIKey Secret `yaml:"api_key"`
@@ -102,8 +99,13 @@ type Provider struct {
 	// azure-openai, refused elsewhere).
 	APIVersion string `yaml:"api_version"`
 	// AnthropicVersion is the anthropic-version header sent when the client
-	// sent none (anthropic only; default DefaultAnthropicVersion).
+	// sent none (anthropic only; default provider.DefaultAnthropicVersion).
 	AnthropicVersion string `yaml:"anthropic_version"`
+
+	// Impl is the kind's implementation, resolved once by Compile (nil in
+	// a Config that was not compiled): the request path calls it and never
+	// switches on Kind. It is not configuration.
+	Impl provider.Provider `yaml:"-" json:"-"`
 
 	// Endpoints lists the provider's addresses (host:port) explicitly, for
 	// self-hosted servers: the Envoy cluster is then EDS over these
@@ -189,10 +191,6 @@ type NodeGroup struct {
 	// SluiceAddresses overrides xds.sluice_addresses for the group.
 	SluiceAddresses []string `yaml:"sluice_addresses"`
 }
-
-// DefaultAnthropicVersion is sent to Anthropic when neither the client nor
-// the provider configuration names one.
-const DefaultAnthropicVersion = "2023-06-01"
 
 // Model is a public model name (and its aliases) that clients ask for, and
 // where requests for it go.

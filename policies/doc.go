@@ -4,6 +4,12 @@
 // (Validate, Problems), compilation into the immutable Snapshot that the
 // hot path reads (Compile), and reloading on file change (Watcher).
 //
+// What a provider kind means — its fields' validation and defaults, its
+// dialect, its endpoints, its rewrite — belongs to internal/provider:
+// Validate asks the kind to check its own fields, and Compile resolves each
+// provider's kind once into Provider.Impl, so an unknown kind never reaches
+// the request path.
+//
 // It must not touch stores, databases or the network, and never reads the
 // environment itself: the caller passes a LookupEnv. Keys, teams and orgs
 // managed at runtime live in the stores; only the ones declared in the file

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluicegw/sluice/internal/provider"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/bad")
@@ -146,10 +148,10 @@ func TestLoadFull(t *testing.T) {
 		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
 		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc"},
 		Providers: []Provider{
-			{Name: "openai", Kind: KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-test-SECRET-openai"},
-			{Name: "anthropic", Kind: KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-test-SECRET-anthropic", AnthropicVersion: "2023-06-01"},
-			{Name: "azure-eu", Kind: KindAzureOpenAI, BaseURL: "https://contoso-eu.openai.azure.com", APIKey: "SECRET-azure-key", APIVersion: "2024-10-21"},
-			{Name: "vllm", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
+			{Name: "openai", Kind: provider.KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-test-SECRET-openai"},
+			{Name: "anthropic", Kind: provider.KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-test-SECRET-anthropic", AnthropicVersion: "2023-06-01"},
+			{Name: "azure-eu", Kind: provider.KindAzureOpenAI, BaseURL: "https://contoso-eu.openai.azure.com", APIKey: "SECRET-azure-key", APIVersion: "2024-10-21"},
+			{Name: "vllm", Kind: provider.KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
 		},
 		Models: []Model{
 			{Name: "gpt-4o", Aliases: []string{"gpt4o", "gpt-4o-latest"}, Provider: "openai"},
@@ -309,8 +311,8 @@ models:
     upstream: 007
 `, func(c *Config) {
 			c.Providers = append(c.Providers,
-				Provider{Name: "az", Kind: KindAzureOpenAI, BaseURL: "https://x.openai.azure.com", APIKey: "12345", APIVersion: "2024-10-21"},
-				Provider{Name: "an", Kind: KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "true", AnthropicVersion: "2023-06-01"})
+				Provider{Name: "az", Kind: provider.KindAzureOpenAI, BaseURL: "https://x.openai.azure.com", APIKey: "12345", APIVersion: "2024-10-21"},
+				Provider{Name: "an", Kind: provider.KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "true", AnthropicVersion: "2023-06-01"})
 			c.Models[0].Upstream = "007"
 		}},
 		{"merge keys and aliases", `
@@ -328,8 +330,8 @@ teams:
   - {name: t, models: *al}
 `, func(c *Config) {
 			c.Providers = []Provider{
-				{Name: "a", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
-				{Name: "b", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
+				{Name: "a", Kind: provider.KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
+				{Name: "b", Kind: provider.KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
 			}
 			c.Models = []Model{{Name: "m", Provider: "a", Aliases: []string{"x", "y"}}, {Name: "n", Provider: "b"}}
 			c.Teams = []Team{{Name: "t", Models: []string{"x", "y"}}}
@@ -342,7 +344,7 @@ teams:
 				t.Fatalf("Parse: %v", err)
 			}
 			want := Default()
-			want.Providers = []Provider{{Name: "local", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"}}
+			want.Providers = []Provider{{Name: "local", Kind: provider.KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"}}
 			want.Models = []Model{{Name: "llama3", Provider: "local"}}
 			tt.want(want)
 			if diff := cmp.Diff(want, got, cmpEmpty); diff != "" {

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/provider"
 )
 
 // Snapshot is a compiled, immutable configuration: everything the hot path
@@ -175,9 +177,9 @@ func Compile(cfg *Config, file string) (*Snapshot, error) {
 		s.xds.SluiceAddresses = []string{Dialable(c.Listen.GRPC)}
 	}
 	for _, p := range c.Providers {
-		if p.Kind == KindAnthropic && p.AnthropicVersion == "" {
-			p.AnthropicVersion = DefaultAnthropicVersion
-		}
+		p.Impl, _ = provider.For(p.Kind) // validated already: never nil
+		set, _ := p.Impl.Configure(p.settings())
+		p.AnthropicVersion = set.AnthropicVersion
 		p.applyDefaults()
 		s.providers[p.Name] = &p
 		if u, err := url.Parse(p.BaseURL); err == nil { // validated already
@@ -304,7 +306,8 @@ func (s *Snapshot) Gateway() Gateway { return s.cfg.Gateway }
 func (s *Snapshot) PathPrefix(provider string) string { return s.pathPrefix[provider] }
 
 // Provider returns the provider with the given name, with defaults applied
-// (an anthropic provider's AnthropicVersion is never empty).
+// (an anthropic provider's AnthropicVersion is never empty) and its Impl
+// resolved.
 func (s *Snapshot) Provider(name string) (*Provider, bool) {
 	p, ok := s.providers[name]
 	return p, ok
@@ -460,6 +463,9 @@ func hashValue(h hash.Hash, v reflect.Value) {
 		}
 	case reflect.Struct:
 		for i := range v.NumField() {
+			if v.Type().Field(i).Tag.Get("yaml") == "-" {
+				continue // derived when compiling (Provider.Impl), not configuration
+			}
 			writeString(v.Type().Field(i).Name)
 			hashValue(h, v.Field(i))
 		}
@@ -480,6 +486,12 @@ const (
 
 // DefaultRetryOn is what Envoy retries on when retries.on is not set.
 var DefaultRetryOn = []string{"connect-failure", "reset", "5xx"}
+
+// settings are the provider's kind-specific fields, for its kind to check
+// and complete.
+func (p *Provider) settings() provider.Settings {
+	return provider.Settings{HasAPIKey: p.APIKey != "", APIVersion: p.APIVersion, AnthropicVersion: p.AnthropicVersion}
+}
 
 func (p *Provider) applyDefaults() {
 	if p.ConnectTimeout == 0 {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluicegw/sluice/internal/provider"
 )
 
 func compileFile(t *testing.T, file string) *Snapshot {
@@ -96,7 +98,7 @@ func TestCompile(t *testing.T) {
 			t.Errorf("Model(%q) (-want +got):\n%s", tt.ask, diff)
 		}
 	}
-	if p, _ := s.Provider("anthropic"); p.AnthropicVersion != DefaultAnthropicVersion {
+	if p, _ := s.Provider("anthropic"); p.AnthropicVersion != provider.DefaultAnthropicVersion {
 		t.Errorf("anthropic provider's AnthropicVersion = %q, want the default", p.AnthropicVersion)
 	}
 	if r, _ := s.Model("gpt4o"); r.Provider != openai {

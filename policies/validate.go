@@ -14,6 +14,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/provider"
 )
 
 // Validate checks the configuration and returns every problem it finds,
@@ -44,7 +47,7 @@ func (c *Config) check() []issue {
 	v.store(c.Store)
 	v.ledgerAndGateway(c.Ledger, c.Gateway)
 	providers := v.providers(c.Providers)
-	kinds := make(map[string]string, len(c.Providers))
+	kinds := make(map[string]provider.Kind, len(c.Providers))
 	for _, p := range c.Providers {
 		kinds[p.Name] = p.Kind
 	}
@@ -141,7 +144,14 @@ func (v *validator) store(s Store) {
 
 var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 
-var kinds = []string{KindOpenAI, KindAnthropic, KindAzureOpenAI, KindOpenAICompatible}
+// kinds are the provider kinds, as strings for messages and suggestions.
+var kinds = func() []string {
+	var ks []string
+	for _, k := range provider.Kinds() {
+		ks = append(ks, string(k))
+	}
+	return ks
+}()
 
 // names checks that the n items of a list have a name and that names are
 // unique, and returns the index of the first item of each name.
@@ -178,29 +188,24 @@ func (v *validator) providers(ps []Provider) map[string]int {
 			v.add(path+".name", "must match %s (it becomes an Envoy cluster name), got %q", providerName, p.Name)
 		}
 		v.baseURL(path+".base_url", p.BaseURL)
+		impl, ok := provider.For(p.Kind)
 		switch {
 		case p.Kind == "":
 			v.add(path+".kind", "required (one of %s)", strings.Join(kinds, ", "))
 			continue
-		case !slices.Contains(kinds, p.Kind):
-			hint := didYouMean(p.Kind, kinds)
+		case !ok:
+			hint := didYouMean(string(p.Kind), kinds)
 			if hint == "" {
 				hint = " (must be one of " + strings.Join(kinds, ", ") + ")"
 			}
 			v.add(path+".kind", "unknown kind %q%s", p.Kind, hint)
 			continue
 		}
-		if p.APIKey == "" && p.Kind != KindOpenAICompatible {
-			v.add(path+".api_key", "required for kind %q", p.Kind)
-		}
-		switch {
-		case p.Kind == KindAzureOpenAI && p.APIVersion == "":
-			v.add(path+".api_version", "required for kind %q", p.Kind)
-		case p.Kind != KindAzureOpenAI && p.APIVersion != "":
-			v.add(path+".api_version", "only allowed for kind %q", KindAzureOpenAI)
-		}
-		if p.Kind != KindAnthropic && p.AnthropicVersion != "" {
-			v.add(path+".anthropic_version", "only allowed for kind %q", KindAnthropic)
+		// The kind checks its own fields (api_key, api_version,
+		// anthropic_version).
+		_, problems := impl.Configure(p.settings())
+		for _, pr := range problems {
+			v.add(path+"."+pr.Field, "%s", pr.Message)
 		}
 		v.upstreamSettings(path, p)
 	}
@@ -280,12 +285,13 @@ func (v *validator) xds(x XDS) {
 	}
 }
 
-// dialect is the API family a provider kind speaks.
-func dialect(kind string) string {
-	if kind == KindAnthropic {
-		return "anthropic"
+// dialect is the API family a provider kind speaks; an unknown kind
+// (reported under its provider) counts as OpenAI-family.
+func dialect(kind provider.Kind) llmapi.Dialect {
+	if impl, ok := provider.For(kind); ok {
+		return impl.Dialect()
 	}
-	return "openai"
+	return llmapi.OpenAI
 }
 
 func (v *validator) baseURL(path, s string) {
@@ -314,7 +320,7 @@ func (v *validator) baseURL(path, s string) {
 // models checks the models and returns, for every model name and alias,
 // the index of the model that owns it, and the names and aliases in the
 // order they are declared.
-func (v *validator) models(ms []Model, providers map[string]int, kinds map[string]string) (owners map[string]int, known []string) {
+func (v *validator) models(ms []Model, providers map[string]int, kinds map[string]provider.Kind) (owners map[string]int, known []string) {
 	if len(ms) == 0 {
 		v.add("models", "at least one model is required")
 	}
@@ -361,7 +367,7 @@ func (v *validator) models(ms []Model, providers map[string]int, kinds map[strin
 
 // modelProviders checks where a model's requests go: one provider, or a
 // list with a routing.
-func (v *validator) modelProviders(path string, m Model, providers map[string]int, providerNames []string, kinds map[string]string) {
+func (v *validator) modelProviders(path string, m Model, providers map[string]int, providerNames []string, kinds map[string]provider.Kind) {
 	switch {
 	case m.Provider != "" && len(m.Providers) > 0:
 		v.add(path, "set provider or providers, not both")
