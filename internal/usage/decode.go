@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// wireUsage is every usage field of the dialects: OpenAI chat/completions
+// wireUsage is every usage field of the schemas: OpenAI chat/completions
 // (prompt_/completion_tokens), OpenAI Responses and Anthropic
 // (input_/output_tokens), Anthropic's cache counts and OpenAI's details.
 type wireUsage struct {
@@ -130,7 +130,7 @@ func (m *Meter) applyUsage(raw []byte, outFinal bool) {
 	if !ok {
 		return
 	}
-	if m.dialect == anthropic {
+	if m.schema == anthropic {
 		m.applyAnthropic(&u, outFinal)
 	} else {
 		m.applyOpenAI(&u)
@@ -310,7 +310,7 @@ func field(raw []byte, name string) []byte {
 	return out
 }
 
-// Which events are buffered, per dialect. OpenAI chat/completions keep
+// Which events are buffered, per schema. OpenAI chat/completions keep
 // every event (they are unnamed).
 var (
 	respKeep = map[string]bool{
@@ -344,7 +344,7 @@ func (m *Meter) keep(name []byte) bool {
 	if len(name) == 0 {
 		return true
 	}
-	switch m.dialect {
+	switch m.schema {
 	case responses:
 		return respKeep[string(name)]
 	case anthropic:
@@ -353,9 +353,9 @@ func (m *Meter) keep(name []byte) bool {
 	return true
 }
 
-// known reports whether a skipped event is one the dialect defines.
+// known reports whether a skipped event is one the schema defines.
 func (m *Meter) known(name []byte) bool {
-	switch m.dialect {
+	switch m.schema {
 	case responses:
 		return strings.HasPrefix(string(name), "response.")
 	case anthropic:
@@ -379,7 +379,7 @@ func (m *Meter) event(name, data []byte, kept bool) {
 		return
 	}
 	var ok bool
-	switch m.dialect {
+	switch m.schema {
 	case openAI:
 		ok = m.openAIEvent(data)
 	case responses:
@@ -518,7 +518,7 @@ func (m *Meter) anthropicEvent(name, data []byte) bool {
 // bodyText reads a whole JSON body that carried no usage for its
 // generated text. It reports whether the body is a valid JSON object.
 func (m *Meter) bodyText(b []byte) bool {
-	switch m.dialect {
+	switch m.schema {
 	case responses:
 		var output []byte
 		if !document(b, func(k, v []byte) {

@@ -86,7 +86,7 @@
 // (FuzzLexer checks both against encoding/json), allocates nothing, and
 // cut the cost of a 20-chunk OpenAI stream from ~113 µs to ~30 µs. An
 // event counts as understood (see Unparsed) when its data is a JSON
-// object, or [DONE], or its name is one the dialect defines.
+// object, or [DONE], or its name is one the schema defines.
 //
 // A JSON body is followed byte by byte by a scanner (jsonscan.go) that
 // captures the values of the top-level "usage" and "error" keys; only

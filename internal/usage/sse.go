@@ -14,7 +14,7 @@ type sseSink interface {
 
 const (
 	// maxEventName bounds an event name; a longer one is replaced by
-	// badEventName, which no dialect knows.
+	// badEventName, which no schema knows.
 	maxEventName = 128
 	// shrinkData is the capacity above which the event buffer is released
 	// after an event rather than reused.

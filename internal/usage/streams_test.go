@@ -8,7 +8,7 @@ import (
 
 // Hand-written bodies in the shape the public API docs give, with
 // multi-byte UTF-8 ("é", "🙂", "Zürich") and every line-ending style, for
-// the dialect tests and the chunk-split property.
+// the schema tests and the chunk-split property.
 
 // crlf rewrites LF line endings to CRLF; cr to CR.
 func crlf(s string) string { return strings.ReplaceAll(s, "\n", "\r\n") }

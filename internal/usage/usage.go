@@ -72,7 +72,7 @@ const DefaultMaxJSONBytes = 8 << 20
 
 // Options describe the response a Meter reads.
 type Options struct {
-	// Endpoint is the API the request called; it selects the dialect.
+	// Endpoint is the API the request called; it selects the schema.
 	// Unknown is read as OpenAI-compatible.
 	Endpoint llmapi.Endpoint
 	// Stream: the request asked for a stream (text/event-stream expected).
@@ -90,10 +90,13 @@ type Options struct {
 	MaxJSONBytes int
 }
 
-type dialect uint8
+// schema is the shape of a response body: which fields carry usage and
+// which SSE events exist. It is not the API family (llmapi.Dialect): the
+// OpenAI family has two schemas, chat-style and the Responses API's.
+type schema uint8
 
 const (
-	openAI dialect = iota // chat/completions, completions, embeddings, unknown
+	openAI schema = iota // chat/completions, completions, embeddings, unknown
 	responses
 	anthropic
 )
@@ -118,7 +121,7 @@ const (
 // Meter reads token usage from one response body fed chunk by chunk.
 type Meter struct {
 	max        int
-	dialect    dialect
+	schema     schema
 	embeddings bool
 	expectSSE  bool
 	enc        encoding
@@ -153,9 +156,9 @@ func NewMeter(opts Options) *Meter {
 	}
 	switch opts.Endpoint {
 	case llmapi.Responses:
-		m.dialect = responses
+		m.schema = responses
 	case llmapi.Messages:
-		m.dialect = anthropic
+		m.schema = anthropic
 	case llmapi.Embeddings:
 		m.embeddings = true
 	}
@@ -422,7 +425,7 @@ func (m *Meter) result(fallbackInput int64) Result {
 	r.Reported = c.haveIn || c.haveOut
 	if c.haveIn {
 		r.InputTokens = c.input
-		if m.dialect == anthropic {
+		if m.schema == anthropic {
 			r.InputTokens += c.cacheRead + c.cacheCreate
 		}
 		r.CachedInputTokens = c.cacheRead

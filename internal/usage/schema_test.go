@@ -40,7 +40,7 @@ func o200k(t *testing.T, texts ...string) int64 {
 	return n
 }
 
-func TestDialects(t *testing.T) {
+func TestSchemas(t *testing.T) {
 	anth := Options{Endpoint: llmapi.Messages, Stream: true, ContentType: "text/event-stream", Model: "claude-sonnet-4-5"}
 	anthJSON := Options{Endpoint: llmapi.Messages, ContentType: "application/json", Model: "claude-sonnet-4-5"}
 	resp := Options{Endpoint: llmapi.Responses, Stream: true, ContentType: "text/event-stream", Model: "gpt-5"}
