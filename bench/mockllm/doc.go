@@ -3,7 +3,9 @@
 // test double for end-to-end tests, demos and benchmarks — not a model,
 // and never part of Sluice's data path. It owns only itself: it imports
 // nothing from the rest of Sluice, so it cannot hide a gateway bug by
-// sharing the gateway's code.
+// sharing the gateway's code. That is why it has its own small types for
+// what Sluice also names (its dialect, its endpoints) rather than
+// llmapi's.
 //
 // Use it as a library (New, then Serve on a 127.0.0.1:0 listener, or
 // Handler with httptest) or as the command `sluice dev-llm` (see Run).

@@ -32,16 +32,24 @@ type route struct {
 	deployment string // Azure OpenAI paths only
 }
 
-func (rt route) azure() bool      { return rt.deployment != "" }
-func (rt route) anthropic() bool  { return rt.ep == epMessages }
-func (rt route) dialect() dialect { return dialect(rt.ep == epMessages) }
+func (rt route) azure() bool     { return rt.deployment != "" }
+func (rt route) anthropic() bool { return rt.ep == epMessages }
+func (rt route) dialect() dialect {
+	if rt.ep == epMessages {
+		return anthropic
+	}
+	return openAI
+}
 
-// dialect is the error and credential convention of an endpoint.
-type dialect bool
+// dialect is the error and credential convention of an endpoint: the API
+// family, as Sluice's llmapi.Dialect is. It is this package's own on
+// purpose (see the package doc: the mock shares no code with the gateway
+// it tests).
+type dialect uint8
 
 const (
-	openAI    dialect = false
-	anthropic dialect = true
+	openAI dialect = iota
+	anthropic
 )
 
 const azurePrefix = "/openai/deployments/"
