@@ -101,6 +101,13 @@ func TestCompile(t *testing.T) {
 	if p, _ := s.Provider("anthropic"); p.AnthropicVersion != provider.DefaultAnthropicVersion {
 		t.Errorf("anthropic provider's AnthropicVersion = %q, want the default", p.AnthropicVersion)
 	}
+	// Each provider's kind is resolved once, here, to its implementation.
+	for _, p := range s.Providers() {
+		want, _ := provider.For(p.Kind)
+		if p.Impl == nil || p.Impl != want {
+			t.Errorf("provider %q (%s): Impl = %#v, want %#v", p.Name, p.Kind, p.Impl, want)
+		}
+	}
 	if r, _ := s.Model("gpt4o"); r.Provider != openai {
 		t.Error("routes do not share the snapshot's provider")
 	}
