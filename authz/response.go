@@ -53,7 +53,7 @@ func Response(d *Decision) *authv3.CheckResponse {
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
 			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(d.Status)},
 			Headers: headers,
-			Body:    string(apierr.Body(d.Dialect, d.Status, d.Code, d.Message)),
+			Body:    string(apierr.Body(d.Dialect, &apierr.Error{Status: d.Status, Code: d.Code, Message: d.Message})),
 		}},
 	}
 }
