@@ -1,12 +1,12 @@
 package authz
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
@@ -80,11 +80,10 @@ func (c *Checker) Check(req *authv3.CheckRequest) Decision {
 func (c *Checker) Authenticate(get func(string) (string, bool)) Decision {
 	secret, err := apikey.FromHeaders(get)
 	if err != nil {
-		var e *apikey.Error
-		if errors.As(err, &e) {
+		if e, ok := apierr.As(err); ok {
 			return Decision{Status: 401, Code: e.Code, Message: e.Message}
 		}
-		return Decision{Status: 401, Code: apikey.CodeMalformed, Message: "malformed API key"}
+		return Decision{Status: 401, Code: apierr.CodeMalformedCredential, Message: "malformed API key"}
 	}
 	prefix := apikey.PublicPrefix(secret.Reveal())
 	p := c.ring.Resolve(apikey.Hash(secret.Reveal()))
