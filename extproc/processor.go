@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
@@ -180,7 +181,7 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 		return p.deny(405, "method_not_allowed", fmt.Sprintf("%s takes POST, got %s", pathOnly(p.path), p.method))
 	}
 	if h.GetEndOfStream() {
-		return p.deny(400, payload.CodeEmptyBody, "the request has no body; send the JSON request")
+		return p.deny(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request")
 	}
 	p.state = awaitRequestBody
 	return headersContinue(nil)
@@ -197,7 +198,7 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 	req, err := payload.Parse(p.ep, body)
 	if err != nil {
 		code, msg := "invalid_request", err.Error()
-		if pe, ok := err.(*payload.Error); ok {
+		if pe, ok := apierr.As(err); ok {
 			code, msg = pe.Code, pe.Message
 		}
 		return p.deny(400, code, msg)
@@ -232,7 +233,7 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 	}
 	resp, err := bodyReply(body, hm, rw, true)
 	if err != nil {
-		return p.deny(400, payload.CodeInvalidJSON, err.Error())
+		return p.deny(400, apierr.CodeInvalidJSON, err.Error())
 	}
 
 	if route.Fallback() {
