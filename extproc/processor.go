@@ -28,7 +28,7 @@ import (
 // Admitter admits requests and settles them (admission.Local).
 type Admitter interface {
 	// Admit reserves what the claim may use against every covering limit,
-	// in one step; a refusal is an *admission.Denial.
+	// in one step; a refusal is an *apierr.Error.
 	Admit(ctx context.Context, c admission.Claim) (admission.Grant, error)
 	// Settle replaces the reservation by what was used.
 	Settle(ctx context.Context, g admission.Grant, a admission.Actual)
@@ -270,7 +270,7 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 		InputTokens: req.InputTokens, MaxOutputTokens: maxOut, CostMicros: worst, At: p.d.Now(),
 	})
 	if err != nil {
-		if dn, ok := err.(*admission.Denial); ok {
+		if dn, ok := apierr.As(err); ok {
 			resp := p.deny(dn.Status, dn.Code, dn.Message)
 			if dn.RetryAfter > 0 {
 				im := resp.GetImmediateResponse()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -153,7 +154,9 @@ type demand struct {
 }
 
 // Admit reserves, atomically, what c may use against every limit that
-// covers it, or returns a *Denial and reserves nothing.
+// covers it, or returns an *apierr.Error (429: rate_limited,
+// tokens_rate_limited or insufficient_quota, with RetryAfter when a retry
+// can succeed) and reserves nothing.
 func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	if c.Principal == nil {
 		return Grant{}, fmt.Errorf("admission: claim without a principal")
@@ -467,39 +470,39 @@ func (r Remaining) Headers() [][2]string {
 	return out
 }
 
-func denial(d limits.Demand, m demand, dec limits.Decision) *Denial {
+func denial(d limits.Demand, m demand, dec limits.Decision) *apierr.Error {
 	ra := ceilSeconds(dec.RetryAfter)
 	switch {
 	case m.req && m.scope.kind == "":
-		return &Denial{Status: 429, Code: "rate_limited", RetryAfter: dec.RetryAfter,
+		return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeRateLimited, RetryAfter: dec.RetryAfter,
 			Message: fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds", m.scope.id, d.Limit, limits.PeriodName(d.Period), ra)}
 	case m.req:
-		return &Denial{Status: 429, Code: "rate_limited", RetryAfter: dec.RetryAfter,
+		return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeRateLimited, RetryAfter: dec.RetryAfter,
 			Message: fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds", m.scope.describe(), d.Limit, limits.PeriodName(d.Period), ra)}
 	case m.kind == costMicros:
 		if dec.Impossible {
-			return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, Message: fmt.Sprintf("budget exceeded: this request may cost up to %s, more than the %s budget of %s (%s) allows at all; lower max_tokens",
+			return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeInsufficientQuota, Message: fmt.Sprintf("budget exceeded: this request may cost up to %s, more than the %s budget of %s (%s) allows at all; lower max_tokens",
 				usd(d.Amount), m.what, m.scope.describe(), usd(d.Limit))}
 		}
-		return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, RetryAfter: dec.RetryAfter,
+		return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeInsufficientQuota, RetryAfter: dec.RetryAfter,
 			Message: fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has no room for this request (up to %s); retry in %ds", m.what, m.scope.describe(), usd(d.Limit), usd(d.Amount), ra)}
 	case dec.Impossible:
-		return &Denial{Status: 429, Code: "tokens_rate_limited",
+		return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeTokensRateLimited,
 			Message: fmt.Sprintf("token limit: this request may use up to %d %s, more than %s allows per %s (%d) at all; lower max_tokens or shorten the prompt", d.Amount, m.what, m.scope.describe(), limits.PeriodName(d.Period), d.Limit)}
 	default:
-		return &Denial{Status: 429, Code: "tokens_rate_limited", RetryAfter: dec.RetryAfter,
+		return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeTokensRateLimited, RetryAfter: dec.RetryAfter,
 			Message: fmt.Sprintf("token limit reached: %s allows %d %s per %s and this request may use up to %d; retry in %ds", m.scope.describe(), d.Limit, m.what, limits.PeriodName(d.Period), d.Amount, ra)}
 	}
 }
 
-func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at time.Time, left int64) *Denial {
+func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at time.Time, left int64) *apierr.Error {
 	what := map[string]string{policies.PeriodDay: "daily", policies.PeriodWeek: "weekly", policies.PeriodMonth: "monthly"}[b.Period]
 	if b.Period == policies.PeriodLifetime {
-		return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota,
+		return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeInsufficientQuota,
 			Message: fmt.Sprintf("budget exhausted: the lifetime budget of %s (%s) has %s left, not enough for this request", s.describe(), usd(b.MicroUSD), usd(max(left, 0)))}
 	}
 	ra := st.end.Sub(at)
-	return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, RetryAfter: ra,
+	return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeInsufficientQuota, RetryAfter: ra,
 		Message: fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has %s left, not enough for this request; it resets at %s",
 			what, s.describe(), usd(b.MicroUSD), usd(max(left, 0)), st.end.Format(time.RFC3339))}
 }

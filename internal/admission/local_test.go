@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
@@ -24,11 +25,11 @@ func principal(key, team, org policies.Limits) *keyring.Principal {
 	return &keyring.Principal{KeyID: "key_a", Team: "t", Org: "o", KeyLimits: key, TeamLimits: team, OrgLimits: org}
 }
 
-func denialOf(t *testing.T, err error) *Denial {
+func denialOf(t *testing.T, err error) *apierr.Error {
 	t.Helper()
-	var d *Denial
+	var d *apierr.Error
 	if !errors.As(err, &d) {
-		t.Fatalf("error %v, want a *Denial", err)
+		t.Fatalf("error %v, want an *apierr.Error", err)
 	}
 	return d
 }
@@ -67,7 +68,7 @@ func TestBudgetUnderConcurrency(t *testing.T) {
 			at := t0.Add(time.Duration(i) * time.Millisecond)
 			g, err := l.Admit(context.Background(), Claim{Principal: p, Model: "m", InputTokens: 10, MaxOutputTokens: 10, CostMicros: each, At: at})
 			if err != nil {
-				var d *Denial
+				var d *apierr.Error
 				if !errors.As(err, &d) || d.Code != "insufficient_quota" || d.Status != 429 {
 					t.Errorf("denial %v", err)
 				}
