@@ -159,12 +159,12 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 	if id := m.GetMetadataContext().GetFilterMetadata()[chain.AuthzNamespace].GetFields()["key_id"].GetStringValue(); id != "" {
 		p.principal, p.counted = p.d.Ring.ByID(id), true
 		if p.principal == nil {
-			return p.deny(401, authz.CodeUnknownKey, "the API key ext_authz accepted is no longer known")
+			return p.deny(401, apierr.CodeUnknownKey, "the API key ext_authz accepted is no longer known")
 		}
 	} else {
 		d := p.d.Auth.Authenticate(get)
 		if !d.Allowed() {
-			return p.deny(d.Status, d.Code, d.Message)
+			return p.deny(d.Err.Status, d.Err.Code, d.Err.Message)
 		}
 		p.principal = d.Principal
 	}

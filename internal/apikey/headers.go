@@ -17,6 +17,7 @@ func malformed(format string, args ...any) error {
 }
 
 // ErrMissing is returned when the request carries no credential at all.
+// It is shared: never modify it.
 var ErrMissing = apierr.New(http.StatusUnauthorized, apierr.CodeMissingCredential, `no API key: send "Authorization: Bearer sk-sluice-…" or "x-api-key: sk-sluice-…"`)
 
 // Credential headers, lower-case as Envoy presents them. `api-key` is what
