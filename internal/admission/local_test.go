@@ -476,3 +476,25 @@ func TestBudgetAddedMidPeriod(t *testing.T) {
 		t.Errorf("lifetime spend of the org %d, want 50", got)
 	}
 }
+
+// The counter keys are the limits' identities in limits.Counters (shared
+// with authz) and in the budget table: their format must not drift.
+func TestCounterKey(t *testing.T) {
+	key := scope{kind: "key", id: "key_a"}
+	model := scope{kind: "team", id: "t", model: "gpt-4o"}
+	for _, tt := range []struct {
+		s     scope
+		parts []string
+		want  string
+	}{
+		{key, []string{"requests", "1m"}, "key/key_a/requests/1m"},
+		{model, []string{"requests", "1d"}, "team/t/model/gpt-4o/requests/1d"},
+		{model, []string{"tokens", "input", "1h"}, "team/t/model/gpt-4o/tokens/input/1h"},
+		{scope{kind: "org", id: "o"}, []string{"budget", "rolling", (90 * time.Minute).String()}, "org/o/budget/rolling/1h30m0s"},
+		{key, []string{"budget", policies.PeriodMonth}, "key/key_a/budget/month"},
+	} {
+		if got := counterKey(tt.s, tt.parts...); got != tt.want {
+			t.Errorf("counterKey(%+v, %q) = %q, want %q", tt.s, tt.parts, got, tt.want)
+		}
+	}
+}
