@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicegw/sluice/authz"
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
@@ -354,14 +355,14 @@ func TestTeamLimitSharedByKeys(t *testing.T) {
 	var statuses []int
 	for _, k := range []string{keyLimited, other, other, other, keyLimited} {
 		d := f.checker.Check(envoyCheck("POST", chat, "authorization", "Bearer "+k))
-		statuses = append(statuses, d.Status)
+		statuses = append(statuses, status(d))
 	}
 	if diff := cmp.Diff([]int{200, 200, 200, 429, 429}, statuses); diff != "" {
 		t.Errorf("statuses (-want +got):\n%s", diff)
 	}
 	d := f.checker.Check(envoyCheck("POST", chat, "authorization", "Bearer "+other))
-	if want := "rate limit reached: team tight allows 3 requests per minute; retry in 61s"; d.Message != want {
-		t.Errorf("message = %q, want %q", d.Message, want)
+	if want := "rate limit reached: team tight allows 3 requests per minute; retry in 61s"; d.Err == nil || d.Err.Message != want {
+		t.Errorf("refusal = %v, want %q", d.Err, want)
 	}
 }
 
@@ -421,7 +422,7 @@ func TestRevocationReachesRunningChecker(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	if d := f.checker.Check(envoyCheck("POST", chat, "authorization", "Bearer "+keyGood)); !d.Allowed() {
-		t.Fatalf("before revoke: %d %s", d.Status, d.Message)
+		t.Fatalf("before revoke: %d %s", d.Err.Status, d.Err.Message)
 	}
 	// Another handle on the same file, as `sluice keys revoke` would use.
 	other, err := sqlite.Open(ctx, f.dbPath)
@@ -436,9 +437,17 @@ func TestRevocationReachesRunningChecker(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := f.checker.Check(envoyCheck("POST", chat, "authorization", "Bearer "+keyGood))
-	if d.Status != 403 || d.Code != authz.CodeRevokedKey {
-		t.Fatalf("after revoke: %d %s", d.Status, d.Code)
+	if status(d) != 403 || d.Reason() != apierr.CodeRevokedKey {
+		t.Fatalf("after revoke: %d %s", status(d), d.Reason())
 	}
+}
+
+// status is the HTTP status a decision answers with: 200 admits.
+func status(d authz.Decision) int {
+	if d.Allowed() {
+		return 200
+	}
+	return d.Err.Status
 }
 
 func BenchmarkCheck(b *testing.B) {
@@ -453,7 +462,7 @@ func BenchmarkCheck(b *testing.B) {
 		f.setNow(now)
 		d := f.checker.Check(req)
 		if !d.Allowed() {
-			b.Fatal(d.Message)
+			b.Fatal(d.Err.Message)
 		}
 		_ = authz.Response(&d)
 	}

@@ -1,47 +1,44 @@
 package authz
 
 import (
-	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
-// Decision codes (stable; the `reason` label of sluice_authz_checks_total
-// and the `code` of OpenAI-shaped error bodies). The credential codes come
-// from apikey.
-const (
-	CodeOK          = "ok"
-	CodeUnknownKey  = "unknown_key"
-	CodeRevokedKey  = "revoked_key"
-	CodeExpiredKey  = "expired_key"
-	CodeUnknownTeam = "unknown_team"
-	CodeRateLimited = "rate_limited"
-)
-
-// Decision is the outcome of a check.
+// Decision is the outcome of a check: who is calling, and whether they
+// may proceed.
 type Decision struct {
-	// Status is the HTTP status: 200 admits, anything else is the status
-	// of the local reply Envoy sends instead.
-	Status  int
-	Code    string
-	Message string
-	// RetryAfter is set on 429: when the limit that refused will admit.
-	RetryAfter time.Duration
-	// Principal is the resolved caller, when the key was found.
+	// Principal is the resolved caller, when the key was found (also on a
+	// refusal of a revoked or expired key, for logging).
 	Principal *keyring.Principal
+	// Err is the refusal — 401 for a credential, 403 for a key that may
+	// not call, 429 with RetryAfter for a full request-rate window — or
+	// nil when the request may proceed.
+	Err *apierr.Error
 	// Dialect is the error-body dialect of the path called.
 	Dialect llmapi.Dialect
 }
 
 // Allowed reports whether the request may proceed.
-func (d *Decision) Allowed() bool { return d.Status == 200 }
+func (d *Decision) Allowed() bool { return d.Err == nil }
+
+// Reason is the `reason` label of sluice_authz_checks_total: apierr.CodeOK
+// or the refusal's code.
+func (d *Decision) Reason() string {
+	if d.Err == nil {
+		return apierr.CodeOK
+	}
+	return d.Err.Code
+}
 
 // Checker decides ext_authz checks. It is safe for concurrent use.
 type Checker struct {
@@ -80,34 +77,35 @@ func (c *Checker) Check(req *authv3.CheckRequest) Decision {
 func (c *Checker) Authenticate(get func(string) (string, bool)) Decision {
 	secret, err := apikey.FromHeaders(get)
 	if err != nil {
-		var e *apikey.Error
-		if errors.As(err, &e) {
-			return Decision{Status: 401, Code: e.Code, Message: e.Message}
+		if e, ok := apierr.As(err); ok {
+			return Decision{Err: e}
 		}
-		return Decision{Status: 401, Code: apikey.CodeMalformed, Message: "malformed API key"}
+		return Decision{Err: apierr.New(http.StatusUnauthorized, apierr.CodeMalformedCredential, "malformed API key")}
 	}
 	prefix := apikey.PublicPrefix(secret.Reveal())
 	p := c.ring.Resolve(apikey.Hash(secret.Reveal()))
 	if p == nil {
-		return Decision{Status: 401, Code: CodeUnknownKey, Message: fmt.Sprintf("unknown API key %s…; check the key or create one with `sluice keys create`", prefix)}
+		return Decision{Err: apierr.New(http.StatusUnauthorized, apierr.CodeUnknownKey,
+			"unknown API key %s…; check the key or create one with `sluice keys create`", prefix)}
 	}
 	now := c.now()
 	switch {
 	case p.Revoked():
-		return Decision{Status: 403, Code: CodeRevokedKey, Principal: p,
-			Message: fmt.Sprintf("API key %s (%s…) was revoked at %s", p.KeyID, prefix, p.RevokedAt.UTC().Format(time.RFC3339))}
+		return Decision{Principal: p, Err: apierr.New(http.StatusForbidden, apierr.CodeRevokedKey,
+			"API key %s (%s…) was revoked at %s", p.KeyID, prefix, p.RevokedAt.UTC().Format(time.RFC3339))}
 	case p.Expired(now):
-		return Decision{Status: 403, Code: CodeExpiredKey, Principal: p,
-			Message: fmt.Sprintf("API key %s (%s…) expired at %s", p.KeyID, prefix, p.ExpiresAt.UTC().Format(time.RFC3339))}
+		return Decision{Principal: p, Err: apierr.New(http.StatusForbidden, apierr.CodeExpiredKey,
+			"API key %s (%s…) expired at %s", p.KeyID, prefix, p.ExpiresAt.UTC().Format(time.RFC3339))}
 	case p.TeamMissing:
-		return Decision{Status: 403, Code: CodeUnknownTeam, Principal: p,
-			Message: fmt.Sprintf("API key %s belongs to team %q, which no longer exists", p.KeyID, p.Team)}
+		return Decision{Principal: p, Err: apierr.New(http.StatusForbidden, apierr.CodeUnknownTeam,
+			"API key %s belongs to team %q, which no longer exists", p.KeyID, p.Team)}
 	}
-	return Decision{Status: 200, Code: CodeOK, Principal: p}
+	return Decision{Principal: p}
 }
 
 // Admit counts one request against the principal's request-rate limits,
-// turning d into a 429 if any covering window is full. ext_proc calls it
+// setting d.Err to a 429 rate_limited refusal if any covering window is
+// full. ext_proc calls it
 // when it authenticated the caller itself.
 func (c *Checker) Admit(d *Decision) { c.admit(d) }
 
@@ -122,22 +120,8 @@ func (c *Checker) admit(d *Decision) {
 		return
 	}
 	denied := ds[res.Denied]
-	d.Status, d.Code = 429, CodeRateLimited
-	d.RetryAfter = res.RetryAfter
-	d.Message = fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %s",
-		limits.Describe(denied.Key), denied.Limit, limits.PeriodName(denied.Period), retrySeconds(res.RetryAfter))
-}
-
-// retrySeconds rounds up to whole seconds, at least 1: the unit of the
-// retry-after header.
-func retrySeconds(d time.Duration) string {
-	return fmt.Sprintf("%ds", ceilSeconds(d))
-}
-
-func ceilSeconds(d time.Duration) int64 {
-	s := int64((d + time.Second - 1) / time.Second)
-	if s < 1 {
-		s = 1
-	}
-	return s
+	e := &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeRateLimited, RetryAfter: res.RetryAfter}
+	e.Message = fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds",
+		limits.Describe(denied.Key), denied.Limit, limits.PeriodName(denied.Period), retryAfter(e))
+	d.Err = e
 }

@@ -5,10 +5,14 @@
 // decision is tested without gRPC: it extracts the caller's key
 // (apikey.FromHeaders), resolves it in memory (keyring), refuses revoked
 // and expired keys, and admits the request against the key's and team's
-// request-rate limits (limits). Server is the thin gRPC adapter; Response
-// is the one place where a Decision becomes an Envoy CheckResponse, and it
-// follows envoy-protocol.md §2: header values in `value`, deny headers
-// never `append` (Envoy drops those), credential headers removed on OK, the
+// request-rate limits (limits). A Decision holds the principal and, when
+// the request is refused, the refusal as an *apierr.Error (401, 403 or
+// 429; codes from apierr's table, which are also the `reason` label).
+// Server is the thin gRPC adapter; Response is the one place where a
+// Decision becomes an Envoy CheckResponse — one function (denied) turns an
+// *apierr.Error into the DeniedHttpResponse — and it follows
+// envoy-protocol.md §2: header values in `value`, deny headers never
+// `append` (Envoy drops those), credential headers removed on OK, the
 // principal returned as dynamic metadata (namespace
 // envoy.filters.http.ext_authz, fields documented in docs/architecture.md
 // and encoded once per key by keyring.Principal.Metadata).

@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"net/http"
 	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -13,6 +14,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
 // MetadataNamespace is where Envoy stores ext_authz dynamic metadata; the
@@ -22,18 +24,27 @@ const MetadataNamespace = chain.AuthzNamespace
 // Response turns a Decision into the CheckResponse Envoy expects. It is the
 // one place where decisions meet the wire (envoy-protocol.md §2).
 func Response(d *Decision) *authv3.CheckResponse {
-	if d.Allowed() {
-		return &authv3.CheckResponse{
-			Status: &rpcstatus.Status{Code: int32(codes.OK)},
-			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-				// The caller's credential must never reach a provider.
-				HeadersToRemove: apikey.CredentialHeaders,
-			}},
-			DynamicMetadata: d.Principal.Metadata(),
-		}
+	if !d.Allowed() {
+		return denied(d.Err, d.Dialect)
 	}
+	return &authv3.CheckResponse{
+		Status: &rpcstatus.Status{Code: int32(codes.OK)},
+		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
+			// The caller's credential must never reach a provider.
+			HeadersToRemove: apikey.CredentialHeaders,
+		}},
+		DynamicMetadata: d.Principal.Metadata(),
+	}
+}
+
+// denied is the one function that turns a refusal into Envoy's denied
+// CheckResponse: gRPC status Unauthenticated for a 401 and PermissionDenied
+// otherwise, with the code as its message; the HTTP status; the body in the
+// dialect of the API called; content-type, retry-after on a 429 (whole
+// seconds, at least 1) and www-authenticate on a 401.
+func denied(e *apierr.Error, dialect llmapi.Dialect) *authv3.CheckResponse {
 	code := codes.PermissionDenied
-	if d.Status == 401 {
+	if e.Status == http.StatusUnauthorized {
 		code = codes.Unauthenticated
 	}
 	// Envoy uses only non-append headers in a denied response: set
@@ -41,22 +52,25 @@ func Response(d *Decision) *authv3.CheckResponse {
 	headers := []*corev3.HeaderValueOption{
 		header("content-type", "application/json"),
 	}
-	if d.Status == 429 {
-		headers = append(headers, header("retry-after", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10)))
+	if e.Status == http.StatusTooManyRequests {
+		headers = append(headers, header("retry-after", strconv.FormatInt(retryAfter(e), 10)))
 	}
-	if d.Status == 401 {
-		scheme := `Bearer realm="sluice"`
-		headers = append(headers, header("www-authenticate", scheme))
+	if e.Status == http.StatusUnauthorized {
+		headers = append(headers, header("www-authenticate", `Bearer realm="sluice"`))
 	}
 	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(code), Message: d.Code},
+		Status: &rpcstatus.Status{Code: int32(code), Message: e.Code},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(d.Status)},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
 			Headers: headers,
-			Body:    string(apierr.Body(d.Dialect, d.Status, d.Code, d.Message)),
+			Body:    string(apierr.Body(dialect, e)),
 		}},
 	}
 }
+
+// retryAfter is the retry-after of a 429 in whole seconds, rounded up and
+// at least 1: the unit of the header, and of "retry in" in messages.
+func retryAfter(e *apierr.Error) int64 { return max(e.RetryAfterSeconds(), 1) }
 
 func header(k, v string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{

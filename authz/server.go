@@ -59,9 +59,9 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	if !d.Allowed() {
 		decision = "deny"
 	}
-	s.metrics.checks.WithLabelValues(decision, d.Code).Inc()
+	s.metrics.checks.WithLabelValues(decision, d.Reason()).Inc()
 	if !d.Allowed() && s.log.Enabled(ctx, slog.LevelDebug) {
-		attrs := []any{"status", d.Status, "reason", d.Code, "path", req.GetAttributes().GetRequest().GetHttp().GetPath()}
+		attrs := []any{"status", d.Err.Status, "reason", d.Err.Code, "path", req.GetAttributes().GetRequest().GetHttp().GetPath()}
 		if d.Principal != nil {
 			attrs = append(attrs, "key_id", d.Principal.KeyID, "key_prefix", d.Principal.KeyPrefix)
 		}

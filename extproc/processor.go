@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
@@ -27,7 +28,7 @@ import (
 // Admitter admits requests and settles them (admission.Local).
 type Admitter interface {
 	// Admit reserves what the claim may use against every covering limit,
-	// in one step; a refusal is an *admission.Denial.
+	// in one step; a refusal is an *apierr.Error.
 	Admit(ctx context.Context, c admission.Claim) (admission.Grant, error)
 	// Settle replaces the reservation by what was used.
 	Settle(ctx context.Context, g admission.Grant, a admission.Actual)
@@ -158,12 +159,12 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 	if id := m.GetMetadataContext().GetFilterMetadata()[chain.AuthzNamespace].GetFields()["key_id"].GetStringValue(); id != "" {
 		p.principal, p.counted = p.d.Ring.ByID(id), true
 		if p.principal == nil {
-			return p.deny(401, authz.CodeUnknownKey, "the API key ext_authz accepted is no longer known")
+			return p.deny(401, apierr.CodeUnknownKey, "the API key ext_authz accepted is no longer known")
 		}
 	} else {
 		d := p.d.Auth.Authenticate(get)
 		if !d.Allowed() {
-			return p.deny(d.Status, d.Code, d.Message)
+			return p.deny(d.Err.Status, d.Err.Code, d.Err.Message)
 		}
 		p.principal = d.Principal
 	}
@@ -180,7 +181,7 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 		return p.deny(405, "method_not_allowed", fmt.Sprintf("%s takes POST, got %s", pathOnly(p.path), p.method))
 	}
 	if h.GetEndOfStream() {
-		return p.deny(400, payload.CodeEmptyBody, "the request has no body; send the JSON request")
+		return p.deny(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request")
 	}
 	p.state = awaitRequestBody
 	return headersContinue(nil)
@@ -197,7 +198,7 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 	req, err := payload.Parse(p.ep, body)
 	if err != nil {
 		code, msg := "invalid_request", err.Error()
-		if pe, ok := err.(*payload.Error); ok {
+		if pe, ok := apierr.As(err); ok {
 			code, msg = pe.Code, pe.Message
 		}
 		return p.deny(400, code, msg)
@@ -232,7 +233,7 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 	}
 	resp, err := bodyReply(body, hm, rw, true)
 	if err != nil {
-		return p.deny(400, payload.CodeInvalidJSON, err.Error())
+		return p.deny(400, apierr.CodeInvalidJSON, err.Error())
 	}
 
 	if route.Fallback() {
@@ -269,7 +270,7 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 		InputTokens: req.InputTokens, MaxOutputTokens: maxOut, CostMicros: worst, At: p.d.Now(),
 	})
 	if err != nil {
-		if dn, ok := err.(*admission.Denial); ok {
+		if dn, ok := apierr.As(err); ok {
 			resp := p.deny(dn.Status, dn.Code, dn.Message)
 			if dn.RetryAfter > 0 {
 				im := resp.GetImmediateResponse()

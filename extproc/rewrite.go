@@ -102,7 +102,7 @@ func denial(m *Metrics, dialect llmapi.Dialect, status int, code, msg string) *e
 	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocsvc.ImmediateResponse{
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
 		Headers: &extprocsvc.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{rawHeader("content-type", "application/json")}},
-		Body:    apierr.Body(dialect, status, code, msg),
+		Body:    apierr.Body(dialect, &apierr.Error{Status: status, Code: code, Message: msg}),
 		Details: "sluice_" + code,
 	}}}
 }

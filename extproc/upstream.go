@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/payload"
@@ -97,7 +98,7 @@ func (u *UpstreamProcessor) requestHeaders(m *extprocsvc.ProcessingRequest, h *e
 	case u.ep == llmapi.Unknown:
 		return u.deny(404, "unknown_path", fmt.Sprintf("%s is not an API Sluice can rewrite for a provider", pathOnly(u.path)))
 	case h.GetEndOfStream():
-		return u.deny(400, payload.CodeEmptyBody, "the request has no body; send the JSON request")
+		return u.deny(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request")
 	}
 	u.attempt = n
 	u.state = awaitRequestBody
@@ -114,7 +115,7 @@ func (u *UpstreamProcessor) requestBody(b *extprocsvc.HttpBody) *extprocsvc.Proc
 	req, err := payload.Parse(u.ep, body)
 	if err != nil {
 		code, msg := "invalid_request", err.Error()
-		if pe, ok := err.(*payload.Error); ok {
+		if pe, ok := apierr.As(err); ok {
 			code, msg = pe.Code, pe.Message
 		}
 		return u.deny(400, code, msg)
@@ -143,7 +144,7 @@ func (u *UpstreamProcessor) requestBody(b *extprocsvc.HttpBody) *extprocsvc.Proc
 	}
 	resp, err := bodyReply(body, hm, rw, false)
 	if err != nil {
-		return u.deny(400, payload.CodeInvalidJSON, err.Error())
+		return u.deny(400, apierr.CodeInvalidJSON, err.Error())
 	}
 	u.target = t
 	u.state = awaitResponseHeaders

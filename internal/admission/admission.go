@@ -2,8 +2,10 @@
 // the settling of what it actually used: Admit reserves, in one step, what
 // a request may consume — requests, input/output/total tokens, dollars —
 // against every limit that covers it (the key's, its team's and its org's,
-// and their per-model limits); Settle replaces the reservation by the
-// actual use. Local is the in-process implementation (sliding windows in
+// and their per-model limits), or refuses with an *apierr.Error (429 with
+// apierr's rate_limited, tokens_rate_limited or insufficient_quota code,
+// and RetryAfter when waiting helps); Settle replaces the reservation by
+// the actual use. Local is the in-process implementation (sliding windows in
 // limits.Counters, calendar and lifetime budgets in a table of its own,
 // one lock for atomicity); a fleet backend implements the same two calls
 // in one round trip each. docs/limits.md gives the semantics.
@@ -50,13 +52,3 @@ type Actual struct {
 	InputTokens, OutputTokens, CostMicros int64
 	At                                    time.Time
 }
-
-// Denial is a refusal: the status and error a client gets.
-type Denial struct {
-	Status     int
-	Code       string
-	Message    string
-	RetryAfter time.Duration
-}
-
-func (d *Denial) Error() string { return d.Message }

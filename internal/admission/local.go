@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,11 +121,35 @@ func scopes(p *keyring.Principal, model string) []scope {
 	return out
 }
 
-func (s scope) prefix() string {
+// counterKey is the key of one of scope s's limits: in limits.Counters for
+// windows and rolling budgets, in Local's table for calendar and lifetime
+// budgets. It is "<kind>/<id>", then "/model/<model>" for a per-model
+// limit, then the limit's parts joined by "/": "key/key_a/requests/1m",
+// "team/t/model/gpt-4o/tokens/input/1h", "org/o/budget/rolling/1h0m0s",
+// "org/o/budget/month". Every key of a scope is built here; the
+// principal's own request limits come keyed from keyring.
+func counterKey(s scope, parts ...string) string {
+	n := len(s.kind) + 1 + len(s.id)
 	if s.model != "" {
-		return s.kind + "/" + s.id + "/model/" + s.model
+		n += len("/model/") + len(s.model)
 	}
-	return s.kind + "/" + s.id
+	for _, p := range parts {
+		n += 1 + len(p)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(s.kind)
+	b.WriteByte('/')
+	b.WriteString(s.id)
+	if s.model != "" {
+		b.WriteString("/model/")
+		b.WriteString(s.model)
+	}
+	for _, p := range parts {
+		b.WriteByte('/')
+		b.WriteString(p)
+	}
+	return b.String()
 }
 
 func (s scope) describe() string {
@@ -144,16 +170,83 @@ var windows = []struct {
 	{"1d", 24 * time.Hour, func(l policies.RateLimits) int64 { return l.PerDay }},
 }
 
-// demand is a limits.Demand with what it stands for.
-type demand struct {
+// tokenLimits are a scope's token-rate limits, by what they count.
+var tokenLimits = []struct {
+	kind tokenKind
+	name string
+	get  func(policies.TokenLimits) policies.RateLimits
+}{
+	{inputTokens, "input", func(t policies.TokenLimits) policies.RateLimits { return t.Input }},
+	{outputTokens, "output", func(t policies.TokenLimits) policies.RateLimits { return t.Output }},
+	{totalTokens, "total", func(t policies.TokenLimits) policies.RateLimits { return t.Total }},
+}
+
+// reservation is one sliding-window limit a claim is admitted against:
+// the counter demand and what it stands for.
+type reservation struct {
+	demand limits.Demand
+	// scope is whose limit it is; for the principal's own request limits
+	// (keyed by keyring) its kind is "" and its id limits.Describe(key).
 	scope scope
-	what  string // "requests", "input tokens", …, "rolling budget"
-	kind  tokenKind
-	req   bool
+	what  string    // "requests", "input tokens", …, "rolling 1h0m0s budget"
+	kind  tokenKind // what the demand's Amount counts (token and budget limits)
+	req   bool      // a request-rate limit
+}
+
+// reservations lists every sliding window that covers claim c with the
+// amounts it reserves, appended to rs: the principal's request limits
+// (counted only when c.CountRequest; otherwise ext_authz counted them and
+// they are checked with amount 0, for the remaining headers), then per
+// scope its request limits that ext_authz cannot count (an org's, and
+// per-model ones), its token windows and its rolling budgets.
+func reservations(rs []reservation, c Claim, scs []scope, amount [4]int64) []reservation {
+	for _, d := range c.Principal.Requests {
+		if !c.CountRequest {
+			d.Amount = 0
+		}
+		rs = append(rs, reservation{demand: d, what: "requests", req: true, scope: scope{id: limits.Describe(d.Key)}})
+	}
+	for _, s := range scs {
+		for _, w := range windows {
+			// Request limits of orgs and per-model ones: ext_authz knows
+			// neither the org's limits nor the model, so they are counted
+			// here.
+			if n := w.get(s.l.Requests); n > 0 && (s.kind == "org" || s.model != "") {
+				rs = append(rs, reservation{
+					demand: limits.Demand{Key: counterKey(s, "requests", w.name), Period: w.period, Limit: n, Amount: 1},
+					scope:  s, what: "requests", req: true,
+				})
+			}
+			for _, t := range tokenLimits {
+				if n := w.get(t.get(s.l.Tokens)); n > 0 {
+					rs = append(rs, reservation{
+						demand: limits.Demand{Key: counterKey(s, "tokens", t.name, w.name), Period: w.period, Limit: n, Amount: amount[t.kind]},
+						scope:  s, what: t.name + " tokens", kind: t.kind,
+					})
+				}
+			}
+		}
+		for _, b := range s.l.Budgets {
+			if b.Period == policies.PeriodRolling {
+				rs = append(rs, reservation{
+					demand: rollingDemand(s, b, amount[costMicros]),
+					scope:  s, what: "rolling " + b.Window.String() + " budget", kind: costMicros,
+				})
+			}
+		}
+	}
+	return rs
+}
+
+// rollingDemand is rolling budget b of scope s as a limits.Demand.
+func rollingDemand(s scope, b policies.Budget, amount int64) limits.Demand {
+	return limits.Demand{Key: counterKey(s, "budget", "rolling", b.Window.String()), Period: b.Window, Limit: b.MicroUSD, Amount: amount}
 }
 
 // Admit reserves, atomically, what c may use against every limit that
-// covers it, or returns a *Denial and reserves nothing.
+// covers it, or returns an *apierr.Error (429: rate_limited,
+// tokens_rate_limited or insufficient_quota, with RetryAfter when a retry
+// can succeed) and reserves nothing.
 func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	if c.Principal == nil {
 		return Grant{}, fmt.Errorf("admission: claim without a principal")
@@ -161,49 +254,14 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	input, output := max(c.InputTokens, 0), max(c.MaxOutputTokens, 0)
 	amount := [4]int64{inputTokens: input, outputTokens: output, totalTokens: input + output, costMicros: max(c.CostMicros, 0)}
 
-	var dbuf [16]limits.Demand
-	var mbuf [16]demand
-	ds, meta := dbuf[:0], mbuf[:0]
-	if c.CountRequest {
-		for _, d := range c.Principal.Requests {
-			ds = append(ds, d)
-			meta = append(meta, demand{what: "requests", req: true, scope: scope{kind: "", id: limits.Describe(d.Key)}})
-		}
-	} else {
-		// Counted by ext_authz: checked only, for the remaining headers.
-		for _, d := range c.Principal.Requests {
-			d.Amount = 0
-			ds = append(ds, d)
-			meta = append(meta, demand{what: "requests", req: true, scope: scope{kind: "", id: limits.Describe(d.Key)}})
-		}
-	}
 	scs := scopes(c.Principal, c.Model)
-	for _, s := range scs {
-		for _, w := range windows {
-			// Request limits of orgs and per-model ones: ext_authz knows
-			// neither the org's limits nor the model, so they are counted
-			// here.
-			if n := w.get(s.l.Requests); n > 0 && (s.kind == "org" || s.model != "") {
-				ds = append(ds, limits.Demand{Key: s.prefix() + "/requests/" + w.name, Period: w.period, Limit: n, Amount: 1})
-				meta = append(meta, demand{scope: s, what: "requests", req: true})
-			}
-			for _, t := range []struct {
-				kind tokenKind
-				name string
-				lim  policies.RateLimits
-			}{{inputTokens, "input", s.l.Tokens.Input}, {outputTokens, "output", s.l.Tokens.Output}, {totalTokens, "total", s.l.Tokens.Total}} {
-				if n := w.get(t.lim); n > 0 {
-					ds = append(ds, limits.Demand{Key: s.prefix() + "/tokens/" + t.name + "/" + w.name, Period: w.period, Limit: n, Amount: amount[t.kind]})
-					meta = append(meta, demand{scope: s, what: t.name + " tokens", kind: t.kind})
-				}
-			}
-		}
-		for _, b := range s.l.Budgets {
-			if b.Period == policies.PeriodRolling {
-				ds = append(ds, limits.Demand{Key: s.prefix() + "/budget/rolling/" + b.Window.String(), Period: b.Window, Limit: b.MicroUSD, Amount: amount[costMicros]})
-				meta = append(meta, demand{scope: s, what: "rolling " + b.Window.String() + " budget", kind: costMicros})
-			}
-		}
+	var rbuf [16]reservation
+	rs := reservations(rbuf[:0], c, scs, amount)
+	// limits.Counters takes the demands alone, in the same order.
+	var dbuf [16]limits.Demand
+	ds := dbuf[:0]
+	for _, r := range rs {
+		ds = append(ds, r.demand)
 	}
 
 	l.mu.Lock()
@@ -234,24 +292,24 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	dec := l.counters.AdmitInto(c.At, ds, buf[:0])
 	if !dec.Admitted {
 		l.uncount(c)
-		return Grant{}, denial(ds[dec.Denied], meta[dec.Denied], dec)
+		return Grant{}, denial(rs[dec.Denied], dec)
 	}
 	for _, h := range bh {
 		h.state.reserved += amount[costMicros]
 	}
 	h := &hold{at: c.At, budgets: bh, amount: amount}
-	for i, d := range ds {
-		m := meta[i]
+	for i, r := range rs {
+		d, left := r.demand, dec.Remaining[i]
 		switch {
-		case m.req:
-			rem.requests(d.Limit, dec.Remaining[i])
-		case m.kind == costMicros:
+		case r.req:
+			rem.requests(d.Limit, left)
+		case r.kind == costMicros:
 			h.tokens = append(h.tokens, tokenHold{key: d.Key, period: d.Period, kind: costMicros})
-			rem.budget(d.Limit, dec.Remaining[i])
+			rem.budget(d.Limit, left)
 		default:
-			h.tokens = append(h.tokens, tokenHold{key: d.Key, period: d.Period, kind: m.kind})
-			if m.kind == totalTokens {
-				rem.tokens(d.Limit, dec.Remaining[i])
+			h.tokens = append(h.tokens, tokenHold{key: d.Key, period: d.Period, kind: r.kind})
+			if r.kind == totalTokens {
+				rem.tokens(d.Limit, left)
 			}
 		}
 	}
@@ -275,7 +333,7 @@ func (l *Local) uncount(c Claim) {
 // budget returns the state of budget b of scope s for the period that
 // holds at, starting a new period when the last one has ended.
 func (l *Local) budget(s scope, b policies.Budget, at time.Time) (string, *budgetState) {
-	key := s.prefix() + "/budget/" + b.Period
+	key := counterKey(s, "budget", b.Period)
 	st := l.budgets[key]
 	// A time before the current period (concurrent requests near a
 	// boundary carry slightly out-of-order clocks) counts in the current
@@ -467,39 +525,44 @@ func (r Remaining) Headers() [][2]string {
 	return out
 }
 
-func denial(d limits.Demand, m demand, dec limits.Decision) *Denial {
-	ra := ceilSeconds(dec.RetryAfter)
-	switch {
-	case m.req && m.scope.kind == "":
-		return &Denial{Status: 429, Code: "rate_limited", RetryAfter: dec.RetryAfter,
-			Message: fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds", m.scope.id, d.Limit, limits.PeriodName(d.Period), ra)}
-	case m.req:
-		return &Denial{Status: 429, Code: "rate_limited", RetryAfter: dec.RetryAfter,
-			Message: fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds", m.scope.describe(), d.Limit, limits.PeriodName(d.Period), ra)}
-	case m.kind == costMicros:
-		if dec.Impossible {
-			return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, Message: fmt.Sprintf("budget exceeded: this request may cost up to %s, more than the %s budget of %s (%s) allows at all; lower max_tokens",
-				usd(d.Amount), m.what, m.scope.describe(), usd(d.Limit))}
-		}
-		return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, RetryAfter: dec.RetryAfter,
-			Message: fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has no room for this request (up to %s); retry in %ds", m.what, m.scope.describe(), usd(d.Limit), usd(d.Amount), ra)}
-	case dec.Impossible:
-		return &Denial{Status: 429, Code: "tokens_rate_limited",
-			Message: fmt.Sprintf("token limit: this request may use up to %d %s, more than %s allows per %s (%d) at all; lower max_tokens or shorten the prompt", d.Amount, m.what, m.scope.describe(), limits.PeriodName(d.Period), d.Limit)}
-	default:
-		return &Denial{Status: 429, Code: "tokens_rate_limited", RetryAfter: dec.RetryAfter,
-			Message: fmt.Sprintf("token limit reached: %s allows %d %s per %s and this request may use up to %d; retry in %ds", m.scope.describe(), d.Limit, m.what, limits.PeriodName(d.Period), d.Amount, ra)}
+// denial is the refusal of a claim by reservation r, which did not fit.
+func denial(r reservation, dec limits.Decision) *apierr.Error {
+	d := r.demand
+	e := &apierr.Error{Status: http.StatusTooManyRequests, RetryAfter: dec.RetryAfter}
+	ra := e.RetryAfterSeconds()
+	who := r.scope.describe()
+	if r.scope.kind == "" {
+		who = r.scope.id // the principal's request limits: already described
 	}
+	switch {
+	case r.req:
+		e.Code = apierr.CodeRateLimited
+		e.Message = fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds", who, d.Limit, limits.PeriodName(d.Period), ra)
+	case r.kind == costMicros && dec.Impossible:
+		e.Code, e.RetryAfter = apierr.CodeInsufficientQuota, 0
+		e.Message = fmt.Sprintf("budget exceeded: this request may cost up to %s, more than the %s budget of %s (%s) allows at all; lower max_tokens",
+			usd(d.Amount), r.what, who, usd(d.Limit))
+	case r.kind == costMicros:
+		e.Code = apierr.CodeInsufficientQuota
+		e.Message = fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has no room for this request (up to %s); retry in %ds", r.what, who, usd(d.Limit), usd(d.Amount), ra)
+	case dec.Impossible:
+		e.Code, e.RetryAfter = apierr.CodeTokensRateLimited, 0
+		e.Message = fmt.Sprintf("token limit: this request may use up to %d %s, more than %s allows per %s (%d) at all; lower max_tokens or shorten the prompt", d.Amount, r.what, who, limits.PeriodName(d.Period), d.Limit)
+	default:
+		e.Code = apierr.CodeTokensRateLimited
+		e.Message = fmt.Sprintf("token limit reached: %s allows %d %s per %s and this request may use up to %d; retry in %ds", who, d.Limit, r.what, limits.PeriodName(d.Period), d.Amount, ra)
+	}
+	return e
 }
 
-func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at time.Time, left int64) *Denial {
+func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at time.Time, left int64) *apierr.Error {
 	what := map[string]string{policies.PeriodDay: "daily", policies.PeriodWeek: "weekly", policies.PeriodMonth: "monthly"}[b.Period]
 	if b.Period == policies.PeriodLifetime {
-		return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota,
+		return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeInsufficientQuota,
 			Message: fmt.Sprintf("budget exhausted: the lifetime budget of %s (%s) has %s left, not enough for this request", s.describe(), usd(b.MicroUSD), usd(max(left, 0)))}
 	}
 	ra := st.end.Sub(at)
-	return &Denial{Status: 429, Code: apierr.CodeInsufficientQuota, RetryAfter: ra,
+	return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeInsufficientQuota, RetryAfter: ra,
 		Message: fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has %s left, not enough for this request; it resets at %s",
 			what, s.describe(), usd(b.MicroUSD), usd(max(left, 0)), st.end.Format(time.RFC3339))}
 }
@@ -507,14 +570,6 @@ func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at tim
 // usd formats micro-dollars as dollars.
 func usd(micros int64) string {
 	return fmt.Sprintf("$%d.%06d", micros/1_000_000, micros%1_000_000)
-}
-
-func ceilSeconds(d time.Duration) int64 {
-	s := int64(d / time.Second)
-	if d%time.Second > 0 {
-		s++
-	}
-	return s
 }
 
 // BudgetStatus is one budget that covers a principal, as it stands.
@@ -553,8 +608,7 @@ func (l *Local) Budgets(p *keyring.Principal, at time.Time) []BudgetStatus {
 		for _, b := range s.l.Budgets {
 			bs := BudgetStatus{Scope: s.kind, ID: s.id, Model: s.model, Period: b.Period, Window: b.Window, Limit: b.MicroUSD}
 			if b.Period == policies.PeriodRolling {
-				d := limits.Demand{Key: s.prefix() + "/budget/rolling/" + b.Window.String(), Period: b.Window, Limit: b.MicroUSD}
-				dec := l.counters.Admit(at, []limits.Demand{d})
+				dec := l.counters.Admit(at, []limits.Demand{rollingDemand(s, b, 0)})
 				bs.Remaining = dec.Remaining[0]
 				bs.Spent = b.MicroUSD - bs.Remaining
 			} else {

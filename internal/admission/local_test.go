@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
@@ -24,11 +25,11 @@ func principal(key, team, org policies.Limits) *keyring.Principal {
 	return &keyring.Principal{KeyID: "key_a", Team: "t", Org: "o", KeyLimits: key, TeamLimits: team, OrgLimits: org}
 }
 
-func denialOf(t *testing.T, err error) *Denial {
+func denialOf(t *testing.T, err error) *apierr.Error {
 	t.Helper()
-	var d *Denial
+	var d *apierr.Error
 	if !errors.As(err, &d) {
-		t.Fatalf("error %v, want a *Denial", err)
+		t.Fatalf("error %v, want an *apierr.Error", err)
 	}
 	return d
 }
@@ -67,7 +68,7 @@ func TestBudgetUnderConcurrency(t *testing.T) {
 			at := t0.Add(time.Duration(i) * time.Millisecond)
 			g, err := l.Admit(context.Background(), Claim{Principal: p, Model: "m", InputTokens: 10, MaxOutputTokens: 10, CostMicros: each, At: at})
 			if err != nil {
-				var d *Denial
+				var d *apierr.Error
 				if !errors.As(err, &d) || d.Code != "insufficient_quota" || d.Status != 429 {
 					t.Errorf("denial %v", err)
 				}
@@ -473,5 +474,27 @@ func TestBudgetAddedMidPeriod(t *testing.T) {
 	}
 	if got := idx.Spent("org", "o", "", time.Time{}); got != 50 {
 		t.Errorf("lifetime spend of the org %d, want 50", got)
+	}
+}
+
+// The counter keys are the limits' identities in limits.Counters (shared
+// with authz) and in the budget table: their format must not drift.
+func TestCounterKey(t *testing.T) {
+	key := scope{kind: "key", id: "key_a"}
+	model := scope{kind: "team", id: "t", model: "gpt-4o"}
+	for _, tt := range []struct {
+		s     scope
+		parts []string
+		want  string
+	}{
+		{key, []string{"requests", "1m"}, "key/key_a/requests/1m"},
+		{model, []string{"requests", "1d"}, "team/t/model/gpt-4o/requests/1d"},
+		{model, []string{"tokens", "input", "1h"}, "team/t/model/gpt-4o/tokens/input/1h"},
+		{scope{kind: "org", id: "o"}, []string{"budget", "rolling", (90 * time.Minute).String()}, "org/o/budget/rolling/1h30m0s"},
+		{key, []string{"budget", policies.PeriodMonth}, "key/key_a/budget/month"},
+	} {
+		if got := counterKey(tt.s, tt.parts...); got != tt.want {
+			t.Errorf("counterKey(%+v, %q) = %q, want %q", tt.s, tt.parts, got, tt.want)
+		}
 	}
 }

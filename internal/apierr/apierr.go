@@ -6,19 +6,25 @@ import (
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
-// Body renders the error body for status in dialect d. code is Sluice's
-// stable error code; message is shown to the client as is.
-func Body(d llmapi.Dialect, status int, code, message string) []byte {
+// Body renders e as the JSON error body of the API dialect d: OpenAI's
+// {"error":{message, type, param, code}} — param is e.Param, or null when
+// it is empty — or Anthropic's {"type":"error","error":{type, message}}.
+// The type follows from e.Status (and, for OpenAI, an exhausted quota).
+func Body(d llmapi.Dialect, e *Error) []byte {
 	var v any
 	if d == llmapi.Anthropic {
-		v = anthropicBody{Type: "error", Error: anthropicError{Type: anthropicType(status), Message: message}}
+		v = anthropicBody{Type: "error", Error: anthropicError{Type: anthropicType(e.Status), Message: e.Message}}
 	} else {
-		typ := openAIType(status)
-		if code == CodeInsufficientQuota {
+		typ := openAIType(e.Status)
+		if e.Code == CodeInsufficientQuota {
 			// OpenAI answers an exhausted quota with 429 and this type.
 			typ = CodeInsufficientQuota
 		}
-		v = openAIBody{Error: openAIError{Message: message, Type: typ, Code: code}}
+		var param *string
+		if e.Param != "" {
+			param = &e.Param
+		}
+		v = openAIBody{Error: openAIError{Message: e.Message, Type: typ, Param: param, Code: e.Code}}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

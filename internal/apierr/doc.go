@@ -3,7 +3,8 @@
 // (Error: status, stable code, message, param, retry-after), every code in
 // one table (codes.go) — the codes double as the `reason` label of
 // metrics — and the JSON error body in the dialect of the API the client
-// called (OpenAI or Anthropic, llmapi.Dialect).
+// called (Body: OpenAI or Anthropic, llmapi.Dialect; OpenAI's `param` is
+// the Error's Param, null when it names no field).
 //
 // It must not decide anything: callers pick the status and code; this
 // package only carries and renders them.

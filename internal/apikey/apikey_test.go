@@ -2,11 +2,12 @@ package apikey
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/sluicegw/sluice/internal/apierr"
 )
 
 // A fixed, valid key for tests (43 base62 characters after the prefix).
@@ -34,19 +35,19 @@ func TestFromHeaders(t *testing.T) {
 		{"x-api-key", headers("x-api-key", good), good, "", ""},
 		{"azure api-key", headers("api-key", good), good, "", ""},
 		{"same key twice", headers("authorization", "Bearer "+good, "x-api-key", good), good, "", ""},
-		{"none", headers("content-type", "application/json"), "", CodeMissing, `no API key: send "Authorization: Bearer sk-sluice-…" or "x-api-key: sk-sluice-…"`},
-		{"bearer with nothing after it", headers("authorization", "Bearer"), "", CodeMalformed, `the authorization header says "Bearer" but carries no API key`},
-		{"bearer and spaces", headers("authorization", "Bearer    "), "", CodeMalformed, `the authorization header says "Bearer" but carries no API key`},
-		{"empty authorization", headers("authorization", ""), "", CodeMalformed, `the authorization header is empty; send "Bearer sk-sluice-…"`},
-		{"basic scheme", headers("authorization", "Basic dXNlcjpwYXNz"), "", CodeMalformed, `the authorization header must use the Bearer scheme: "Bearer sk-sluice-…"`},
-		{"empty x-api-key", headers("x-api-key", " "), "", CodeMalformed, "the x-api-key header is empty"},
-		{"wrong prefix", headers("authorization", "Bearer sk-proj-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefg"), "", CodeMalformed, `the API key must start with "sk-sluice-" (in the authorization header)`},
-		{"too short", headers("x-api-key", "sk-sluice-abc"), "", CodeMalformed, `the API key is too short: 3 characters after "sk-sluice-", need at least 32 (in the x-api-key header)`},
-		{"non-ASCII garbage", headers("authorization", "Bearer sk-sluice-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdé"), "", CodeMalformed, `the API key contains a character outside [0-9A-Za-z] at position 51 (in the authorization header)`},
-		{"10 KB header", headers("authorization", "Bearer "+long), "", CodeMalformed, "the authorization header is too long (10247 bytes)"},
-		{"duplicates joined by Envoy", headers("authorization", "Bearer "+good+",Bearer "+good), "", CodeMalformed, "more than one authorization header (or a comma in it); send exactly one API key"},
-		{"different keys", headers("authorization", "Bearer "+good, "x-api-key", good[:len(good)-1]+"h"), "", CodeConflicting, "the authorization and x-api-key headers carry different API keys; send one"},
-		{"bad x-api-key beside good bearer", headers("authorization", "Bearer "+good, "x-api-key", "nope"), "", CodeMalformed, `the API key must start with "sk-sluice-" (in the x-api-key header)`},
+		{"none", headers("content-type", "application/json"), "", apierr.CodeMissingCredential, `no API key: send "Authorization: Bearer sk-sluice-…" or "x-api-key: sk-sluice-…"`},
+		{"bearer with nothing after it", headers("authorization", "Bearer"), "", apierr.CodeMalformedCredential, `the authorization header says "Bearer" but carries no API key`},
+		{"bearer and spaces", headers("authorization", "Bearer    "), "", apierr.CodeMalformedCredential, `the authorization header says "Bearer" but carries no API key`},
+		{"empty authorization", headers("authorization", ""), "", apierr.CodeMalformedCredential, `the authorization header is empty; send "Bearer sk-sluice-…"`},
+		{"basic scheme", headers("authorization", "Basic dXNlcjpwYXNz"), "", apierr.CodeMalformedCredential, `the authorization header must use the Bearer scheme: "Bearer sk-sluice-…"`},
+		{"empty x-api-key", headers("x-api-key", " "), "", apierr.CodeMalformedCredential, "the x-api-key header is empty"},
+		{"wrong prefix", headers("authorization", "Bearer sk-proj-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefg"), "", apierr.CodeMalformedCredential, `the API key must start with "sk-sluice-" (in the authorization header)`},
+		{"too short", headers("x-api-key", "sk-sluice-abc"), "", apierr.CodeMalformedCredential, `the API key is too short: 3 characters after "sk-sluice-", need at least 32 (in the x-api-key header)`},
+		{"non-ASCII garbage", headers("authorization", "Bearer sk-sluice-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdé"), "", apierr.CodeMalformedCredential, `the API key contains a character outside [0-9A-Za-z] at position 51 (in the authorization header)`},
+		{"10 KB header", headers("authorization", "Bearer "+long), "", apierr.CodeMalformedCredential, "the authorization header is too long (10247 bytes)"},
+		{"duplicates joined by Envoy", headers("authorization", "Bearer "+good+",Bearer "+good), "", apierr.CodeMalformedCredential, "more than one authorization header (or a comma in it); send exactly one API key"},
+		{"different keys", headers("authorization", "Bearer "+good, "x-api-key", good[:len(good)-1]+"h"), "", apierr.CodeConflictingCredentials, "the authorization and x-api-key headers carry different API keys; send one"},
+		{"bad x-api-key beside good bearer", headers("authorization", "Bearer "+good, "x-api-key", "nope"), "", apierr.CodeMalformedCredential, `the API key must start with "sk-sluice-" (in the x-api-key header)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,12 +61,12 @@ func TestFromHeaders(t *testing.T) {
 				}
 				return
 			}
-			var e *Error
-			if !errors.As(err, &e) {
-				t.Fatalf("err = %v (%T), want *Error with code %s", err, err, tt.wantCode)
+			e, ok := apierr.As(err)
+			if !ok {
+				t.Fatalf("err = %v (%T), want *apierr.Error with code %s", err, err, tt.wantCode)
 			}
-			if e.Code != tt.wantCode || e.Message != tt.wantMsg {
-				t.Fatalf("got (%s, %q), want (%s, %q)", e.Code, e.Message, tt.wantCode, tt.wantMsg)
+			if e.Status != 401 || e.Code != tt.wantCode || e.Message != tt.wantMsg {
+				t.Fatalf("got (%d, %s, %q), want (401, %s, %q)", e.Status, e.Code, e.Message, tt.wantCode, tt.wantMsg)
 			}
 		})
 	}

@@ -1,16 +1,17 @@
 package apikey
 
 import (
-	"errors"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluicegw/sluice/internal/apierr"
 )
 
 // FuzzFromHeaders feeds arbitrary header values (as a client could send
 // them) through credential extraction. Invariants: no panic; a success is a
 // well-formed key taken verbatim from one of the headers; an error is an
-// *Error with a known code whose message quotes no part of what was sent.
+// *apierr.Error with a known code whose message quotes no part of what was sent.
 func FuzzFromHeaders(f *testing.F) {
 	f.Add("Bearer "+good, "", "")
 	f.Add("", good, "")
@@ -42,12 +43,12 @@ func FuzzFromHeaders(f *testing.F) {
 			}
 			return
 		}
-		var e *Error
-		if !errors.As(err, &e) {
-			t.Fatalf("error %v is %T, want *Error", err, err)
+		e, ok := apierr.As(err)
+		if !ok {
+			t.Fatalf("error %v is %T, want *apierr.Error", err, err)
 		}
 		switch e.Code {
-		case CodeMissing, CodeMalformed, CodeConflicting:
+		case apierr.CodeMissingCredential, apierr.CodeMalformedCredential, apierr.CodeConflictingCredentials:
 		default:
 			t.Fatalf("unknown code %q", e.Code)
 		}

@@ -1,34 +1,24 @@
 package apikey
 
 import (
-	"errors"
-	"fmt"
+	"net/http"
 	"strings"
+
+	"github.com/sluicegw/sluice/internal/apierr"
 )
 
-// Error codes. They are stable: they double as the `reason` label of
-// metrics and as the `code` of the client-facing error body.
-const (
-	CodeMissing     = "missing_credential"
-	CodeMalformed   = "malformed_credential"
-	CodeConflicting = "conflicting_credentials"
-)
-
-// Error is a credential that could not be extracted. Message is safe to
-// show the client and to log: it never contains any part of the secret.
-type Error struct {
-	Code    string
-	Message string
-}
-
-func (e *Error) Error() string { return e.Message }
+// Every credential error is an *apierr.Error with status 401 and one of
+// apierr.CodeMissingCredential, CodeMalformedCredential or
+// CodeConflictingCredentials. Its Message is safe to show the client and
+// to log: it never contains any part of the secret.
 
 func malformed(format string, args ...any) error {
-	return &Error{Code: CodeMalformed, Message: fmt.Sprintf(format, args...)}
+	return apierr.New(http.StatusUnauthorized, apierr.CodeMalformedCredential, format, args...)
 }
 
 // ErrMissing is returned when the request carries no credential at all.
-var ErrMissing = &Error{Code: CodeMissing, Message: `no API key: send "Authorization: Bearer sk-sluice-…" or "x-api-key: sk-sluice-…"`}
+// It is shared: never modify it.
+var ErrMissing = apierr.New(http.StatusUnauthorized, apierr.CodeMissingCredential, `no API key: send "Authorization: Bearer sk-sluice-…" or "x-api-key: sk-sluice-…"`)
 
 // Credential headers, lower-case as Envoy presents them. `api-key` is what
 // Azure OpenAI clients send.
@@ -51,7 +41,7 @@ const maxHeaderLen = len("Bearer ") + len(Prefix) + MaxSecretLen + 64
 // (as Envoy builds a CheckRequest). It accepts `authorization: Bearer <key>`,
 // `x-api-key: <key>` and `api-key: <key>`; if several are present they must
 // carry the same key. The returned secret has a valid format (see Validate);
-// errors are *Error with a stable Code.
+// errors are *apierr.Error (401, a credential code).
 func FromHeaders(get func(name string) (string, bool)) (Secret, error) {
 	var found Secret
 	var foundIn string
@@ -65,7 +55,7 @@ func FromHeaders(get func(name string) (string, bool)) (Secret, error) {
 			return "", err
 		}
 		if foundIn != "" && s != found {
-			return "", &Error{Code: CodeConflicting, Message: fmt.Sprintf("the %s and %s headers carry different API keys; send one", foundIn, h)}
+			return "", apierr.New(http.StatusUnauthorized, apierr.CodeConflictingCredentials, "the %s and %s headers carry different API keys; send one", foundIn, h)
 		}
 		found, foundIn = s, h
 	}
@@ -100,9 +90,8 @@ func parse(header, v string) (Secret, error) {
 		return "", malformed("the %s header is empty", header)
 	}
 	if err := Validate(v); err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			return "", &Error{Code: e.Code, Message: e.Message + " (in the " + header + " header)"}
+		if e, ok := apierr.As(err); ok {
+			return "", &apierr.Error{Status: e.Status, Code: e.Code, Message: e.Message + " (in the " + header + " header)"}
 		}
 		return "", err
 	}

@@ -59,7 +59,7 @@ func (e *edit) appendTo(out []byte) []byte {
 // Apply returns body with rw applied, every other byte as it was. It
 // returns body itself (not a copy) when nothing changes; a zero Rewrite
 // returns body without reading it. body must be a JSON object (Parse
-// accepted it); otherwise Apply returns the *Error Parse would.
+// accepted it); otherwise Apply returns the *apierr.Error Parse would.
 //
 // Added members go after the last member, indented like the first one;
 // include_usage is added first in its stream_options object.

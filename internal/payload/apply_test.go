@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
@@ -120,15 +121,15 @@ func TestApplyErrors(t *testing.T) {
 	for _, tc := range []struct {
 		body, code, msg string
 	}{
-		{"", CodeEmptyBody, "the request body is empty"},
-		{`[1]`, CodeNotAnObject, "the request body must be a JSON object, got an array"},
-		{`{"model":"a",}`, CodeInvalidJSON, "invalid JSON at byte 13: invalid character '}' looking for beginning of object key string"},
-		{`{"model":"a"}{}`, CodeInvalidJSON, "invalid JSON at byte 13: invalid character '{' after top-level value"},
-		{`{"stream_options":{"include_usage":tru}}`, CodeInvalidJSON, "invalid JSON at byte 38: invalid character '}' in literal true (expecting 'e')"},
-		{"{\"x\":\"\xff\"}", CodeInvalidUTF8, "invalid UTF-8 in a string at byte 6"},
+		{"", apierr.CodeEmptyBody, "the request body is empty"},
+		{`[1]`, apierr.CodeNotAnObject, "the request body must be a JSON object, got an array"},
+		{`{"model":"a",}`, apierr.CodeInvalidJSON, "invalid JSON at byte 13: invalid character '}' looking for beginning of object key string"},
+		{`{"model":"a"}{}`, apierr.CodeInvalidJSON, "invalid JSON at byte 13: invalid character '{' after top-level value"},
+		{`{"stream_options":{"include_usage":tru}}`, apierr.CodeInvalidJSON, "invalid JSON at byte 38: invalid character '}' in literal true (expecting 'e')"},
+		{"{\"x\":\"\xff\"}", apierr.CodeInvalidUTF8, "invalid UTF-8 in a string at byte 6"},
 	} {
 		_, err := Apply([]byte(tc.body), Rewrite{Model: "b", ForceIncludeUsage: true})
-		var e *Error
+		var e *apierr.Error
 		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
 			t.Errorf("Apply(%q) = %v, want %s: %s", tc.body, err, tc.code, tc.msg)
 		}

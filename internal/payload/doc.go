@@ -6,7 +6,9 @@
 // It must not decide policy (allow-lists, aliases, limits) or know about
 // providers: callers decide what to change, this package only reads and
 // edits bytes. It never logs, and no error message quotes more than 64
-// bytes of a body.
+// bytes of a body. A body it refuses is an *apierr.Error with status 400
+// and one of apierr's body codes (empty_body, invalid_json, not_an_object,
+// missing_model, invalid_model, invalid_field, invalid_utf8).
 //
 // # Parsing
 //

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/fixtures"
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
@@ -41,7 +42,7 @@ var fuzzSeeds = []string{
 // FuzzParse feeds any bytes to Parse for every endpoint. Invariants: no
 // panic and the body is not modified; a body encoding/json calls invalid is
 // an error, and one it calls valid (UTF-8, nesting within the limit) is not
-// a syntax error; an error is an *Error with a known code quoting at most 64
+// a syntax error; an error is an *apierr.Error with a known code quoting at most 64
 // bytes of the body; on success encoding/json decodes the same model,
 // stream, max output tokens, n and include_usage, and the estimate is not
 // negative.
@@ -62,15 +63,15 @@ func FuzzParse(f *testing.F) {
 		valid := json.Valid(body)
 		wellFormed := valid && utf8.Valid(body) && depthOf(body) <= maxDepth
 		if err != nil {
-			var e *Error
+			var e *apierr.Error
 			if !errors.As(err, &e) {
-				t.Fatalf("error %v is %T, want *Error", err, err)
+				t.Fatalf("error %v is %T, want *apierr.Error", err, err)
 			}
 			syntax := false
 			switch e.Code {
-			case CodeEmptyBody, CodeInvalidJSON, CodeInvalidUTF8:
+			case apierr.CodeEmptyBody, apierr.CodeInvalidJSON, apierr.CodeInvalidUTF8:
 				syntax = true
-			case CodeNotAnObject, CodeMissingModel, CodeInvalidModel, CodeInvalidField:
+			case apierr.CodeNotAnObject, apierr.CodeMissingModel, apierr.CodeInvalidModel, apierr.CodeInvalidField:
 			default:
 				t.Fatalf("unknown code %q", e.Code)
 			}
@@ -130,11 +131,11 @@ func FuzzApply(f *testing.F) {
 		}
 		wellFormed := json.Valid(body) && utf8.Valid(body) && depthOf(body) <= maxDepth
 		if err != nil {
-			var e *Error
+			var e *apierr.Error
 			if !errors.As(err, &e) {
-				t.Fatalf("error %v is %T, want *Error", err, err)
+				t.Fatalf("error %v is %T, want *apierr.Error", err, err)
 			}
-			if wellFormed && e.Code != CodeNotAnObject {
+			if wellFormed && e.Code != apierr.CodeNotAnObject {
 				t.Fatalf("Apply rejected well-formed JSON: %s: %s", e.Code, e.Message)
 			}
 			return

@@ -3,8 +3,10 @@ package payload
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"strconv"
 
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
@@ -42,26 +44,14 @@ const (
 	MaxModelLen    = 256       // longest model name accepted, in bytes (decoded)
 )
 
-// Error codes: stable, used as the metrics label and the API error code.
-const (
-	CodeEmptyBody    = "empty_body"
-	CodeInvalidJSON  = "invalid_json"
-	CodeNotAnObject  = "not_an_object"
-	CodeMissingModel = "missing_model"
-	CodeInvalidModel = "invalid_model"
-	CodeInvalidField = "invalid_field"
-	CodeInvalidUTF8  = "invalid_utf8"
-)
-
-// Error is a client error in a request body. Code is one of the Code*
-// constants; Message says what is wrong and where, and quotes at most 64
-// bytes of the body.
-type Error struct {
-	Code    string
-	Message string
+// invalid is a client error in a request body: an *apierr.Error with
+// status 400 and one of apierr's body codes (empty_body, invalid_json,
+// not_an_object, missing_model, invalid_model, invalid_field,
+// invalid_utf8). The message says what is wrong and where, and quotes at
+// most 64 bytes of the body; it is formatted only when args are given.
+func invalid(code, format string, args ...any) *apierr.Error {
+	return apierr.New(http.StatusBadRequest, code, format, args...)
 }
-
-func (e *Error) Error() string { return e.Message }
 
 // fields Parse reads, found by top-level key.
 type field uint8
@@ -191,8 +181,9 @@ const (
 )
 
 // Parse reads the request body of a call to endpoint ep. A body that is not
-// a valid request is an *Error; Parse reports a syntax error anywhere in the
-// body before any problem with a field's value.
+// a valid request is an *apierr.Error with status 400 and a body code
+// (see invalid); Parse reports a syntax error anywhere in the body before
+// any problem with a field's value.
 func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 	s := scanner{buf: body}
 	if err := s.begin(); err != nil {
@@ -202,8 +193,8 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 	maxTokens, maxCompl, maxOutput := int64(-1), int64(-1), int64(-1)
 	haveModel, modelEsc := false, false
 	modelStart, modelEnd := 0, 0 // the last model string's content
-	var bad *Error               // the first problem with a field's value
-	noteBad := func(e *Error) {
+	var bad *apierr.Error        // the first problem with a field's value
+	noteBad := func(e *apierr.Error) {
 		if bad == nil {
 			bad = e
 		}
@@ -216,8 +207,8 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 		f := fieldOf(ep, key)
 		if f == fNone {
 			if g, folded := foldedField(ep, key); folded {
-				noteBad(&Error{Code: CodeInvalidField, Message: fmt.Sprintf(
-					"top-level key %s differs from %q only in case; send %q", quoteKey(key), fieldNames[g], fieldNames[g])})
+				noteBad(invalid(apierr.CodeInvalidField,
+					"top-level key %s differs from %q only in case; send %q", quoteKey(key), fieldNames[g], fieldNames[g]))
 			}
 		}
 		start := s.pos
@@ -228,7 +219,7 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 				if !s.value(1, modeSkip) {
 					break
 				}
-				noteBad(&Error{Code: CodeInvalidModel, Message: `"model" must be a string, got ` + kindOf(body[start])})
+				noteBad(invalid(apierr.CodeInvalidModel, `"model" must be a string, got `+kindOf(body[start])))
 				break
 			}
 			_, esc, ok := s.str()
@@ -237,7 +228,7 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 			}
 			modelStart, modelEnd, modelEsc = start+1, s.pos-1, esc
 			if modelStart == modelEnd {
-				noteBad(&Error{Code: CodeInvalidModel, Message: `"model" must not be empty`})
+				noteBad(invalid(apierr.CodeInvalidModel, `"model" must not be empty`))
 			}
 		case fStream:
 			v, e, ok := s.boolValue(`"stream"`)
@@ -305,7 +296,7 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 		return Request{}, bad
 	}
 	if !haveModel {
-		return Request{}, &Error{Code: CodeMissingModel, Message: `the request body has no "model" field`}
+		return Request{}, invalid(apierr.CodeMissingModel, `the request body has no "model" field`)
 	}
 	model, err := decodeModel(body[modelStart:modelEnd], modelEsc)
 	if err != nil {
@@ -329,18 +320,18 @@ func decodeModel(raw []byte, esc bool) (string, error) {
 		var buf [MaxModelLen]byte
 		d, ok := unescape(buf[:0], raw, MaxModelLen)
 		if !ok {
-			return "", &Error{Code: CodeInvalidModel, Message: fmt.Sprintf(`"model" is longer than %d bytes`, MaxModelLen)}
+			return "", invalid(apierr.CodeInvalidModel, `"model" is longer than %d bytes`, MaxModelLen)
 		}
 		m = string(d)
 	} else {
 		if len(raw) > MaxModelLen {
-			return "", &Error{Code: CodeInvalidModel, Message: fmt.Sprintf(`"model" is longer than %d bytes`, MaxModelLen)}
+			return "", invalid(apierr.CodeInvalidModel, `"model" is longer than %d bytes`, MaxModelLen)
 		}
 		m = string(raw)
 	}
 	for i := 0; i < len(m); i++ {
 		if c := m[i]; c < 0x20 || c == 0x7f {
-			return "", &Error{Code: CodeInvalidModel, Message: fmt.Sprintf(`"model" contains a control character (U+%04X)`, c)}
+			return "", invalid(apierr.CodeInvalidModel, `"model" contains a control character (U+%04X)`, c)
 		}
 	}
 	return m, nil
@@ -348,7 +339,7 @@ func decodeModel(raw []byte, esc bool) (string, error) {
 
 // boolValue reads true, false or null (false) at s.pos. e reports any other
 // value; ok is false on a syntax error.
-func (s *scanner) boolValue(name string) (v bool, e *Error, ok bool) {
+func (s *scanner) boolValue(name string) (v bool, e *apierr.Error, ok bool) {
 	start := s.pos
 	switch s.peek() {
 	case 't':
@@ -359,12 +350,12 @@ func (s *scanner) boolValue(name string) (v bool, e *Error, ok bool) {
 	if !s.value(1, modeSkip) {
 		return false, nil, false
 	}
-	return false, &Error{Code: CodeInvalidField, Message: name + " must be a boolean, got " + kindOf(s.buf[start])}, true
+	return false, invalid(apierr.CodeInvalidField, name+" must be a boolean, got "+kindOf(s.buf[start])), true
 }
 
 // intValue reads an integer in [lo, hi] at s.pos, or null (absent). e
 // reports any other value; ok is false on a syntax error.
-func (s *scanner) intValue(name string, lo, hi, absent int64) (v int64, e *Error, ok bool) {
+func (s *scanner) intValue(name string, lo, hi, absent int64) (v int64, e *apierr.Error, ok bool) {
 	start := s.pos
 	if !s.value(1, modeSkip) {
 		return 0, nil, false
@@ -373,12 +364,12 @@ func (s *scanner) intValue(name string, lo, hi, absent int64) (v int64, e *Error
 	if lit[0] == 'n' {
 		return absent, nil, true
 	}
-	bad := func(got string) *Error {
+	bad := func(got string) *apierr.Error {
 		want := fmt.Sprintf("%q must be an integer from %d to %d", name, lo, hi)
 		if lo == 0 {
 			want = fmt.Sprintf("%q must be a non-negative integer (at most %d)", name, hi)
 		}
-		return &Error{Code: CodeInvalidField, Message: want + ", got " + got}
+		return invalid(apierr.CodeInvalidField, want+", got "+got)
 	}
 	if c := lit[0]; c != '-' && (c < '0' || c > '9') {
 		return 0, bad(kindOf(c)), true
@@ -392,7 +383,7 @@ func (s *scanner) intValue(name string, lo, hi, absent int64) (v int64, e *Error
 
 // streamOptions reads the stream_options value at s.pos: an object whose
 // include_usage is read, or null.
-func (s *scanner) streamOptions() (usage bool, e *Error, ok bool) {
+func (s *scanner) streamOptions() (usage bool, e *apierr.Error, ok bool) {
 	switch s.peek() {
 	case '{':
 	case 'n':
@@ -402,7 +393,7 @@ func (s *scanner) streamOptions() (usage bool, e *Error, ok bool) {
 		if !s.value(1, modeSkip) {
 			return false, nil, false
 		}
-		return false, &Error{Code: CodeInvalidField, Message: `"stream_options" must be an object, got ` + kindOf(s.buf[start])}, true
+		return false, invalid(apierr.CodeInvalidField, `"stream_options" must be an object, got `+kindOf(s.buf[start])), true
 	}
 	s.pos++ // '{'
 	for more := s.firstMember(); more; more = s.nextMember() {

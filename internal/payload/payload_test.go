@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
@@ -210,90 +211,90 @@ func TestParseErrors(t *testing.T) {
 		body, code string
 		msg        string
 	}{
-		{0, "", CodeEmptyBody, "the request body is empty"},
-		{0, " \r\n\t", CodeEmptyBody, "the request body is empty"},
+		{0, "", apierr.CodeEmptyBody, "the request body is empty"},
+		{0, " \r\n\t", apierr.CodeEmptyBody, "the request body is empty"},
 
-		{0, `[]`, CodeNotAnObject, "the request body must be a JSON object, got an array"},
-		{0, ` "x" `, CodeNotAnObject, "the request body must be a JSON object, got a string"},
-		{0, `12`, CodeNotAnObject, "the request body must be a JSON object, got a number"},
-		{0, `null`, CodeNotAnObject, "the request body must be a JSON object, got null"},
-		{0, `true`, CodeNotAnObject, "the request body must be a JSON object, got a boolean"},
+		{0, `[]`, apierr.CodeNotAnObject, "the request body must be a JSON object, got an array"},
+		{0, ` "x" `, apierr.CodeNotAnObject, "the request body must be a JSON object, got a string"},
+		{0, `12`, apierr.CodeNotAnObject, "the request body must be a JSON object, got a number"},
+		{0, `null`, apierr.CodeNotAnObject, "the request body must be a JSON object, got null"},
+		{0, `true`, apierr.CodeNotAnObject, "the request body must be a JSON object, got a boolean"},
 
-		{0, `{"model":"a",}`, CodeInvalidJSON, "invalid JSON at byte 13: invalid character '}' looking for beginning of object key string"},
-		{0, `{"model":"a"`, CodeInvalidJSON, "invalid JSON at byte 12: unexpected end of input"},
-		{0, `{"model":"a`, CodeInvalidJSON, "invalid JSON at byte 11: unexpected end of input"},
-		{0, `{"model":"a"} x`, CodeInvalidJSON, "invalid JSON at byte 14: invalid character 'x' after top-level value"},
-		{0, `[1] {`, CodeInvalidJSON, "invalid JSON at byte 4: invalid character '{' after top-level value"},
-		{0, `{"model":tru}`, CodeInvalidJSON, "invalid JSON at byte 12: invalid character '}' in literal true (expecting 'e')"},
-		{0, `{"model":"a","n":01}`, CodeInvalidJSON, "invalid JSON at byte 18: invalid character '1' after object key:value pair"},
-		{0, `{"model":"a","x":1.}`, CodeInvalidJSON, "invalid JSON at byte 19: invalid character '}' after decimal point in numeric literal"},
-		{0, `{"model":"a","x":1e+}`, CodeInvalidJSON, "invalid JSON at byte 20: invalid character '}' in exponent of numeric literal"},
-		{0, `{"model":"a","x":-a}`, CodeInvalidJSON, "invalid JSON at byte 18: invalid character 'a' in numeric literal"},
-		{0, `{"model":"a","x":+1}`, CodeInvalidJSON, "invalid JSON at byte 17: invalid character '+' looking for beginning of value"},
-		{0, `{"model":"a\x"}`, CodeInvalidJSON, `invalid JSON at byte 12: invalid character 'x' in string escape code`},
-		{0, `{"model":"\u12G4"}`, CodeInvalidJSON, `invalid JSON at byte 14: invalid character 'G' in \u hexadecimal character escape`},
-		{0, "{\"model\":\"a\nb\"}", CodeInvalidJSON, "invalid JSON at byte 11: invalid character byte 0x0A in string literal"},
-		{0, `{"model" "a"}`, CodeInvalidJSON, "invalid JSON at byte 9: invalid character '\"' after object key"},
-		{0, `{"a":[1 2]}`, CodeInvalidJSON, "invalid JSON at byte 8: invalid character '2' after array element"},
-		{0, `{"a":}`, CodeInvalidJSON, "invalid JSON at byte 5: invalid character '}' looking for beginning of value"},
-		{0, `{'a':1}`, CodeInvalidJSON, `invalid JSON at byte 1: invalid character '\'' looking for beginning of object key string`},
-		{0, "\xef\xbb\xbf{}", CodeInvalidJSON, "invalid JSON at byte 0: invalid character byte 0xEF looking for beginning of value"},
-		{0, tooDeep, CodeInvalidJSON, "invalid JSON at byte 144: nested too deeply (more than 128 levels)"},
-		{0, deep, CodeInvalidJSON, "invalid JSON at byte 640: nested too deeply (more than 128 levels)"},
+		{0, `{"model":"a",}`, apierr.CodeInvalidJSON, "invalid JSON at byte 13: invalid character '}' looking for beginning of object key string"},
+		{0, `{"model":"a"`, apierr.CodeInvalidJSON, "invalid JSON at byte 12: unexpected end of input"},
+		{0, `{"model":"a`, apierr.CodeInvalidJSON, "invalid JSON at byte 11: unexpected end of input"},
+		{0, `{"model":"a"} x`, apierr.CodeInvalidJSON, "invalid JSON at byte 14: invalid character 'x' after top-level value"},
+		{0, `[1] {`, apierr.CodeInvalidJSON, "invalid JSON at byte 4: invalid character '{' after top-level value"},
+		{0, `{"model":tru}`, apierr.CodeInvalidJSON, "invalid JSON at byte 12: invalid character '}' in literal true (expecting 'e')"},
+		{0, `{"model":"a","n":01}`, apierr.CodeInvalidJSON, "invalid JSON at byte 18: invalid character '1' after object key:value pair"},
+		{0, `{"model":"a","x":1.}`, apierr.CodeInvalidJSON, "invalid JSON at byte 19: invalid character '}' after decimal point in numeric literal"},
+		{0, `{"model":"a","x":1e+}`, apierr.CodeInvalidJSON, "invalid JSON at byte 20: invalid character '}' in exponent of numeric literal"},
+		{0, `{"model":"a","x":-a}`, apierr.CodeInvalidJSON, "invalid JSON at byte 18: invalid character 'a' in numeric literal"},
+		{0, `{"model":"a","x":+1}`, apierr.CodeInvalidJSON, "invalid JSON at byte 17: invalid character '+' looking for beginning of value"},
+		{0, `{"model":"a\x"}`, apierr.CodeInvalidJSON, `invalid JSON at byte 12: invalid character 'x' in string escape code`},
+		{0, `{"model":"\u12G4"}`, apierr.CodeInvalidJSON, `invalid JSON at byte 14: invalid character 'G' in \u hexadecimal character escape`},
+		{0, "{\"model\":\"a\nb\"}", apierr.CodeInvalidJSON, "invalid JSON at byte 11: invalid character byte 0x0A in string literal"},
+		{0, `{"model" "a"}`, apierr.CodeInvalidJSON, "invalid JSON at byte 9: invalid character '\"' after object key"},
+		{0, `{"a":[1 2]}`, apierr.CodeInvalidJSON, "invalid JSON at byte 8: invalid character '2' after array element"},
+		{0, `{"a":}`, apierr.CodeInvalidJSON, "invalid JSON at byte 5: invalid character '}' looking for beginning of value"},
+		{0, `{'a':1}`, apierr.CodeInvalidJSON, `invalid JSON at byte 1: invalid character '\'' looking for beginning of object key string`},
+		{0, "\xef\xbb\xbf{}", apierr.CodeInvalidJSON, "invalid JSON at byte 0: invalid character byte 0xEF looking for beginning of value"},
+		{0, tooDeep, apierr.CodeInvalidJSON, "invalid JSON at byte 144: nested too deeply (more than 128 levels)"},
+		{0, deep, apierr.CodeInvalidJSON, "invalid JSON at byte 640: nested too deeply (more than 128 levels)"},
 		// a syntax error anywhere wins over a bad field before it
-		{0, `{"model":5,"stream":"x",`, CodeInvalidJSON, "invalid JSON at byte 24: unexpected end of input"},
+		{0, `{"model":5,"stream":"x",`, apierr.CodeInvalidJSON, "invalid JSON at byte 24: unexpected end of input"},
 
-		{0, "{\"model\":\"a\xffb\"}", CodeInvalidUTF8, "invalid UTF-8 in a string at byte 11"},
-		{0, "{\"a\xc0\xaf\":1}", CodeInvalidUTF8, "invalid UTF-8 in a string at byte 3"},        // overlong '/'
-		{0, "{\"a\":\"\xed\xa0\x80\"}", CodeInvalidUTF8, "invalid UTF-8 in a string at byte 6"}, // a surrogate
-		{0, "{\"a\":\"\xe4\xb8\"}", CodeInvalidUTF8, "invalid UTF-8 in a string at byte 6"},     // cut short
+		{0, "{\"model\":\"a\xffb\"}", apierr.CodeInvalidUTF8, "invalid UTF-8 in a string at byte 11"},
+		{0, "{\"a\xc0\xaf\":1}", apierr.CodeInvalidUTF8, "invalid UTF-8 in a string at byte 3"},        // overlong '/'
+		{0, "{\"a\":\"\xed\xa0\x80\"}", apierr.CodeInvalidUTF8, "invalid UTF-8 in a string at byte 6"}, // a surrogate
+		{0, "{\"a\":\"\xe4\xb8\"}", apierr.CodeInvalidUTF8, "invalid UTF-8 in a string at byte 6"},     // cut short
 
-		{0, `{}`, CodeMissingModel, `the request body has no "model" field`},
-		{llmapi.Messages, `{"messages":[{"model":"x"}]}`, CodeMissingModel, `the request body has no "model" field`},
+		{0, `{}`, apierr.CodeMissingModel, `the request body has no "model" field`},
+		{llmapi.Messages, `{"messages":[{"model":"x"}]}`, apierr.CodeMissingModel, `the request body has no "model" field`},
 
-		{0, `{"model":5}`, CodeInvalidModel, `"model" must be a string, got a number`},
-		{0, `{"model":null}`, CodeInvalidModel, `"model" must be a string, got null`},
-		{0, `{"model":{"name":"a"}}`, CodeInvalidModel, `"model" must be a string, got an object`},
-		{0, `{"model":["a"]}`, CodeInvalidModel, `"model" must be a string, got an array`},
-		{0, `{"model":""}`, CodeInvalidModel, `"model" must not be empty`},
-		{0, `{"model":"","model":"a"}`, CodeInvalidModel, `"model" must not be empty`},
-		{0, `{"model":"a","model":false}`, CodeInvalidModel, `"model" must be a string, got a boolean`},
-		{0, `{"model":"` + strings.Repeat("m", 257) + `"}`, CodeInvalidModel, `"model" is longer than 256 bytes`},
-		{0, `{"model":"` + strings.Repeat(`\u006d`, 257) + `"}`, CodeInvalidModel, `"model" is longer than 256 bytes`},
-		{0, `{"model":"a\nb"}`, CodeInvalidModel, `"model" contains a control character (U+000A)`},
-		{0, `{"model":"a\u007f"}`, CodeInvalidModel, `"model" contains a control character (U+007F)`},
+		{0, `{"model":5}`, apierr.CodeInvalidModel, `"model" must be a string, got a number`},
+		{0, `{"model":null}`, apierr.CodeInvalidModel, `"model" must be a string, got null`},
+		{0, `{"model":{"name":"a"}}`, apierr.CodeInvalidModel, `"model" must be a string, got an object`},
+		{0, `{"model":["a"]}`, apierr.CodeInvalidModel, `"model" must be a string, got an array`},
+		{0, `{"model":""}`, apierr.CodeInvalidModel, `"model" must not be empty`},
+		{0, `{"model":"","model":"a"}`, apierr.CodeInvalidModel, `"model" must not be empty`},
+		{0, `{"model":"a","model":false}`, apierr.CodeInvalidModel, `"model" must be a string, got a boolean`},
+		{0, `{"model":"` + strings.Repeat("m", 257) + `"}`, apierr.CodeInvalidModel, `"model" is longer than 256 bytes`},
+		{0, `{"model":"` + strings.Repeat(`\u006d`, 257) + `"}`, apierr.CodeInvalidModel, `"model" is longer than 256 bytes`},
+		{0, `{"model":"a\nb"}`, apierr.CodeInvalidModel, `"model" contains a control character (U+000A)`},
+		{0, `{"model":"a\u007f"}`, apierr.CodeInvalidModel, `"model" contains a control character (U+007F)`},
 
-		{llmapi.ChatCompletions, `{"model":"a","stream":"yes"}`, CodeInvalidField, `"stream" must be a boolean, got a string`},
-		{llmapi.Messages, `{"model":"a","stream":1}`, CodeInvalidField, `"stream" must be a boolean, got a number`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":-1}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got -1`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1.5}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1.5`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1e3}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1e3`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":"10"}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got a string`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":4294967296}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 4294967296`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":123456789012345678901234567890123456789}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 12345678901234567890123456789012…`},
-		{llmapi.Completions, `{"model":"a","max_completion_tokens":true}`, CodeInvalidField, `"max_completion_tokens" must be a non-negative integer (at most 4294967295), got a boolean`},
-		{llmapi.Responses, `{"model":"a","max_output_tokens":[]}`, CodeInvalidField, `"max_output_tokens" must be a non-negative integer (at most 4294967295), got an array`},
-		{llmapi.Messages, `{"model":"a","max_tokens":{}}`, CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got an object`},
-		{llmapi.ChatCompletions, `{"model":"a","n":0}`, CodeInvalidField, `"n" must be an integer from 1 to 1024, got 0`},
-		{llmapi.Completions, `{"model":"a","n":1025}`, CodeInvalidField, `"n" must be an integer from 1 to 1024, got 1025`},
-		{llmapi.ChatCompletions, `{"model":"a","stream_options":"x"}`, CodeInvalidField, `"stream_options" must be an object, got a string`},
-		{llmapi.ChatCompletions, `{"model":"a","stream_options":{"include_usage":1}}`, CodeInvalidField, `"stream_options.include_usage" must be a boolean, got a number`},
-		{llmapi.ChatCompletions, `{"Model":"a","model":"b"}`, CodeInvalidField, `top-level key "Model" differs from "model" only in case; send "model"`},
-		{llmapi.ChatCompletions, `{"model":"b","ſtream":true}`, CodeInvalidField, `top-level key "ſtream" differs from "stream" only in case; send "stream"`},
-		{llmapi.Messages, `{"model":"b","max_to\u212aens":9}`, CodeInvalidField, "top-level key \"max_to\u212aens\" differs from \"max_tokens\" only in case; send \"max_tokens\""},
-		{llmapi.Completions, `{"model":"b","N":2}`, CodeInvalidField, `top-level key "N" differs from "n" only in case; send "n"`},
+		{llmapi.ChatCompletions, `{"model":"a","stream":"yes"}`, apierr.CodeInvalidField, `"stream" must be a boolean, got a string`},
+		{llmapi.Messages, `{"model":"a","stream":1}`, apierr.CodeInvalidField, `"stream" must be a boolean, got a number`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":-1}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got -1`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1.5}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1.5`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1e3}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1e3`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":"10"}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got a string`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":4294967296}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 4294967296`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":123456789012345678901234567890123456789}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 12345678901234567890123456789012…`},
+		{llmapi.Completions, `{"model":"a","max_completion_tokens":true}`, apierr.CodeInvalidField, `"max_completion_tokens" must be a non-negative integer (at most 4294967295), got a boolean`},
+		{llmapi.Responses, `{"model":"a","max_output_tokens":[]}`, apierr.CodeInvalidField, `"max_output_tokens" must be a non-negative integer (at most 4294967295), got an array`},
+		{llmapi.Messages, `{"model":"a","max_tokens":{}}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got an object`},
+		{llmapi.ChatCompletions, `{"model":"a","n":0}`, apierr.CodeInvalidField, `"n" must be an integer from 1 to 1024, got 0`},
+		{llmapi.Completions, `{"model":"a","n":1025}`, apierr.CodeInvalidField, `"n" must be an integer from 1 to 1024, got 1025`},
+		{llmapi.ChatCompletions, `{"model":"a","stream_options":"x"}`, apierr.CodeInvalidField, `"stream_options" must be an object, got a string`},
+		{llmapi.ChatCompletions, `{"model":"a","stream_options":{"include_usage":1}}`, apierr.CodeInvalidField, `"stream_options.include_usage" must be a boolean, got a number`},
+		{llmapi.ChatCompletions, `{"Model":"a","model":"b"}`, apierr.CodeInvalidField, `top-level key "Model" differs from "model" only in case; send "model"`},
+		{llmapi.ChatCompletions, `{"model":"b","ſtream":true}`, apierr.CodeInvalidField, `top-level key "ſtream" differs from "stream" only in case; send "stream"`},
+		{llmapi.Messages, `{"model":"b","max_to\u212aens":9}`, apierr.CodeInvalidField, "top-level key \"max_to\u212aens\" differs from \"max_tokens\" only in case; send \"max_tokens\""},
+		{llmapi.Completions, `{"model":"b","N":2}`, apierr.CodeInvalidField, `top-level key "N" differs from "n" only in case; send "n"`},
 		// the first bad field is reported
-		{llmapi.ChatCompletions, `{"model":"a","n":0,"stream":0}`, CodeInvalidField, `"n" must be an integer from 1 to 1024, got 0`},
-		{llmapi.ChatCompletions, `{"stream":0}`, CodeInvalidField, `"stream" must be a boolean, got a number`},
+		{llmapi.ChatCompletions, `{"model":"a","n":0,"stream":0}`, apierr.CodeInvalidField, `"n" must be an integer from 1 to 1024, got 0`},
+		{llmapi.ChatCompletions, `{"stream":0}`, apierr.CodeInvalidField, `"stream" must be a boolean, got a number`},
 	} {
 		t.Run(tc.code+"/"+clip([]byte(tc.body), 40), func(t *testing.T) {
 			_, err := Parse(tc.ep, []byte(tc.body))
-			var e *Error
+			var e *apierr.Error
 			if !errors.As(err, &e) {
-				t.Fatalf("Parse(%q) = %v, want an *Error", tc.body, err)
+				t.Fatalf("Parse(%q) = %v, want an *apierr.Error", tc.body, err)
 			}
-			if e.Code != tc.code || e.Message != tc.msg {
-				t.Errorf("Parse(%q):\n got %s: %s\nwant %s: %s", tc.body, e.Code, e.Message, tc.code, tc.msg)
+			if e.Status != 400 || e.Code != tc.code || e.Message != tc.msg {
+				t.Errorf("Parse(%q):\n got %d %s: %s\nwant 400 %s: %s", tc.body, e.Status, e.Code, e.Message, tc.code, tc.msg)
 			}
 			if e.Error() != e.Message {
 				t.Errorf("Error() = %q, want the message", e.Error())

@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/sluicegw/sluice/internal/apierr"
 )
 
 // maxDepth is the deepest nesting of objects and arrays accepted (the
@@ -18,7 +20,7 @@ const maxDepth = 128
 type scanner struct {
 	buf    []byte
 	pos    int
-	err    *Error
+	err    *apierr.Error
 	tokens int64    // input-token estimate so far (modeText values)
 	keyBuf [64]byte // an escaped key, decoded
 }
@@ -58,7 +60,7 @@ func childMode(m mode) mode {
 func (s *scanner) begin() error {
 	s.skipSpace()
 	if s.pos == len(s.buf) {
-		return &Error{Code: CodeEmptyBody, Message: "the request body is empty"}
+		return invalid(apierr.CodeEmptyBody, "the request body is empty")
 	}
 	if s.buf[s.pos] == '{' {
 		s.pos++
@@ -74,7 +76,7 @@ func (s *scanner) begin() error {
 	if s.err != nil {
 		return s.err
 	}
-	return &Error{Code: CodeNotAnObject, Message: "the request body must be a JSON object, got " + kindOf(s.buf[start])}
+	return invalid(apierr.CodeNotAnObject, "the request body must be a JSON object, got "+kindOf(s.buf[start]))
 }
 
 // end checks nothing but whitespace follows the top-level value.
@@ -409,7 +411,7 @@ func (s *scanner) str() (units int64, esc bool, ok bool) {
 			n, u := multiByte(b, i)
 			if n == 0 {
 				if s.err == nil {
-					s.err = &Error{Code: CodeInvalidUTF8, Message: fmt.Sprintf("invalid UTF-8 in a string at byte %d", i)}
+					s.err = invalid(apierr.CodeInvalidUTF8, "invalid UTF-8 in a string at byte %d", i)
 				}
 				return 0, false, false
 			}
@@ -575,7 +577,7 @@ func unescape(dst, raw []byte, limit int) ([]byte, bool) {
 // fail records a syntax error at byte offset at.
 func (s *scanner) fail(at int, msg string) bool {
 	if s.err == nil {
-		s.err = &Error{Code: CodeInvalidJSON, Message: fmt.Sprintf("invalid JSON at byte %d: %s", at, msg)}
+		s.err = invalid(apierr.CodeInvalidJSON, "invalid JSON at byte %d: %s", at, msg)
 	}
 	return false
 }
