@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
@@ -158,12 +159,12 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 	if id := m.GetMetadataContext().GetFilterMetadata()[chain.AuthzNamespace].GetFields()["key_id"].GetStringValue(); id != "" {
 		p.principal, p.counted = p.d.Ring.ByID(id), true
 		if p.principal == nil {
-			return p.deny(401, authz.CodeUnknownKey, "the API key ext_authz accepted is no longer known")
+			return p.refuse(apierr.New(401, apierr.CodeUnknownKey, "the API key ext_authz accepted is no longer known"))
 		}
 	} else {
 		d := p.d.Auth.Authenticate(get)
 		if !d.Allowed() {
-			return p.deny(d.Status, d.Code, d.Message)
+			return p.refuse(decisionRefusal(d))
 		}
 		p.principal = d.Principal
 	}
@@ -174,13 +175,13 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 			p.d.Metrics.requests.WithLabelValues("unknown", "passed").Inc()
 			return headersContinue(nil)
 		}
-		return p.deny(404, "unknown_path", fmt.Sprintf("%s is not an API this gateway serves; use /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses or /v1/messages", pathOnly(p.path)))
+		return p.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API this gateway serves; use /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses or /v1/messages", pathOnly(p.path)))
 	}
 	if p.method != "POST" {
-		return p.deny(405, "method_not_allowed", fmt.Sprintf("%s takes POST, got %s", pathOnly(p.path), p.method))
+		return p.refuse(apierr.New(405, apierr.CodeMethodNotAllowed, "%s takes POST, got %s", pathOnly(p.path), p.method))
 	}
 	if h.GetEndOfStream() {
-		return p.deny(400, payload.CodeEmptyBody, "the request has no body; send the JSON request")
+		return p.refuse(apierr.New(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request"))
 	}
 	p.state = awaitRequestBody
 	return headersContinue(nil)
@@ -192,28 +193,24 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 	}
 	body := b.GetBody()
 	if limit := p.snap.Gateway().MaxRequestBodyBytes; int64(len(body)) > limit {
-		return p.deny(413, "body_too_large", fmt.Sprintf("the request body is %d bytes; this gateway accepts at most %d", len(body), limit))
+		return p.refuse(apierr.New(413, apierr.CodeBodyTooLarge, "the request body is %d bytes; this gateway accepts at most %d", len(body), limit))
 	}
 	req, err := payload.Parse(p.ep, body)
 	if err != nil {
-		code, msg := "invalid_request", err.Error()
-		if pe, ok := err.(*payload.Error); ok {
-			code, msg = pe.Code, pe.Message
-		}
-		return p.deny(400, code, msg)
+		return p.refuse(parseRefusal(err))
 	}
 	p.req = req
 	route, ok := p.snap.Model(req.Model)
 	if !ok {
-		return p.deny(404, "model_not_found", fmt.Sprintf("model %q does not exist on this gateway", req.Model))
+		return p.refuse(modelNotFound(req.Model))
 	}
 	if !route.AllowedBy(p.principal.KeyModels) || !route.AllowedBy(p.principal.TeamModels) {
-		return p.deny(403, "model_not_allowed", fmt.Sprintf("API key %s (team %s) may not use model %q", p.principal.KeyID, p.principal.Team, req.Model))
+		return p.refuse(apierr.New(403, apierr.CodeModelNotAllowed, "API key %s (team %s) may not use model %q", p.principal.KeyID, p.principal.Team, req.Model))
 	}
 	p.route = route
 	target, routing := route.Route(p.d.random())
 	if msg := p.compatibleRoute(route); msg != "" {
-		return p.deny(400, "unsupported_endpoint", fmt.Sprintf("model %q: %s", req.Model, msg))
+		return p.refuse(unsupportedEndpoint(req.Model, msg))
 	}
 
 	// Rewrite for the provider — for a fallback model only what every
@@ -232,7 +229,7 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 	}
 	resp, err := bodyReply(body, hm, rw, true)
 	if err != nil {
-		return p.deny(400, payload.CodeInvalidJSON, err.Error())
+		return p.refuse(apierr.New(400, apierr.CodeInvalidJSON, err.Error()))
 	}
 
 	if route.Fallback() {
@@ -246,7 +243,7 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 	}
 
 	if !route.Priced && p.snap.Gateway().UnpricedModels == "deny" {
-		return p.deny(403, "model_unpriced", fmt.Sprintf("model %q has no price on this gateway, and unpriced models are refused (gateway.unpriced_models: deny)", route.Name))
+		return p.refuse(apierr.New(403, apierr.CodeModelUnpriced, "model %q has no price on this gateway, and unpriced models are refused (gateway.unpriced_models: deny)", route.Name))
 	}
 	// The worst case is reserved: the prompt estimate plus the most the
 	// reply can hold, at the model's price.
@@ -269,15 +266,10 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 		InputTokens: req.InputTokens, MaxOutputTokens: maxOut, CostMicros: worst, At: p.d.Now(),
 	})
 	if err != nil {
-		if dn, ok := err.(*admission.Denial); ok {
-			resp := p.deny(dn.Status, dn.Code, dn.Message)
-			if dn.RetryAfter > 0 {
-				im := resp.GetImmediateResponse()
-				im.Headers.SetHeaders = append(im.Headers.SetHeaders, rawHeader("retry-after", strconv.FormatInt(ceilSeconds(dn.RetryAfter), 10)))
-			}
-			return resp
+		if e, ok := refusal(err); ok {
+			return p.refuse(e)
 		}
-		return p.deny(503, "admission_unavailable", "limits cannot be checked right now; retry")
+		return p.refuse(apierr.New(503, apierr.CodeAdmissionUnavailable, "limits cannot be checked right now; retry"))
 	}
 	p.grant = grant
 	p.provider, p.upstream = target.Provider.Name, target.Upstream
@@ -468,10 +460,10 @@ func usageMetadata(r ledger.Record) *structpb.Struct {
 	}}
 }
 
-// deny answers with an ImmediateResponse in the dialect of the API called.
-func (p *Processor) deny(status int, code, msg string) *extprocsvc.ProcessingResponse {
+// refuse ends the request with e, in the dialect of the API called.
+func (p *Processor) refuse(e *apierr.Error) *extprocsvc.ProcessingResponse {
 	p.state = finished
-	return denial(p.d.Metrics, p.dialect, status, code, msg)
+	return denial(p.d.Metrics, p.dialect, e)
 }
 
 // rawHeader builds a header for Envoy's ext_proc, which reads raw_value
@@ -504,8 +496,4 @@ func pathOnly(p string) string {
 		return p[:i]
 	}
 	return p
-}
-
-func ceilSeconds(d time.Duration) int64 {
-	return max(int64((d+time.Second-1)/time.Second), 1)
 }

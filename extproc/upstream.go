@@ -2,12 +2,12 @@ package extproc
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/payload"
@@ -93,11 +93,11 @@ func (u *UpstreamProcessor) requestHeaders(m *extprocsvc.ProcessingRequest, h *e
 	n, err := strconv.Atoi(headerOr(get, chain.AttemptCountHeader))
 	switch {
 	case err != nil || n < 1:
-		return u.deny(503, "fallback_misconfigured", "the fallback attempt has no "+chain.AttemptCountHeader+" header: the route must set include_request_attempt_count")
+		return u.refuse(apierr.New(503, apierr.CodeFallbackMisconfigured, "the fallback attempt has no "+chain.AttemptCountHeader+" header: the route must set include_request_attempt_count"))
 	case u.ep == llmapi.Unknown:
-		return u.deny(404, "unknown_path", fmt.Sprintf("%s is not an API Sluice can rewrite for a provider", pathOnly(u.path)))
+		return u.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API Sluice can rewrite for a provider", pathOnly(u.path)))
 	case h.GetEndOfStream():
-		return u.deny(400, payload.CodeEmptyBody, "the request has no body; send the JSON request")
+		return u.refuse(apierr.New(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request"))
 	}
 	u.attempt = n
 	u.state = awaitRequestBody
@@ -113,27 +113,23 @@ func (u *UpstreamProcessor) requestBody(b *extprocsvc.HttpBody) *extprocsvc.Proc
 	body := b.GetBody()
 	req, err := payload.Parse(u.ep, body)
 	if err != nil {
-		code, msg := "invalid_request", err.Error()
-		if pe, ok := err.(*payload.Error); ok {
-			code, msg = pe.Code, pe.Message
-		}
-		return u.deny(400, code, msg)
+		return u.refuse(parseRefusal(err))
 	}
 	route, ok := u.snap.Model(req.Model)
 	if !ok {
-		return u.deny(404, "model_not_found", fmt.Sprintf("model %q does not exist on this gateway", req.Model))
+		return u.refuse(modelNotFound(req.Model))
 	}
 	// (The routing header is not compared: the first attempt removed it
 	// from the header map every attempt shares.)
 	if !route.Fallback() {
-		return u.deny(503, "provider_not_configured", fmt.Sprintf("model %q no longer falls back over providers (the configuration changed); retry", route.Name))
+		return u.refuse(apierr.New(503, apierr.CodeProviderNotConfigured, "model %q no longer falls back over providers (the configuration changed); retry", route.Name))
 	}
 	// Attempts beyond the last provider start again from the first, as
 	// previous_priorities does once every priority has been tried.
 	t := route.Targets[(u.attempt-1)%len(route.Targets)]
 	u.provider = t.Provider.Name
 	if msg := compatible(u.ep, t.Provider); msg != "" {
-		return u.deny(400, "unsupported_endpoint", fmt.Sprintf("model %q: %s", route.Name, msg))
+		return u.refuse(unsupportedEndpoint(route.Name, msg))
 	}
 	hm, rw := u.targetRewrite(u.snap, t, req.Model)
 	if !hasSet(hm, ":path") && u.headerPath != u.path {
@@ -143,7 +139,7 @@ func (u *UpstreamProcessor) requestBody(b *extprocsvc.HttpBody) *extprocsvc.Proc
 	}
 	resp, err := bodyReply(body, hm, rw, false)
 	if err != nil {
-		return u.deny(400, payload.CodeInvalidJSON, err.Error())
+		return u.refuse(apierr.New(400, apierr.CodeInvalidJSON, err.Error()))
 	}
 	u.target = t
 	u.state = awaitResponseHeaders
@@ -170,12 +166,9 @@ func (u *UpstreamProcessor) servedBy() []*corev3.HeaderValueOption {
 	return hs
 }
 
-// deny refuses the attempt; the reply names the provider that refused, so
-// the downstream processor records it.
-func (u *UpstreamProcessor) deny(status int, code, msg string) *extprocsvc.ProcessingResponse {
+// refuse refuses the attempt with e; the reply names the provider that
+// refused, so the downstream processor records it.
+func (u *UpstreamProcessor) refuse(e *apierr.Error) *extprocsvc.ProcessingResponse {
 	u.state = finished
-	resp := denial(u.d.Metrics, u.dialect, status, code, msg)
-	im := resp.GetImmediateResponse()
-	im.Headers.SetHeaders = append(im.Headers.SetHeaders, u.servedBy()...)
-	return resp
+	return denial(u.d.Metrics, u.dialect, e, u.servedBy()...)
 }
