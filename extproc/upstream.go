@@ -10,7 +10,6 @@ import (
 	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/llmapi"
-	"github.com/sluicegw/sluice/internal/payload"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -111,14 +110,11 @@ func headerOr(get func(string) (string, bool), k string) string {
 
 func (u *UpstreamProcessor) requestBody(b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
 	body := b.GetBody()
-	req, err := payload.Parse(u.ep, body)
+	r, err := parseModel(u.snap, u.ep, body)
 	if err != nil {
-		return u.refuse(parseRefusal(err))
+		return u.refuse(err)
 	}
-	route, ok := u.snap.Model(req.Model)
-	if !ok {
-		return u.refuse(modelNotFound(req.Model))
-	}
+	req, route := r.req, r.route
 	// (The routing header is not compared: the first attempt removed it
 	// from the header map every attempt shares.)
 	if !route.Fallback() {
@@ -137,9 +133,9 @@ func (u *UpstreamProcessor) requestBody(b *extprocsvc.HttpBody) *extprocsvc.Proc
 		// needs the client's back.
 		hm.SetHeaders = append(hm.SetHeaders, rawHeader(":path", u.path))
 	}
-	resp, err := bodyReply(body, hm, rw, false)
-	if err != nil {
-		return u.refuse(apierr.New(400, apierr.CodeInvalidJSON, err.Error()))
+	resp, rerr := bodyReply(body, hm, rw, false)
+	if rerr != nil {
+		return u.refuse(apierr.New(400, apierr.CodeInvalidJSON, rerr.Error()))
 	}
 	u.target = t
 	u.state = awaitResponseHeaders
