@@ -295,18 +295,22 @@ func (p *Processor) rewrite(body []byte, r resolved, dst destination) (*extprocs
 	if r.req.Stream && (p.ep == llmapi.ChatCompletions || p.ep == llmapi.Completions) && !r.req.IncludeUsage {
 		rw.ForceIncludeUsage = true
 	}
-	resp, err := bodyReply(body, hm, rw, true)
+	resp, err := reply(body, hm, rw, true)
 	if err != nil {
-		return nil, apierr.New(400, apierr.CodeInvalidJSON, err.Error())
+		return nil, err
 	}
 	if r.route.Fallback() {
-		// For the attempts' upstream processor (chain.FallbackPathKey).
-		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
-			chain.UsageNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				chain.FallbackPathKey:             structpb.NewStringValue(p.path),
-				chain.FallbackAnthropicVersionKey: structpb.NewBoolValue(p.clientAnthropicVersion),
-			}}),
-		}}
+		resp.DynamicMetadata = handoffFrom(&p.clientRequest).Encode()
+	}
+	return resp, nil
+}
+
+// reply is bodyReply, its failure as the client's refusal; it cannot fail
+// on a body payload.Parse accepted.
+func reply(body []byte, hm *extprocsvc.HeaderMutation, rw payload.Rewrite, clearRouteCache bool) (*extprocsvc.ProcessingResponse, *apierr.Error) {
+	resp, err := bodyReply(body, hm, rw, clearRouteCache)
+	if err != nil {
+		return nil, apierr.New(400, apierr.CodeInvalidJSON, err.Error())
 	}
 	return resp, nil
 }
@@ -413,17 +417,16 @@ func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeade
 // other, the headers can only come from the provider itself, and are just
 // removed.
 func (p *Processor) servedBy(get func(string) (string, bool)) *extprocsvc.HeaderMutation {
-	by, okBy := get(chain.ServedByHeader)
-	model, okModel := get(chain.ServedModelHeader)
-	if !okBy && !okModel {
+	s, ok := decodeServedBy(get)
+	if !ok {
 		return nil
 	}
-	if p.route.Fallback() && by != "" {
-		// served-model is absent when the upstream processor refused the
-		// attempt: nothing was sent.
-		p.provider, p.upstream = by, model
+	if p.route.Fallback() && s.Provider != "" {
+		// No model when the upstream processor refused the attempt:
+		// nothing was sent.
+		p.provider, p.upstream = s.Provider, s.Model
 	}
-	return &extprocsvc.HeaderMutation{RemoveHeaders: []string{chain.ServedByHeader, chain.ServedModelHeader}}
+	return &extprocsvc.HeaderMutation{RemoveHeaders: servedByHeaders()}
 }
 
 func (p *Processor) responseBody(ctx context.Context, b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
