@@ -24,7 +24,20 @@
 // (targetRewrite) and endpoint check (compatible), which only turn what
 // the provider's kind decides (internal/provider, resolved when the
 // policy compiled: policies.Provider.Impl) into Envoy's messages; nothing
-// here switches on a provider kind.
+// here switches on a provider kind. Everything the two exchange — the client's path and
+// anthropic-version in dynamic metadata, the routing and attempt-count
+// headers, the served-by headers — is defined once, in handoff.go.
+//
+// The request body is handled in named steps, each returning a value or
+// an *apierr.Error: resolve (size, parse, model), authorize (allow-lists,
+// the weighted draw, endpoint compatibility, the unpriced-model policy),
+// rewrite (provider rewrite, routing header, include_usage, the fallback
+// handoff) and reserve (worst case, admission). Every refusal becomes an
+// ImmediateResponse in one function (denial); the packages it calls
+// refuse with the same *apierr.Error.
+// Settling applies the charging rules as a pure function (charge: status,
+// completeness and the meter's result in, the charged usage, outcome and
+// estimated flag out) before pricing, the ledger, admission and metrics.
 // docs/architecture.md describes the state machine.
 //
 // Processor and UpstreamProcessor are transport-free (ProcessingRequest in,

@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -159,12 +158,12 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 	if id := m.GetMetadataContext().GetFilterMetadata()[chain.AuthzNamespace].GetFields()["key_id"].GetStringValue(); id != "" {
 		p.principal, p.counted = p.d.Ring.ByID(id), true
 		if p.principal == nil {
-			return p.deny(401, apierr.CodeUnknownKey, "the API key ext_authz accepted is no longer known")
+			return p.refuse(apierr.New(401, apierr.CodeUnknownKey, "the API key ext_authz accepted is no longer known"))
 		}
 	} else {
 		d := p.d.Auth.Authenticate(get)
 		if !d.Allowed() {
-			return p.deny(d.Err.Status, d.Err.Code, d.Err.Message)
+			return p.refuse(d.Err)
 		}
 		p.principal = d.Principal
 	}
@@ -175,82 +174,151 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 			p.d.Metrics.requests.WithLabelValues("unknown", "passed").Inc()
 			return headersContinue(nil)
 		}
-		return p.deny(404, "unknown_path", fmt.Sprintf("%s is not an API this gateway serves; use /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses or /v1/messages", pathOnly(p.path)))
+		return p.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API this gateway serves; use /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses or /v1/messages", pathOnly(p.path)))
 	}
 	if p.method != "POST" {
-		return p.deny(405, "method_not_allowed", fmt.Sprintf("%s takes POST, got %s", pathOnly(p.path), p.method))
+		return p.refuse(apierr.New(405, apierr.CodeMethodNotAllowed, "%s takes POST, got %s", pathOnly(p.path), p.method))
 	}
 	if h.GetEndOfStream() {
-		return p.deny(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request")
+		return p.refuse(apierr.New(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request"))
 	}
 	p.state = awaitRequestBody
 	return headersContinue(nil)
 }
 
+// requestBody runs the request-body steps in order — resolve, authorize,
+// rewrite, reserve — and answers with the first refusal, or with the
+// rewrite once the request is admitted.
 func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
 	if p.state == passThrough {
 		return bodyContinue(nil)
 	}
 	body := b.GetBody()
-	if limit := p.snap.Gateway().MaxRequestBodyBytes; int64(len(body)) > limit {
-		return p.deny(413, "body_too_large", fmt.Sprintf("the request body is %d bytes; this gateway accepts at most %d", len(body), limit))
-	}
-	req, err := payload.Parse(p.ep, body)
+	r, err := p.resolve(body)
 	if err != nil {
-		code, msg := "invalid_request", err.Error()
-		if pe, ok := apierr.As(err); ok {
-			code, msg = pe.Code, pe.Message
-		}
-		return p.deny(400, code, msg)
+		return p.refuse(err)
 	}
-	p.req = req
-	route, ok := p.snap.Model(req.Model)
-	if !ok {
-		return p.deny(404, "model_not_found", fmt.Sprintf("model %q does not exist on this gateway", req.Model))
+	dst, err := p.authorize(r)
+	if err != nil {
+		return p.refuse(err)
 	}
-	if !route.AllowedBy(p.principal.KeyModels) || !route.AllowedBy(p.principal.TeamModels) {
-		return p.deny(403, "model_not_allowed", fmt.Sprintf("API key %s (team %s) may not use model %q", p.principal.KeyID, p.principal.Team, req.Model))
+	resp, err := p.rewrite(body, r, dst)
+	if err != nil {
+		return p.refuse(err)
 	}
-	p.route = route
-	target, routing := route.Route(p.d.random())
-	if msg := p.compatibleRoute(route); msg != "" {
-		return p.deny(400, "unsupported_endpoint", fmt.Sprintf("model %q: %s", req.Model, msg))
+	grant, err := p.reserve(ctx, r)
+	if err != nil {
+		return p.refuse(err)
 	}
+	p.req, p.route, p.grant = r.req, r.route, grant
+	p.provider, p.upstream = dst.target.Provider.Name, dst.target.Upstream
+	p.state = awaitResponseHeaders
+	return resp
+}
 
-	// Rewrite for the provider — for a fallback model only what every
-	// provider needs: the upstream processor rewrites each attempt for its
-	// provider (upstream.go), from the request as the client sent it.
+// resolved is a request body as the gateway reads it: the parsed request
+// and the model it names.
+type resolved struct {
+	req   payload.Request
+	route *policies.ModelRoute
+}
+
+// destination is where an authorized request goes: the target it is
+// rewritten for and metered and recorded with (for a fallback model the
+// first provider, until the response names the one that answered), and
+// the routing header's value.
+type destination struct {
+	target  policies.Target
+	routing string
+}
+
+// resolve checks the body's size, parses it and finds its model.
+func (p *Processor) resolve(body []byte) (resolved, *apierr.Error) {
+	if limit := p.snap.Gateway().MaxRequestBodyBytes; int64(len(body)) > limit {
+		return resolved{}, apierr.New(413, apierr.CodeBodyTooLarge, "the request body is %d bytes; this gateway accepts at most %d", len(body), limit)
+	}
+	return parseModel(p.snap, p.ep, body)
+}
+
+// parseModel parses body as a request to ep and finds the model it names
+// in snap (both processors: the upstream one reads the body an attempt
+// carries).
+func parseModel(snap *policies.Snapshot, ep llmapi.Endpoint, body []byte) (resolved, *apierr.Error) {
+	req, err := payload.Parse(ep, body)
+	if err != nil {
+		return resolved{}, parseRefusal(err)
+	}
+	route, ok := snap.Model(req.Model)
+	if !ok {
+		return resolved{}, modelNotFound(req.Model)
+	}
+	return resolved{req: req, route: route}, nil
+}
+
+// authorize decides whether the caller may send r, and where it goes: the
+// key's and the team's allow-lists, the draw of a weighted model's
+// provider, the endpoint against the providers that may serve it
+// (compatibleRoute), and the gateway's policy for unpriced models.
+func (p *Processor) authorize(r resolved) (destination, *apierr.Error) {
+	route := r.route
+	if !route.AllowedBy(p.principal.KeyModels) || !route.AllowedBy(p.principal.TeamModels) {
+		return destination{}, apierr.New(403, apierr.CodeModelNotAllowed, "API key %s (team %s) may not use model %q", p.principal.KeyID, p.principal.Team, r.req.Model)
+	}
+	var dst destination
+	dst.target, dst.routing = route.Route(p.d.random())
+	if msg := p.compatibleRoute(route); msg != "" {
+		return destination{}, unsupportedEndpoint(r.req.Model, msg)
+	}
+	if !route.Priced && p.snap.Gateway().UnpricedModels == "deny" {
+		return destination{}, apierr.New(403, apierr.CodeModelUnpriced, "model %q has no price on this gateway, and unpriced models are refused (gateway.unpriced_models: deny)", route.Name)
+	}
+	return dst, nil
+}
+
+// rewrite is the request-body reply that sends r to dst: the provider
+// rewrite (targetRewrite) — for a fallback model only what every provider
+// needs, since the upstream processor rewrites each attempt for its
+// provider (upstream.go) from the request as the client sent it — the
+// routing header, include_usage forced on a streaming chat or completions
+// request (so the provider reports usage in the stream), clear_route_cache,
+// and for a fallback model the handoff to the attempts in dynamic metadata.
+func (p *Processor) rewrite(body []byte, r resolved, dst destination) (*extprocsvc.ProcessingResponse, *apierr.Error) {
 	var hm *extprocsvc.HeaderMutation
 	var rw payload.Rewrite
-	if route.Fallback() {
+	if r.route.Fallback() {
 		hm = clientCredentialsRemoved()
 	} else {
-		hm, rw = p.targetRewrite(p.snap, target, req.Model)
+		hm, rw = p.targetRewrite(p.snap, dst.target, r.req.Model)
 	}
-	hm.SetHeaders = append(hm.SetHeaders, rawHeader(chain.RoutingHeader, routing))
-	if req.Stream && (p.ep == llmapi.ChatCompletions || p.ep == llmapi.Completions) && !req.IncludeUsage {
-		rw.ForceIncludeUsage = true // so the provider reports usage in the stream
+	hm.SetHeaders = append(hm.SetHeaders, rawHeader(chain.RoutingHeader, dst.routing))
+	if r.req.Stream && (p.ep == llmapi.ChatCompletions || p.ep == llmapi.Completions) && !r.req.IncludeUsage {
+		rw.ForceIncludeUsage = true
 	}
-	resp, err := bodyReply(body, hm, rw, true)
+	resp, err := reply(body, hm, rw, true)
 	if err != nil {
-		return p.deny(400, apierr.CodeInvalidJSON, err.Error())
+		return nil, err
 	}
+	if r.route.Fallback() {
+		resp.DynamicMetadata = handoffFrom(&p.clientRequest).Encode()
+	}
+	return resp, nil
+}
 
-	if route.Fallback() {
-		// For the attempts' upstream processor (chain.FallbackPathKey).
-		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
-			chain.UsageNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				chain.FallbackPathKey:             structpb.NewStringValue(p.path),
-				chain.FallbackAnthropicVersionKey: structpb.NewBoolValue(p.clientAnthropicVersion),
-			}}),
-		}}
+// reply is bodyReply, its failure as the client's refusal; it cannot fail
+// on a body payload.Parse accepted.
+func reply(body []byte, hm *extprocsvc.HeaderMutation, rw payload.Rewrite, clearRouteCache bool) (*extprocsvc.ProcessingResponse, *apierr.Error) {
+	resp, err := bodyReply(body, hm, rw, clearRouteCache)
+	if err != nil {
+		return nil, apierr.New(400, apierr.CodeInvalidJSON, err.Error())
 	}
+	return resp, nil
+}
 
-	if !route.Priced && p.snap.Gateway().UnpricedModels == "deny" {
-		return p.deny(403, "model_unpriced", fmt.Sprintf("model %q has no price on this gateway, and unpriced models are refused (gateway.unpriced_models: deny)", route.Name))
-	}
-	// The worst case is reserved: the prompt estimate plus the most the
-	// reply can hold, at the model's price.
+// reserve admits r against every limit and budget covering the caller,
+// reserving the worst case: the prompt estimate plus the most the reply
+// can hold, at the model's price.
+func (p *Processor) reserve(ctx context.Context, r resolved) (admission.Grant, *apierr.Error) {
+	req, route := r.req, r.route
 	maxOut := req.MaxOutputTokens
 	switch {
 	case p.ep == llmapi.Embeddings:
@@ -270,20 +338,12 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 		InputTokens: req.InputTokens, MaxOutputTokens: maxOut, CostMicros: worst, At: p.d.Now(),
 	})
 	if err != nil {
-		if dn, ok := apierr.As(err); ok {
-			resp := p.deny(dn.Status, dn.Code, dn.Message)
-			if dn.RetryAfter > 0 {
-				im := resp.GetImmediateResponse()
-				im.Headers.SetHeaders = append(im.Headers.SetHeaders, rawHeader("retry-after", strconv.FormatInt(ceilSeconds(dn.RetryAfter), 10)))
-			}
-			return resp
+		if e, ok := apierr.As(err); ok {
+			return admission.Grant{}, e
 		}
-		return p.deny(503, "admission_unavailable", "limits cannot be checked right now; retry")
+		return admission.Grant{}, apierr.New(503, apierr.CodeAdmissionUnavailable, "limits cannot be checked right now; retry")
 	}
-	p.grant = grant
-	p.provider, p.upstream = target.Provider.Name, target.Upstream
-	p.state = awaitResponseHeaders
-	return resp
+	return grant, nil
 }
 
 // compatibleRoute says why the endpoint cannot go to the model's
@@ -348,17 +408,16 @@ func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeade
 // other, the headers can only come from the provider itself, and are just
 // removed.
 func (p *Processor) servedBy(get func(string) (string, bool)) *extprocsvc.HeaderMutation {
-	by, okBy := get(chain.ServedByHeader)
-	model, okModel := get(chain.ServedModelHeader)
-	if !okBy && !okModel {
+	s, ok := decodeServedBy(get)
+	if !ok {
 		return nil
 	}
-	if p.route.Fallback() && by != "" {
-		// served-model is absent when the upstream processor refused the
-		// attempt: nothing was sent.
-		p.provider, p.upstream = by, model
+	if p.route.Fallback() && s.Provider != "" {
+		// No model when the upstream processor refused the attempt:
+		// nothing was sent.
+		p.provider, p.upstream = s.Provider, s.Model
 	}
-	return &extprocsvc.HeaderMutation{RemoveHeaders: []string{chain.ServedByHeader, chain.ServedModelHeader}}
+	return &extprocsvc.HeaderMutation{RemoveHeaders: servedByHeaders()}
 }
 
 func (p *Processor) responseBody(ctx context.Context, b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
@@ -378,9 +437,9 @@ func (p *Processor) responseBody(ctx context.Context, b *extprocsvc.HttpBody) *e
 	return resp
 }
 
-// settle closes the meter, prices the usage, makes the spend record
-// durable and releases the admission; it returns the dynamic metadata for
-// the final reply.
+// settle closes the meter, charges the request (charge), prices the
+// charge, makes the spend record durable and releases the admission; it
+// returns the dynamic metadata for the final reply.
 func (p *Processor) settle(ctx context.Context, complete bool) *structpb.Struct {
 	if p.ended {
 		return nil
@@ -391,51 +450,46 @@ func (p *Processor) settle(ctx context.Context, complete bool) *structpb.Struct 
 	if p.meter != nil {
 		res = p.meter.Close(complete, p.req.InputTokens)
 	} else {
-		// Cut before response headers: the provider may have billed the
-		// input; charge the estimate.
-		res = usage.Result{Usage: usage.Usage{InputTokens: p.req.InputTokens}, Estimated: true}
+		res = unmetered(p.req.InputTokens) // cut before response headers
 	}
-	outcome := "ok"
-	u := res.Usage
-	ok2xx := p.status >= 200 && p.status < 300
-	switch {
-	case !complete:
-		outcome = "cancelled"
-	case !ok2xx:
-		outcome = "upstream_error"
-		if !res.Reported {
-			u = usage.Usage{} // no charge unless the provider reports usage
-		}
-	case res.Unparsed:
-		outcome = "unparsed"
-		if !res.Reported {
-			u = usage.Usage{InputTokens: p.req.InputTokens} // never a silent zero
-			res.Estimated = true
-		}
+	c := charge(p.status, complete, res, p.req.InputTokens)
+	if c.Outcome == outcomeUnparsed {
 		p.d.Metrics.unparsed.WithLabelValues(p.ep.String()).Inc()
 	}
-	var cost int64
-	if p.route.Priced {
-		cost = p.route.Price.CostMicros(u.InputTokens, u.CachedInputTokens, u.OutputTokens)
-	} else {
-		p.d.Metrics.unpriced.WithLabelValues(p.route.Name).Inc()
-	}
+	cost := p.price(c.Usage)
 	now := p.d.Now()
-	rec := ledger.Record{
-		RequestID: p.requestID, KeyID: p.principal.KeyID, Team: p.principal.Team, Org: p.principal.Org,
-		Endpoint: p.ep.String(), Model: p.route.Name, Provider: p.provider, UpstreamModel: p.upstream,
-		InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens, CacheCreationTokens: u.CacheCreationTokens,
-		OutputTokens: u.OutputTokens, ReasoningTokens: u.ReasoningTokens,
-		CostMicros: cost, Priced: p.route.Priced, Status: p.status, Outcome: outcome,
-		Estimated: res.Estimated, Stream: p.req.Stream, StartedAt: p.start, FinishedAt: now, TTFT: p.ttft,
-	}
+	rec := p.record(c, cost, now)
 	if err := p.d.Ledger.Append(context.WithoutCancel(ctx), rec); err != nil {
 		p.d.Metrics.ledgerErrors.Inc()
 		p.d.Log.Error("spend record not written", "request_id", p.requestID, "key_id", p.principal.KeyID, "err", err)
 	}
-	p.d.Admitter.Settle(ctx, p.grant, admission.Actual{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostMicros: cost, At: now})
+	p.d.Admitter.Settle(ctx, p.grant, admission.Actual{InputTokens: c.Usage.InputTokens, OutputTokens: c.Usage.OutputTokens, CostMicros: cost, At: now})
 	p.d.Metrics.observe(rec)
 	return usageMetadata(rec)
+}
+
+// price is what u costs at the model's price in micro-dollars, rounded
+// up; an unpriced model's request costs 0 and is counted.
+func (p *Processor) price(u usage.Usage) int64 {
+	if !p.route.Priced {
+		p.d.Metrics.unpriced.WithLabelValues(p.route.Name).Inc()
+		return 0
+	}
+	return p.route.Price.CostMicros(u.InputTokens, u.CachedInputTokens, u.OutputTokens)
+}
+
+// record is the spend record of the request charged c, costing cost,
+// finished at now.
+func (p *Processor) record(c charged, cost int64, now time.Time) ledger.Record {
+	u := c.Usage
+	return ledger.Record{
+		RequestID: p.requestID, KeyID: p.principal.KeyID, Team: p.principal.Team, Org: p.principal.Org,
+		Endpoint: p.ep.String(), Model: p.route.Name, Provider: p.provider, UpstreamModel: p.upstream,
+		InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens, CacheCreationTokens: u.CacheCreationTokens,
+		OutputTokens: u.OutputTokens, ReasoningTokens: u.ReasoningTokens,
+		CostMicros: cost, Priced: p.route.Priced, Status: p.status, Outcome: c.Outcome,
+		Estimated: c.Estimated, Stream: p.req.Stream, StartedAt: p.start, FinishedAt: now, TTFT: p.ttft,
+	}
 }
 
 // usageMetadata is the final reply's dynamic metadata: namespace "sluice"
@@ -461,10 +515,10 @@ func usageMetadata(r ledger.Record) *structpb.Struct {
 	}}
 }
 
-// deny answers with an ImmediateResponse in the dialect of the API called.
-func (p *Processor) deny(status int, code, msg string) *extprocsvc.ProcessingResponse {
+// refuse ends the request with e, in the dialect of the API called.
+func (p *Processor) refuse(e *apierr.Error) *extprocsvc.ProcessingResponse {
 	p.state = finished
-	return denial(p.d.Metrics, p.dialect, status, code, msg)
+	return denial(p.d.Metrics, p.dialect, e)
 }
 
 // rawHeader builds a header for Envoy's ext_proc, which reads raw_value
@@ -497,8 +551,4 @@ func pathOnly(p string) string {
 		return p[:i]
 	}
 	return p
-}
-
-func ceilSeconds(d time.Duration) int64 {
-	return max(int64((d+time.Second-1)/time.Second), 1)
 }

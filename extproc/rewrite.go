@@ -3,11 +3,8 @@ package extproc
 import (
 	"strconv"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
-	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/payload"
@@ -93,18 +90,6 @@ func bodyReply(body []byte, hm *extprocsvc.HeaderMutation, rw payload.Rewrite, c
 		hm.SetHeaders = append(hm.SetHeaders, rawHeader("content-length", strconv.Itoa(len(newBody))))
 	}
 	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestBody{RequestBody: &extprocsvc.BodyResponse{Response: cr}}}, nil
-}
-
-// denial is an ImmediateResponse in the dialect of the API called, counted
-// by code.
-func denial(m *Metrics, dialect llmapi.Dialect, status int, code, msg string) *extprocsvc.ProcessingResponse {
-	m.denials.WithLabelValues(code).Inc()
-	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocsvc.ImmediateResponse{
-		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
-		Headers: &extprocsvc.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{rawHeader("content-type", "application/json")}},
-		Body:    apierr.Body(dialect, &apierr.Error{Status: status, Code: code, Message: msg}),
-		Details: "sluice_" + code,
-	}}}
 }
 
 // continueReply answers m, whatever its type, with "continue" and no

@@ -2,16 +2,12 @@ package extproc
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/llmapi"
-	"github.com/sluicegw/sluice/internal/payload"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -48,9 +44,10 @@ type UpstreamProcessor struct {
 	state      state
 	attempt    int    // from chain.AttemptCountHeader, 1 for the first
 	headerPath string // :path as this attempt found it
+	// clientRequest is the request as the client sent it, built from the
+	// handoff the downstream processor left.
 	clientRequest
-	provider string          // known once the model is
-	target   policies.Target // set once the body is rewritten
+	served servedBy // the provider once the model is known; sent once rewritten
 }
 
 // NewUpstreamProcessor returns a processor for one attempt.
@@ -82,59 +79,40 @@ func (u *UpstreamProcessor) Cancel(context.Context) {}
 
 func (u *UpstreamProcessor) requestHeaders(m *extprocsvc.ProcessingRequest, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
 	get := headerGetter(h.GetHeaders())
-	u.note(get)
-	u.headerPath = u.path
-	// The client's request, as the downstream processor saw it.
-	md := m.GetMetadataContext().GetFilterMetadata()[chain.UsageNamespace].GetFields()
-	if p := md[chain.FallbackPathKey].GetStringValue(); p != "" {
-		u.path = p
-		u.ep, u.dialect = llmapi.EndpointFor(p), llmapi.DialectFor(p)
-		u.clientAnthropicVersion = md[chain.FallbackAnthropicVersionKey].GetBoolValue()
-	}
-	n, err := strconv.Atoi(headerOr(get, chain.AttemptCountHeader))
+	u.headerPath, _ = get(":path")
+	u.clientRequest = decodeHandoff(m.GetMetadataContext()).request(get)
+	n, numbered := attemptNumber(get)
 	switch {
-	case err != nil || n < 1:
-		return u.deny(503, "fallback_misconfigured", "the fallback attempt has no "+chain.AttemptCountHeader+" header: the route must set include_request_attempt_count")
+	case !numbered:
+		return u.refuse(apierr.New(503, apierr.CodeFallbackMisconfigured, "the fallback attempt has no "+chain.AttemptCountHeader+" header: the route must set include_request_attempt_count"))
 	case u.ep == llmapi.Unknown:
-		return u.deny(404, "unknown_path", fmt.Sprintf("%s is not an API Sluice can rewrite for a provider", pathOnly(u.path)))
+		return u.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API Sluice can rewrite for a provider", pathOnly(u.path)))
 	case h.GetEndOfStream():
-		return u.deny(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request")
+		return u.refuse(apierr.New(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request"))
 	}
 	u.attempt = n
 	u.state = awaitRequestBody
-	return headersContinue(&extprocsvc.HeaderMutation{RemoveHeaders: []string{chain.RoutingHeader, chain.AttemptCountHeader}})
-}
-
-func headerOr(get func(string) (string, bool), k string) string {
-	v, _ := get(k)
-	return v
+	return headersContinue(&extprocsvc.HeaderMutation{RemoveHeaders: attemptHeaders()})
 }
 
 func (u *UpstreamProcessor) requestBody(b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
 	body := b.GetBody()
-	req, err := payload.Parse(u.ep, body)
+	r, err := parseModel(u.snap, u.ep, body)
 	if err != nil {
-		code, msg := "invalid_request", err.Error()
-		if pe, ok := apierr.As(err); ok {
-			code, msg = pe.Code, pe.Message
-		}
-		return u.deny(400, code, msg)
+		return u.refuse(err)
 	}
-	route, ok := u.snap.Model(req.Model)
-	if !ok {
-		return u.deny(404, "model_not_found", fmt.Sprintf("model %q does not exist on this gateway", req.Model))
-	}
+	req, route := r.req, r.route
 	// (The routing header is not compared: the first attempt removed it
 	// from the header map every attempt shares.)
 	if !route.Fallback() {
-		return u.deny(503, "provider_not_configured", fmt.Sprintf("model %q no longer falls back over providers (the configuration changed); retry", route.Name))
+		return u.refuse(apierr.New(503, apierr.CodeProviderNotConfigured, "model %q no longer falls back over providers (the configuration changed); retry", route.Name))
 	}
 	// Attempts beyond the last provider start again from the first, as
 	// previous_priorities does once every priority has been tried.
 	t := route.Targets[(u.attempt-1)%len(route.Targets)]
-	u.provider = t.Provider.Name
+	u.served.Provider = t.Provider.Name
 	if msg := compatible(u.ep, t.Provider); msg != "" {
-		return u.deny(400, "unsupported_endpoint", fmt.Sprintf("model %q: %s", route.Name, msg))
+		return u.refuse(unsupportedEndpoint(route.Name, msg))
 	}
 	hm, rw := u.targetRewrite(u.snap, t, req.Model)
 	if !hasSet(hm, ":path") && u.headerPath != u.path {
@@ -142,41 +120,24 @@ func (u *UpstreamProcessor) requestBody(b *extprocsvc.HttpBody) *extprocsvc.Proc
 		// needs the client's back.
 		hm.SetHeaders = append(hm.SetHeaders, rawHeader(":path", u.path))
 	}
-	resp, err := bodyReply(body, hm, rw, false)
+	resp, err := reply(body, hm, rw, false)
 	if err != nil {
-		return u.deny(400, apierr.CodeInvalidJSON, err.Error())
+		return u.refuse(err)
 	}
-	u.target = t
+	u.served.Sent, u.served.Model = true, t.Upstream
 	u.state = awaitResponseHeaders
-	u.d.Metrics.upstreamAttempts.WithLabelValues(u.provider).Inc()
+	u.d.Metrics.upstreamAttempts.WithLabelValues(u.served.Provider).Inc()
 	return resp
 }
 
 func (u *UpstreamProcessor) responseHeaders() *extprocsvc.ProcessingResponse {
 	u.state = finished
-	hm := &extprocsvc.HeaderMutation{SetHeaders: u.servedBy()}
-	return headersResponse(hm)
+	return headersResponse(&extprocsvc.HeaderMutation{SetHeaders: u.served.headers()})
 }
 
-// servedBy is the served-by header, and the served-model header once the
-// target is known.
-func (u *UpstreamProcessor) servedBy() []*corev3.HeaderValueOption {
-	if u.provider == "" {
-		return nil
-	}
-	hs := []*corev3.HeaderValueOption{rawHeader(chain.ServedByHeader, u.provider)}
-	if u.target.Provider != nil {
-		hs = append(hs, rawHeader(chain.ServedModelHeader, u.target.Upstream))
-	}
-	return hs
-}
-
-// deny refuses the attempt; the reply names the provider that refused, so
-// the downstream processor records it.
-func (u *UpstreamProcessor) deny(status int, code, msg string) *extprocsvc.ProcessingResponse {
+// refuse refuses the attempt with e; the reply names the provider that
+// refused, so the downstream processor records it.
+func (u *UpstreamProcessor) refuse(e *apierr.Error) *extprocsvc.ProcessingResponse {
 	u.state = finished
-	resp := denial(u.d.Metrics, u.dialect, status, code, msg)
-	im := resp.GetImmediateResponse()
-	im.Headers.SetHeaders = append(im.Headers.SetHeaders, u.servedBy()...)
-	return resp
+	return denial(u.d.Metrics, u.dialect, e, u.served.headers()...)
 }

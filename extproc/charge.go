@@ -1,0 +1,62 @@
+package extproc
+
+import "github.com/sluicegw/sluice/internal/usage"
+
+// Outcomes of a settled request: the ledger record's Outcome, the usage
+// metadata's "outcome" and the outcome label of
+// sluice_extproc_requests_total.
+const (
+	outcomeOK            = "ok"
+	outcomeUpstreamError = "upstream_error"
+	outcomeUnparsed      = "unparsed"
+	outcomeCancelled     = "cancelled"
+)
+
+// charged is what a request is charged for, and why.
+type charged struct {
+	Usage     usage.Usage
+	Outcome   string
+	Estimated bool // Usage is Sluice's count, not the provider's
+}
+
+// charge applies the charging rules (docs/architecture.md, "Settling") to
+// what the meter measured: status is the response's HTTP status, complete
+// whether the final chunk arrived, res the meter's result and
+// inputEstimate the tokenizer's count of the prompt.
+//
+//   - a stream cut short is charged what was delivered (cancelled), whatever
+//     the status;
+//   - a non-2xx is charged nothing unless the provider reported usage
+//     (upstream_error);
+//   - a 2xx body that cannot be read is charged what the provider
+//     reported, else the input estimate — never a silent zero (unparsed);
+//   - any other 2xx is charged what the provider reported, or the
+//     tokenizer's count when it reported nothing (ok; res.Estimated).
+//
+// It is pure: pricing, the ledger, admission and metrics are settle's.
+func charge(status int, complete bool, res usage.Result, inputEstimate int64) charged {
+	c := charged{Usage: res.Usage, Outcome: outcomeOK, Estimated: res.Estimated}
+	switch {
+	case !complete:
+		c.Outcome = outcomeCancelled
+	case status < 200 || status >= 300:
+		c.Outcome = outcomeUpstreamError
+		if !res.Reported {
+			c.Usage = usage.Usage{}
+		}
+	case res.Unparsed:
+		c.Outcome = outcomeUnparsed
+		if !res.Reported {
+			c.Usage = usage.Usage{InputTokens: inputEstimate}
+			c.Estimated = true
+		}
+	}
+	return c
+}
+
+// unmetered is the result of a request cut before its response headers,
+// when there is no meter: the provider may have billed the input, so it
+// is the input estimate.
+func unmetered(inputEstimate int64) usage.Result {
+	return usage.Result{Usage: usage.Usage{InputTokens: inputEstimate}, Estimated: true}
+}

@@ -1,0 +1,134 @@
+package extproc
+
+import (
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/llmapi"
+)
+
+// The fallback handoff: everything a fallback request's two processors
+// tell each other, in one place (internal/chain names the wire).
+//
+// Downstream processor → each attempt's upstream processor:
+//   - handoff, in the request-body reply's dynamic metadata (namespace
+//     chain.UsageNamespace): the request as the client sent it, since the
+//     header map is shared by every attempt and may carry the previous
+//     attempt's rewrite;
+//   - chain.RoutingHeader (set downstream to route to the model's aggregate
+//     cluster) and chain.AttemptCountHeader (set by Envoy, numbering the
+//     attempt: attemptNumber), both removed by the attempt
+//     (attemptHeaders) so no provider sees them.
+//
+// Upstream processor → downstream processor: servedBy, in response
+// headers, which the downstream processor reads and removes.
+
+// handoff is the part of the client's request an attempt cannot read from
+// its own headers.
+type handoff struct {
+	// Path is the :path the client sent, query included
+	// (chain.FallbackPathKey).
+	Path string
+	// ClientAnthropicVersion: the client sent anthropic-version itself
+	// (chain.FallbackAnthropicVersionKey).
+	ClientAnthropicVersion bool
+}
+
+// handoffFrom is the handoff of the client's request c.
+func handoffFrom(c *clientRequest) handoff {
+	return handoff{Path: c.path, ClientAnthropicVersion: c.clientAnthropicVersion}
+}
+
+// Encode is h as the dynamic metadata of the downstream processor's
+// request-body reply.
+func (h handoff) Encode() *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		chain.UsageNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			chain.FallbackPathKey:             structpb.NewStringValue(h.Path),
+			chain.FallbackAnthropicVersionKey: structpb.NewBoolValue(h.ClientAnthropicVersion),
+		}}),
+	}}
+}
+
+// decodeHandoff reads the handoff from the metadata context of an
+// attempt's request headers; it is zero when there is none.
+func decodeHandoff(md *corev3.Metadata) handoff {
+	f := md.GetFilterMetadata()[chain.UsageNamespace].GetFields()
+	return handoff{
+		Path:                   f[chain.FallbackPathKey].GetStringValue(),
+		ClientAnthropicVersion: f[chain.FallbackAnthropicVersionKey].GetBoolValue(),
+	}
+}
+
+// request is the client's request as an attempt rewrites it: what the
+// attempt's headers (get) say, with h's path — and so endpoint and error
+// dialect — and anthropic-version when the handoff carries a path.
+func (h handoff) request(get func(string) (string, bool)) clientRequest {
+	var c clientRequest
+	c.note(get)
+	if h.Path != "" {
+		c.path = h.Path
+		c.ep, c.dialect = llmapi.EndpointFor(h.Path), llmapi.DialectFor(h.Path)
+		c.clientAnthropicVersion = h.ClientAnthropicVersion
+	}
+	return c
+}
+
+// attemptNumber is the attempt's number, from 1, or ok false when the
+// attempt is not numbered (the route lacks include_request_attempt_count).
+func attemptNumber(get func(string) (string, bool)) (n int, ok bool) {
+	v, _ := get(chain.AttemptCountHeader)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, false
+	}
+	return n, true
+}
+
+// attemptHeaders are the request headers of the handoff, removed by the
+// attempt before the request reaches its provider.
+func attemptHeaders() []string {
+	return []string{chain.RoutingHeader, chain.AttemptCountHeader}
+}
+
+// servedBy is who answered an attempt.
+type servedBy struct {
+	// Provider is the attempt's provider (chain.ServedByHeader); "" until
+	// the upstream processor knows the model.
+	Provider string
+	// Sent: the attempt was rewritten and sent, to Model, the upstream
+	// model name (chain.ServedModelHeader). False when the upstream
+	// processor refused the attempt.
+	Sent  bool
+	Model string
+}
+
+// headers are s as response headers: none without a provider, the
+// served-model header only when the attempt was sent.
+func (s servedBy) headers() []*corev3.HeaderValueOption {
+	if s.Provider == "" {
+		return nil
+	}
+	hs := []*corev3.HeaderValueOption{rawHeader(chain.ServedByHeader, s.Provider)}
+	if s.Sent {
+		hs = append(hs, rawHeader(chain.ServedModelHeader, s.Model))
+	}
+	return hs
+}
+
+// decodeServedBy reads s from response headers; ok false when neither
+// header is there.
+func decodeServedBy(get func(string) (string, bool)) (s servedBy, ok bool) {
+	by, okBy := get(chain.ServedByHeader)
+	model, okModel := get(chain.ServedModelHeader)
+	return servedBy{Provider: by, Sent: okModel, Model: model}, okBy || okModel
+}
+
+// servedByHeaders are the response headers of the handoff, removed by the
+// downstream processor before the response reaches the client.
+func servedByHeaders() []string {
+	return []string{chain.ServedByHeader, chain.ServedModelHeader}
+}
