@@ -66,8 +66,17 @@ func TestHandoffRoundTrip(t *testing.T) {
 	}
 }
 
-// TestHandoffWire: the metadata keys are chain's, as the upstream
-// processor's tests (fallbackMeta) and deployed Sluice replicas read them.
+// fallbackMeta is the handoff metadata as Envoy delivers it to an
+// attempt's stream, written out key by key.
+func fallbackMeta(path string, clientAnthropicVersion bool) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{chain.UsageNamespace: {Fields: map[string]*structpb.Value{
+		chain.FallbackPathKey:             structpb.NewStringValue(path),
+		chain.FallbackAnthropicVersionKey: structpb.NewBoolValue(clientAnthropicVersion),
+	}}}}
+}
+
+// TestHandoffWire: the metadata keys are chain's, as deployed Sluice
+// replicas and the golden fallback exchanges read them.
 func TestHandoffWire(t *testing.T) {
 	got := delivered(handoff{Path: "/v1/messages?beta=true", ClientAnthropicVersion: true}.Encode())
 	if diff := cmp.Diff(fallbackMeta("/v1/messages?beta=true", true), got, protocmp.Transform()); diff != "" {

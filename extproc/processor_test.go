@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +21,6 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/limits"
-	"github.com/sluicegw/sluice/internal/provider"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -147,220 +145,23 @@ func setHeaders(hm *extprocsvc.HeaderMutation) map[string]string {
 	return m
 }
 
-func TestRequestPhase(t *testing.T) {
-	tests := []struct {
-		name       string
-		path, body string
-		extra      []string
-		md         bool // ext_authz metadata present
-		wantStatus int  // 0: continue
-		wantCode   string
-		check      func(t *testing.T, r *extprocsvc.BodyResponse)
-	}{
-		{name: "alias: routed, upstream model rewritten, provider credential, content-length fixed", path: "/v1/chat/completions",
-			body: `{"model":"mini","messages":[{"role":"user","content":"hi"}]}`, md: true,
-			check: func(t *testing.T, r *extprocsvc.BodyResponse) {
-				cr := r.GetResponse()
-				h := setHeaders(cr.GetHeaderMutation())
-				if h[chain.RoutingHeader] != "openai" || h["authorization"] != "Bearer sk-upstream" {
-					t.Errorf("headers %v", h)
-				}
-				body := string(cr.GetBodyMutation().GetBody())
-				if !strings.Contains(body, `"model":"gpt-4o-mini-2024-07-18"`) || h["content-length"] != fmt.Sprint(len(body)) {
-					t.Errorf("body %s content-length %s", body, h["content-length"])
-				}
-				if !cr.GetClearRouteCache() {
-					t.Error("clear_route_cache not set")
-				}
-				if strings.Join(cr.GetHeaderMutation().GetRemoveHeaders(), ",") != "x-api-key,api-key" {
-					t.Errorf("removed %v", cr.GetHeaderMutation().GetRemoveHeaders())
-				}
-			}},
-		{name: "streaming chat: include_usage forced", path: "/v1/chat/completions", md: true,
-			body: `{"model":"gpt-4o-mini","stream":true,"messages":[]}`,
-			check: func(t *testing.T, r *extprocsvc.BodyResponse) {
-				if b := string(r.GetResponse().GetBodyMutation().GetBody()); !strings.Contains(b, `"include_usage":true`) {
-					t.Errorf("body %s", b)
-				}
-			}},
-		{name: "unchanged body: no body mutation", path: "/v1/chat/completions", md: true,
-			body: `{"model":"plain","messages":[]}`,
-			check: func(t *testing.T, r *extprocsvc.BodyResponse) {
-				if r.GetResponse().GetBodyMutation() != nil {
-					t.Error("body mutated though nothing changed")
-				}
-			}},
-		{name: "anthropic: x-api-key, anthropic-version default, base path prefix", path: "/v1/messages", md: true,
-			body: `{"model":"sonnet","max_tokens":10,"messages":[]}`,
-			check: func(t *testing.T, r *extprocsvc.BodyResponse) {
-				h := setHeaders(r.GetResponse().GetHeaderMutation())
-				if h["x-api-key"] != "sk-ant" || h["anthropic-version"] != provider.DefaultAnthropicVersion || h[":path"] != "/prefix/v1/messages" {
-					t.Errorf("headers %v", h)
-				}
-			}},
-		{name: "anthropic: the client's anthropic-version is kept", path: "/v1/messages", md: true, extra: []string{"anthropic-version", "2024-01-01"},
-			body: `{"model":"sonnet","max_tokens":10,"messages":[]}`,
-			check: func(t *testing.T, r *extprocsvc.BodyResponse) {
-				if _, ok := setHeaders(r.GetResponse().GetHeaderMutation())["anthropic-version"]; ok {
-					t.Error("anthropic-version overwritten")
-				}
-			}},
-		{name: "azure: deployment path, api-version, api-key, model dropped", path: "/v1/chat/completions", md: true,
-			body: `{"model":"az-4o","messages":[]}`,
-			check: func(t *testing.T, r *extprocsvc.BodyResponse) {
-				h := setHeaders(r.GetResponse().GetHeaderMutation())
-				if h[":path"] != "/openai/deployments/dep1/chat/completions?api-version=2024-10-21" || h["api-key"] != "azkey" {
-					t.Errorf("headers %v", h)
-				}
-				if b := string(r.GetResponse().GetBodyMutation().GetBody()); strings.Contains(b, "model") {
-					t.Errorf("model kept for Azure: %s", b)
-				}
-			}},
-		{name: "model not allowed", path: "/v1/chat/completions", md: true, body: `{"model":"gpt-4o","messages":[]}`, wantStatus: 403, wantCode: "model_not_allowed"},
-		{name: "unknown model", path: "/v1/chat/completions", md: true, body: `{"model":"nope","messages":[]}`, wantStatus: 404, wantCode: "model_not_found"},
-		{name: "anthropic model on the OpenAI API", path: "/v1/chat/completions", md: true, body: `{"model":"sonnet","messages":[]}`, wantStatus: 400, wantCode: "unsupported_endpoint"},
-		{name: "malformed JSON", path: "/v1/chat/completions", md: true, body: `{"model":`, wantStatus: 400, wantCode: "invalid_json"},
-		{name: "wrong type", path: "/v1/chat/completions", md: true, body: `{"model":5}`, wantStatus: 400, wantCode: "invalid_model"},
-		{name: "empty JSON object", path: "/v1/chat/completions", md: true, body: `{}`, wantStatus: 400, wantCode: "missing_model"},
-		{name: "no ext_authz metadata: authenticated from headers", path: "/v1/chat/completions", extra: []string{"authorization", "Bearer " + testKey},
-			body: `{"model":"gpt-4o-mini","messages":[]}`},
-		{name: "no ext_authz metadata and no key: 401", path: "/v1/chat/completions", body: `{}`, wantStatus: 401, wantCode: "missing_credential"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			d, _ := newDeps(t)
-			p := NewProcessor(d)
-			var md *corev3.Metadata
-			if tc.md {
-				md = authzMeta("config:k")
-			}
-			ctx := context.Background()
-			r := p.Handle(ctx, reqHeaders(tc.path, false, md, tc.extra...))
-			if im := r.GetImmediateResponse(); im != nil {
-				if int(im.GetStatus().GetCode()) != tc.wantStatus || !strings.Contains(string(im.GetBody()), `"`+tc.wantCode+`"`) {
-					t.Fatalf("headers: immediate %d %s, want %d %s", im.GetStatus().GetCode(), im.GetBody(), tc.wantStatus, tc.wantCode)
-				}
-				return
-			}
-			r = p.Handle(ctx, reqBody(tc.body))
-			im := r.GetImmediateResponse()
-			switch {
-			case tc.wantStatus == 0 && im != nil:
-				t.Fatalf("unexpected immediate response %d %s", im.GetStatus().GetCode(), im.GetBody())
-			case tc.wantStatus != 0:
-				if im == nil || int(im.GetStatus().GetCode()) != tc.wantStatus || !strings.Contains(string(im.GetBody()), `"code":"`+tc.wantCode+`"`) {
-					t.Fatalf("got %v, want %d %s", r, tc.wantStatus, tc.wantCode)
-				}
-				return
-			}
-			if tc.check != nil {
-				tc.check(t, r.GetRequestBody())
-			}
-		})
-	}
-}
-
-func TestUnknownPathAndMethod(t *testing.T) {
-	d, _ := newDeps(t)
-	r := NewProcessor(d).Handle(context.Background(), reqHeaders("/v1/models", true, authzMeta("config:k")))
-	if im := r.GetImmediateResponse(); im == nil || im.GetStatus().GetCode() != 404 || !strings.Contains(string(im.GetBody()), "unknown_path") {
-		t.Fatalf("got %v", r)
-	}
-	get := reqHeaders("/v1/chat/completions", true, authzMeta("config:k"))
-	get.GetRequestHeaders().Headers = hdrs(":method", "GET", ":path", "/v1/chat/completions")
-	if im := NewProcessor(d).Handle(context.Background(), get).GetImmediateResponse(); im == nil || im.GetStatus().GetCode() != 405 {
-		t.Fatalf("GET: %v", im)
-	}
-	if im := NewProcessor(d).Handle(context.Background(), reqHeaders("/v1/chat/completions", true, authzMeta("config:k"))).GetImmediateResponse(); im == nil || im.GetStatus().GetCode() != 400 {
-		t.Fatalf("no body: %v", im)
-	}
-}
-
-// TestFallbackAuthCountsRequests: without ext_authz, admission counts the
-// request against the team's limit (2 per minute).
-func TestFallbackAuthCountsRequests(t *testing.T) {
-	d, _ := newDeps(t)
-	var got []int32
-	for range 3 {
-		p := NewProcessor(d)
-		p.Handle(context.Background(), reqHeaders("/v1/chat/completions", false, nil, "authorization", "Bearer "+testKey))
-		r := p.Handle(context.Background(), reqBody(`{"model":"gpt-4o-mini","messages":[]}`))
-		got = append(got, int32(r.GetImmediateResponse().GetStatus().GetCode()))
-	}
-	if fmt.Sprint(got) != "[0 0 429]" {
-		t.Errorf("statuses %v, want [0 0 429]", got)
-	}
-}
-
 const chatJSON = `{"id":"x","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":200,"total_tokens":1200,"prompt_tokens_details":{"cached_tokens":400},"completion_tokens_details":{"reasoning_tokens":50}}}`
 
-func TestSettleNonStreaming(t *testing.T) {
-	d, led := newDeps(t)
-	p := NewProcessor(d)
-	ctx := context.Background()
-	p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
-	p.Handle(ctx, reqBody(`{"model":"mini","messages":[{"role":"user","content":"hi"}]}`))
-	p.Handle(ctx, respHeaders("200", "application/json"))
-	if r := p.Handle(ctx, respBody(chatJSON[:40], false)); r.GetDynamicMetadata() != nil {
-		t.Fatal("metadata before the end")
-	}
-	r := p.Handle(ctx, respBody(chatJSON[40:], true))
-	if len(led.records) != 1 {
-		t.Fatalf("%d records", len(led.records))
-	}
-	rec := led.records[0]
-	// 600 uncached × $0.15 + 400 cached × $0.075 + 200 × $0.60 per 1M = 90 + 30 + 120 µ$.
-	if rec.InputTokens != 1000 || rec.CachedInputTokens != 400 || rec.OutputTokens != 200 || rec.ReasoningTokens != 50 || rec.CostMicros != 240 ||
-		rec.Outcome != "ok" || rec.Estimated || rec.Model != "gpt-4o-mini" || rec.UpstreamModel != "gpt-4o-mini-2024-07-18" || rec.KeyID != "config:k" || rec.RequestID != "rid-1" {
-		t.Errorf("record %+v", rec)
-	}
-	m := r.GetDynamicMetadata().GetFields()[chain.UsageNamespace].GetStructValue().AsMap()
-	if m["input_tokens"] != 1000.0 || m["output_tokens"] != 200.0 || m["cost_micros"] != 240.0 || m["total_tokens"] != 1200.0 || m["estimated"] != false {
-		t.Errorf("metadata %v", m)
-	}
-}
-
-func TestSettleUpstreamErrorAndCancel(t *testing.T) {
+// TestCancelSettlesOnce: a cancelled stream is settled once, however
+// often it is cancelled (the golden files, driven over gRPC, can cancel a
+// stream only once; testdata/cancelled.txtar pins what it is charged).
+func TestCancelSettlesOnce(t *testing.T) {
 	ctx := context.Background()
 	d, led := newDeps(t)
 	p := NewProcessor(d)
-	p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
-	p.Handle(ctx, reqBody(`{"model":"gpt-4o-mini","messages":[]}`))
-	p.Handle(ctx, respHeaders("429", "application/json"))
-	p.Handle(ctx, respBody(`{"error":{"message":"slow down","type":"requests"}}`, true))
-	if rec := led.records[0]; rec.Outcome != "upstream_error" || rec.InputTokens != 0 || rec.CostMicros != 0 || rec.Status != 429 {
-		t.Errorf("upstream error charged: %+v", rec)
-	}
-
-	// A stream cut after two chunks is settled for what was delivered.
-	p = NewProcessor(d)
 	p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
 	p.Handle(ctx, reqBody(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"tell me a story"}]}`))
 	p.Handle(ctx, respHeaders("200", "text/event-stream"))
 	p.Handle(ctx, respBody("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Once upon\"}}]}\n\n", false))
-	p.Handle(ctx, respBody("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a time\"}}]}\n\n", false))
 	p.Cancel(ctx)
-	rec := led.records[1]
-	if rec.Outcome != "cancelled" || !rec.Estimated || rec.OutputTokens == 0 || rec.InputTokens == 0 {
-		t.Errorf("cancelled stream: %+v", rec)
-	}
-	p.Cancel(ctx) // settling twice must not write twice
-	if len(led.records) != 2 {
-		t.Errorf("%d records after a second Cancel", len(led.records))
-	}
-}
-
-func TestUnparsedIsNeverAZeroCharge(t *testing.T) {
-	ctx := context.Background()
-	d, led := newDeps(t)
-	p := NewProcessor(d)
-	p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
-	p.Handle(ctx, reqBody(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello hello hello hello"}]}`))
-	p.Handle(ctx, respHeaders("200", "text/html"))
-	p.Handle(ctx, respBody("<html><body>Bad gateway</body></html>", true))
-	rec := led.records[0]
-	if rec.Outcome != "unparsed" || !rec.Estimated || rec.InputTokens == 0 || rec.CostMicros == 0 {
-		t.Errorf("unparsed response: %+v", rec)
+	p.Cancel(ctx)
+	if len(led.records) != 1 || led.records[0].Outcome != "cancelled" {
+		t.Errorf("records after two Cancels: %+v", led.records)
 	}
 }
 
@@ -405,51 +206,5 @@ func BenchmarkProcessorStream20(b *testing.B) {
 			p.Handle(ctx, m)
 		}
 		led.records = led.records[:0]
-	}
-}
-
-func TestBodyLimit(t *testing.T) {
-	d, _ := newDeps(t)
-	snap := d.Policy()
-	cfg := *snap.Config()
-	cfg.Gateway.MaxRequestBodyBytes = 64
-	small, err := policies.Compile(&cfg, filepath.Join(t.TempDir(), "sluice.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Policy = func() *policies.Snapshot { return small }
-	p := NewProcessor(d)
-	p.Handle(context.Background(), reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
-	r := p.Handle(context.Background(), reqBody(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"`+strings.Repeat("x", 100)+`"}]}`))
-	if im := r.GetImmediateResponse(); im == nil || im.GetStatus().GetCode() != 413 || !strings.Contains(string(im.GetBody()), "at most 64") {
-		t.Fatalf("got %v", r)
-	}
-}
-
-func TestUnknownPathPassThrough(t *testing.T) {
-	d, led := newDeps(t)
-	snap := d.Policy()
-	cfg := *snap.Config()
-	cfg.Gateway.UnknownPaths = "pass"
-	pass, err := policies.Compile(&cfg, filepath.Join(t.TempDir(), "sluice.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Policy = func() *policies.Snapshot { return pass }
-	ctx := context.Background()
-	p := NewProcessor(d)
-	for _, m := range []*extprocsvc.ProcessingRequest{
-		reqHeaders("/v1/models", false, authzMeta("config:k")),
-		reqBody(`not even json`),
-		respHeaders("200", "application/json"),
-		respBody(`{"data":[]}`, true),
-	} {
-		r := p.Handle(ctx, m)
-		if r.GetImmediateResponse() != nil || r.GetDynamicMetadata() != nil || r.GetRequestBody().GetResponse().GetHeaderMutation() != nil {
-			t.Fatalf("pass-through answered %v", r)
-		}
-	}
-	if len(led.records) != 0 {
-		t.Errorf("an unmetered pass-through wrote %d spend records", len(led.records))
 	}
 }
