@@ -396,6 +396,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"envoy"}, errUsage, "usage: sluice envoy bootstrap"},
 		{[]string{"envoy", "bootstrap", "--help"}, nil, "Usage: sluice envoy bootstrap"},
 		{[]string{"envoy", "bootstrap", "--admin-port", "0"}, errUsage, "--admin-port must be a port number"},
+		{[]string{"dev-envoy"}, errUsage, "run sluice-dev envoy"},
 	} {
 		_, stderr, err := run(t, tt.args...)
 		if !errors.Is(err, tt.wantErr) && !(err == nil && tt.wantErr == nil) {
