@@ -2,23 +2,29 @@
 GO       ?= go
 CONFIG   ?= examples/quickstart.yaml
 BIN      := bin/sluice
+DEV_BIN  := bin/sluice-dev
 PKGS     := ./...
 
-.PHONY: all build run test lint vet fmt-check bench fuzz clean check-go
+.PHONY: all build build-dev run test lint vet fmt-check bench fuzz clean check-go
 
 all: build
 
 check-go:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make: Go is not installed (need Go 1.26 or newer: https://go.dev/dl/)"; exit 1; }
 
+# bin/sluice is what production runs; bin/sluice-dev holds the Envoy
+# emulator and the mock provider, which the production binary never ships.
 build: check-go
 	$(GO) build -o $(BIN) ./cmd/sluice
+
+build-dev: check-go
+	$(GO) build -o $(DEV_BIN) ./cmd/sluice-dev
 
 # The quickstart on the embedded default: the mock provider, Sluice
 # (SQLite next to the config; a demo key printed once on first run) and
 # the Envoy emulator in front, all on loopback. See scripts/quickstart.sh.
-run: build
-	CONFIG=$(CONFIG) SLUICE_BIN=$(BIN) scripts/quickstart.sh
+run: build build-dev
+	CONFIG=$(CONFIG) SLUICE_BIN=$(BIN) SLUICE_DEV_BIN=$(DEV_BIN) scripts/quickstart.sh
 
 # Every test, with the race detector, plus the lint checks and one
 # iteration of every benchmark (so benchmarks keep compiling and running).

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # make run: the quickstart on one machine with only Go installed.
-#   - the mock LLM provider     127.0.0.1:8081   (sluice dev-llm)
+#   - the mock LLM provider     127.0.0.1:8081   (sluice-dev llm)
 #   - Sluice                    127.0.0.1:9001 gRPC, 127.0.0.1:9090 admin,
 #                               127.0.0.1:18000 xDS
-#   - the Envoy emulator        127.0.0.1:10000  (sluice dev-envoy), which takes
+#   - the Envoy emulator        127.0.0.1:10000  (sluice-dev envoy), which takes
 #                               its listener, routes and clusters from Sluice's
 #                               xDS server, as a real Envoy does with
 #                               envoy/bootstrap.yaml. EMULATOR=0 leaves it out,
 #                               so that a real Envoy can take its place.
-# Ctrl-C stops them all.
+# bin/sluice is the production binary; the emulator and the mock come from
+# bin/sluice-dev. Ctrl-C stops them all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${SLUICE_BIN:-bin/sluice}
+devbin=${SLUICE_DEV_BIN:-bin/sluice-dev}
 config=${CONFIG:-examples/quickstart.yaml}
 bootstrap=${BOOTSTRAP:-envoy/bootstrap.yaml}
 emulator=${EMULATOR:-1}
@@ -23,10 +25,10 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$bin" dev-llm --addr 127.0.0.1:8081 &
+"$devbin" llm --addr 127.0.0.1:8081 &
 pids+=($!)
 if [ "$emulator" != 0 ]; then
-  "$bin" dev-envoy --config "$bootstrap" &
+  "$devbin" envoy --config "$bootstrap" &
   pids+=($!)
 fi
 

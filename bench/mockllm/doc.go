@@ -8,7 +8,7 @@
 // llmapi's.
 //
 // Use it as a library (New, then Serve on a 127.0.0.1:0 listener, or
-// Handler with httptest) or as the command `sluice dev-llm` (see Run).
+// Handler with httptest) or as the command `sluice-dev llm` (see Run).
 //
 // # Endpoints
 //

@@ -37,7 +37,7 @@ type Options struct {
 	PlaintextUpstreams bool
 }
 
-// Banner is printed by the dev-envoy command and logged at start-up: the
+// Banner is printed by `sluice-dev envoy` and logged at start-up: the
 // emulator must never be mistaken for a proxy.
 const Banner = "envoytest: an Envoy EMULATOR for tests and demos — not a production proxy"
 

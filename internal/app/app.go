@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -50,9 +49,7 @@ Commands:
   envoy          envoy bootstrap: print the bootstrap for an Envoy that takes its config from Sluice
   version        print the version
 
-Development and test tools (never for production traffic):
-  dev-envoy      run the Envoy emulator from an Envoy bootstrap file
-  dev-llm        run the mock LLM provider (OpenAI and Anthropic APIs)
+The Envoy emulator and the mock LLM provider are in the sluice-dev command.
 
 Run "sluice <command> --help" for a command's flags.
 `
@@ -76,16 +73,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) 
 		return runSpend(ctx, rest, stdout, stderr, env)
 	case "envoy":
 		return runEnvoy(rest, stdout, stderr, env)
-	case "dev-envoy":
-		return runDevEnvoy(ctx, rest, stdout, stderr)
-	case "dev-llm":
-		if err := mockllm.Run(ctx, rest, stdout, stderr); err != nil {
-			if errors.Is(err, mockllm.ErrUsage) {
-				return errUsage
-			}
-			return fmt.Errorf("dev-llm: %w", err)
-		}
-		return nil
+	case "dev-envoy", "dev-llm":
+		// The test doubles are not in this binary (it ships only what
+		// production runs); say where they went.
+		fmt.Fprintf(stderr, "%q is not a sluice command: run sluice-dev %s (make build-dev builds bin/sluice-dev)\n", cmd, strings.TrimPrefix(cmd, "dev-"))
+		return errUsage
 	case "version":
 		fs := newFlags("version", "", "Print the version of this sluice binary.", stderr)
 		if err := fs.Parse(rest); err != nil {

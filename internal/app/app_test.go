@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -396,6 +397,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"envoy"}, errUsage, "usage: sluice envoy bootstrap"},
 		{[]string{"envoy", "bootstrap", "--help"}, nil, "Usage: sluice envoy bootstrap"},
 		{[]string{"envoy", "bootstrap", "--admin-port", "0"}, errUsage, "--admin-port must be a port number"},
+		{[]string{"dev-envoy"}, errUsage, "run sluice-dev envoy"},
 	} {
 		_, stderr, err := run(t, tt.args...)
 		if !errors.Is(err, tt.wantErr) && !(err == nil && tt.wantErr == nil) {
@@ -444,5 +446,38 @@ func TestEnvoyBootstrap(t *testing.T) {
 	}
 	if _, _, err := run(t, "envoy", "bootstrap", "--xds-addr", "0.0.0.0:18000"); err == nil || !strings.Contains(err.Error(), "name an address Envoy can connect to") {
 		t.Errorf("an unspecified xDS address: %v", err)
+	}
+}
+
+// TestServeReleasesWhatItOpenedOnFailure: when a listener cannot be
+// bound, serve fails naming it, and everything opened before it — the
+// store, the ledger, the other listeners — is closed (the listeners'
+// ports are free again; goleak in TestMain catches an unclosed database).
+func TestServeReleasesWhatItOpenedOnFailure(t *testing.T) {
+	for _, busy := range []string{"admin", "xds"} {
+		t.Run(busy, func(t *testing.T) {
+			taken, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer taken.Close()
+			free, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			grpcAddr := free.Addr().String()
+			free.Close()
+			addrs := map[string]string{"admin": "127.0.0.1:0", "xds": "127.0.0.1:0"}
+			addrs[busy] = taken.Addr().String()
+			_, _, err = run(t, "serve", "--config", quickstart(t), "--grpc-addr", grpcAddr, "--admin-addr", addrs["admin"], "--xds-addr", addrs["xds"])
+			if err == nil || !strings.Contains(err.Error(), "listen."+busy+":") {
+				t.Fatalf("serve with listen.%s taken: %v", busy, err)
+			}
+			ln, err := net.Listen("tcp", grpcAddr)
+			if err != nil {
+				t.Fatalf("the gRPC listener was left open: %v", err)
+			}
+			ln.Close()
+		})
 	}
 }

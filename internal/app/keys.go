@@ -13,7 +13,6 @@ import (
 
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/store"
-	"github.com/sluicegw/sluice/internal/store/sqlite"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -53,7 +52,7 @@ func openStore(ctx context.Context, path string, env Env) (*policies.Snapshot, s
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := sqlite.Open(ctx, snap.SQLitePath())
+	st, err := openStoreBackend(ctx, snap)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -7,31 +7,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"strings"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sluicegw/sluice/authz"
-	"github.com/sluicegw/sluice/extproc"
-	"github.com/sluicegw/sluice/internal/admin"
-	"github.com/sluicegw/sluice/internal/admission"
-	"github.com/sluicegw/sluice/internal/keyring"
-	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
-	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/store"
-	"github.com/sluicegw/sluice/internal/store/sqlite"
 	"github.com/sluicegw/sluice/policies"
-	"github.com/sluicegw/sluice/xds"
 )
 
 // Intervals of the background loops. The store poll bounds how long a key
@@ -95,241 +81,91 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format: want text or json, got %q", format)
 }
 
-// serveMetrics are the process-level series the app owns.
-type serveMetrics struct {
-	reloads    *prometheus.CounterVec
-	storeSyncs prometheus.Counter
+// serve runs `sluice serve`: it builds the components in dependency order
+// (see components), runs them until ctx ends or one fails, and closes
+// whatever was opened, in reverse, on every path out.
+func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger, env Env) (err error) {
+	c := &components{flags: f, log: log}
+	defer func() { err = errors.Join(err, c.close()) }()
+	if err := c.build(ctx, stdout, env); err != nil {
+		return err
+	}
+	return c.run(ctx)
 }
 
-func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger, env Env) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := serveMetrics{
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_config_reloads_total",
-			Help: "Config reload attempts by result (ok|failed). A failed reload keeps the last good config.",
-		}, []string{"result"}),
-		storeSyncs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_store_sync_errors_total",
-			Help: "Failed polls of the key store's change feed. The last good key replica stays in force.",
-		}),
-	}
-	reg.MustRegister(m.reloads, m.storeSyncs)
-
-	ring := keyring.New(log)
-	var bound policies.Listen // the addresses listened on; set before Run starts the watcher
-	var control *xds.Server   // set before Run starts the watcher
-	watcher := policies.NewWatcher(f.config, policies.WatcherOptions{
-		Interval: configPoll,
-		Env:      env,
-		Logger:   log,
-		OnReload: func(s *policies.Snapshot, err error) {
-			if err != nil {
-				m.reloads.WithLabelValues("failed").Inc()
-				return
-			}
-			m.reloads.WithLabelValues("ok").Inc()
-			if s.Listen() != bound {
-				log.Warn("listen addresses changed in the config; restart sluice to apply them")
-			}
-			ring.SetPolicy(s)
-			// An invalid xDS result is logged and counted by Update, and
-			// Envoy keeps the previous resources.
-			_, _ = control.Update(s)
-		},
-	})
-	snap, err := watcher.Load()
-	if err != nil {
-		var ps policies.Problems
-		if errors.As(err, &ps) {
-			var b strings.Builder
-			for _, p := range ps {
-				b.WriteString("\n  " + p.String())
-			}
-			return fmt.Errorf("%s has %d problem(s):%s", f.config, len(ps), b.String())
-		}
-		return err
-	}
-	bound = snap.Listen()
-	ring.SetPolicy(snap)
-
-	st, err := sqlite.Open(ctx, snap.SQLitePath())
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if f.demoKey {
-		if err := createDemoKey(ctx, st, snap, stdout); err != nil {
-			return err
-		}
-	}
-	if err := ring.Sync(ctx, st); err != nil {
-		return err
-	}
-
-	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{})
-	if err != nil {
-		return err
-	}
-	defer led.Close()
-
-	counters := limits.New(limits.Options{})
-	tz, err := time.LoadLocation(snap.Gateway().BudgetTimeZone)
-	if err != nil {
-		return fmt.Errorf("gateway.budget_time_zone: %w", err)
-	}
-	// Budgets start from what the ledger holds for their current periods,
-	// so a restart forgets nothing that was charged.
-	buckets, err := led.Buckets(ctx, admission.EarliestPeriodStart(time.Now(), tz))
-	if err != nil {
-		return fmt.Errorf("rebuild budgets from the ledger: %w", err)
-	}
-	lifetime, err := led.Lifetime(ctx)
-	if err != nil {
-		return fmt.Errorf("rebuild budgets from the ledger: %w", err)
-	}
-	spent := admission.NewSpendIndex(buckets, lifetime)
-	admitter := admission.NewLocal(counters, admission.LocalOptions{TimeZone: tz, Spent: spent.Spent, Record: spent.Add})
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys_cached", Help: "API keys in the in-memory replica (config-declared and stored, revoked included)."},
-			func() float64 { return float64(ring.Len()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_rate_counters", Help: "Live request-rate counters."},
-			func() float64 { return float64(counters.Len()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_reservations_held", Help: "Admitted requests whose reservation is not settled yet."},
-			func() float64 { return float64(admitter.Held()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_reservations_expired_total", Help: "Reservations released unsettled after gateway.reservation_ttl."},
-			func() float64 { return float64(admitter.Expired()) }),
-	)
-	checker := authz.NewChecker(ring, counters, nil)
-	authzServer := authz.NewServer(checker, authz.NewMetrics(reg), log)
-	extprocServer := extproc.NewServer(&extproc.Deps{
-		Policy:   watcher.Current,
-		Ring:     ring,
-		Auth:     checker,
-		Admitter: admitter,
-		Ledger:   led,
-		Metrics:  extproc.NewMetrics(reg),
-		Log:      log.With("component", "extproc"),
-		Now:      time.Now,
-	})
-
-	listen := snap.Listen()
-	grpcAddr, adminAddr := or(f.grpcAddr, listen.GRPC), or(f.adminAddr, listen.Admin)
-	var lc net.ListenConfig
-	grpcLn, err := lc.Listen(ctx, "tcp", grpcAddr)
-	if err != nil {
-		return fmt.Errorf("listen.grpc: %w", err)
-	}
-	adminLn, err := lc.Listen(ctx, "tcp", adminAddr)
-	if err != nil {
-		grpcLn.Close()
-		return fmt.Errorf("listen.admin: %w", err)
-	}
-	xdsLn, err := lc.Listen(ctx, "tcp", or(f.xdsAddr, listen.XDS))
-	if err != nil {
-		grpcLn.Close()
-		adminLn.Close()
-		return fmt.Errorf("listen.xds: %w", err)
-	}
-	// Envoy's filters call the gRPC address actually bound, unless the
-	// config names Sluice's addresses itself.
-	control = xds.New(xds.Options{
-		Log: log, Metrics: xds.NewMetrics(reg),
-		SluiceAddresses: []string{policies.Dialable(grpcLn.Addr().String())},
-	})
-	if _, err := control.Update(snap); err != nil {
-		grpcLn.Close()
-		adminLn.Close()
-		xdsLn.Close()
-		return err
-	}
-	xgs := grpc.NewServer()
-
-	gs := grpc.NewServer()
-	authv3.RegisterAuthorizationServer(gs, authzServer)
-	extprocsvc.RegisterExternalProcessorServer(gs, extprocServer)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	ready := func() error {
-		if watcher.Current() == nil {
-			return errors.New("config not loaded")
-		}
-		if !ring.Synced() {
-			return errors.New("key store not loaded")
-		}
-		return nil
-	}
-	adminServer, err := admin.New(admin.Deps{
-		Gatherer: reg, Ready: ready, Log: log,
-		Policy: watcher.Current, Keys: st, Groups: st, Principals: ring,
-		Budgets: admitter, Spend: led, Now: time.Now,
-	})
-	if err != nil {
-		grpcLn.Close()
-		adminLn.Close()
-		xdsLn.Close()
-		return err
-	}
-
+// run serves every component under one errgroup until ctx ends or one of
+// them fails, then shuts down gracefully within shutdownGrace.
+//
+// Shutdown order: health stops reporting SERVING, the xDS server stops,
+// then the gRPC server drains its in-flight ext_authz and ext_proc
+// streams (forced after shutdownGrace); only then is the ledger's
+// committer stopped, so every stream that settled has its spend record
+// committed before run returns. The ledger therefore runs on a context of
+// its own, which that last step cancels, not on the group's.
+func (c *components) run(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	g, gctx := errgroup.WithContext(ctx)
+	ledgerCtx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLedger()
+
 	g.Go(func() error {
-		if err := gs.Serve(grpcLn); err != nil {
+		if err := c.ledger.Run(ledgerCtx); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := c.grpc.Serve(c.grpcLn); err != nil {
 			return fmt.Errorf("grpc: %w", err)
 		}
 		return nil
 	})
-	control.Register(gctx, xgs)
+	c.control.Register(gctx, c.xdsGRPC)
 	g.Go(func() error {
-		if err := xgs.Serve(xdsLn); err != nil {
+		if err := c.xdsGRPC.Serve(c.xdsLn); err != nil {
 			return fmt.Errorf("xds: %w", err)
 		}
 		return nil
 	})
-	g.Go(func() error { return adminServer.Serve(gctx, adminLn) })
-	g.Go(func() error { return watcher.Run(gctx) })
+	g.Go(func() error { return c.admin.Serve(gctx, c.adminLn) })
+	g.Go(func() error { return c.watcher.Run(gctx) })
 	g.Go(func() error {
-		return ring.Follow(gctx, st, storePoll, func(error) { m.storeSyncs.Inc() })
+		return c.ring.Follow(gctx, c.store, storePoll, func(error) { c.metrics.storeSyncs.Inc() })
 	})
-	g.Go(func() error { return counters.Run(gctx, counterSweep) })
-	g.Go(func() error { return admitter.Run(gctx, snap.Gateway().ReservationTTL, time.Now) })
-	// The ledger's committer outlives the gRPC server: it stops after
-	// in-flight streams have settled (see below), so no spend is lost.
-	ledgerCtx, stopLedger := context.WithCancel(context.WithoutCancel(ctx))
-	ledgerDone := make(chan error, 1)
-	go func() { ledgerDone <- led.Run(ledgerCtx) }()
+	g.Go(func() error { return c.counters.Run(gctx, counterSweep) })
+	g.Go(func() error { return c.admitter.Run(gctx, c.snap.Gateway().ReservationTTL, time.Now) })
 	g.Go(func() error {
 		<-gctx.Done()
-		hs.Shutdown()
+		c.health.Shutdown()
 		// xDS streams end with gctx; only the Envoys' reconnects remain.
-		stopGRPC(xgs, time.Second)
-		stopGRPC(gs, shutdownGrace)
+		stopGRPC(c.xdsGRPC, time.Second)
+		stopGRPC(c.grpc, shutdownGrace)
+		// No stream is left to settle: the ledger may commit what is
+		// queued and stop.
+		stopLedger()
 		return nil
 	})
-	if ready() == nil {
-		hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-		hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-		hs.SetServingStatus(extprocsvc.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+
+	if c.ready() == nil {
+		c.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		c.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+		c.health.SetServingStatus(extprocsvc.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	}
 	var readyErr error
-	if f.readyFile != "" {
-		addrs := map[string]string{"grpc": grpcLn.Addr().String(), "admin": adminLn.Addr().String(), "xds": xdsLn.Addr().String()}
-		if readyErr = writeReadyFile(f.readyFile, addrs); readyErr != nil {
+	if c.flags.readyFile != "" {
+		addrs := map[string]string{"grpc": c.grpcLn.Addr().String(), "admin": c.adminLn.Addr().String(), "xds": c.xdsLn.Addr().String()}
+		if readyErr = writeReadyFile(c.flags.readyFile, addrs); readyErr != nil {
 			stop()
 		}
 	}
 	if readyErr == nil {
-		log.Info("sluice serving",
-			"grpc", grpcLn.Addr().String(), "admin", adminLn.Addr().String(), "xds", xdsLn.Addr().String(), "xds_version", control.Version(),
-			"config", f.config, "config_version", snap.Version(), "keys", ring.Len(), "version", Version())
+		c.log.Info("sluice serving",
+			"grpc", c.grpcLn.Addr().String(), "admin", c.adminLn.Addr().String(), "xds", c.xdsLn.Addr().String(), "xds_version", c.control.Version(),
+			"config", c.flags.config, "config_version", c.snap.Version(), "keys", c.ring.Len(), "version", Version())
 	}
-	err = errors.Join(readyErr, g.Wait())
-	stopLedger()
-	if lerr := <-ledgerDone; lerr != nil && err == nil {
-		err = fmt.Errorf("ledger: %w", lerr)
-	}
-	log.Info("sluice stopped")
+	err := errors.Join(readyErr, g.Wait())
+	c.log.Info("sluice stopped")
 	return err
 }
 

@@ -16,7 +16,6 @@ import (
 	_ "time/tzdata"
 
 	"github.com/sluicegw/sluice/internal/ledger"
-	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
 )
 
 func runSpend(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
@@ -65,7 +64,7 @@ func runSpend(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	if err != nil {
 		return err
 	}
-	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{})
+	led, err := openLedgerBackend(ctx, snap)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package app
+package devcmd
 
 import (
 	"context"
@@ -10,8 +10,9 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-func runDevEnvoy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("dev-envoy", "", envoytest.Banner+`.
+// runEnvoy is `sluice-dev envoy`: the emulator as a process.
+func runEnvoy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("envoy", envoytest.Banner+`.
 
 Runs the Envoy emulator (envoy/envoytest) from an Envoy bootstrap file — the
 same file a real Envoy takes with -c: one listener whose http_connection_manager
@@ -27,10 +28,10 @@ line per request to stdout. For tests and demos only.`, stderr)
 		return flagErr(err)
 	}
 	if *config == "" {
-		fmt.Fprintln(stderr, "dev-envoy needs --config FILE (an Envoy bootstrap)")
+		fmt.Fprintln(stderr, "sluice-dev envoy needs --config FILE (an Envoy bootstrap)")
 		return errUsage
 	}
-	log, err := newLogger(stderr, *logLevel, "text")
+	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
@@ -60,7 +61,7 @@ line per request to stdout. For tests and demos only.`, stderr)
 			if ctx.Err() != nil {
 				return nil // stopped before a configuration arrived
 			}
-			return fmt.Errorf("dev-envoy: %w", err)
+			return fmt.Errorf("envoy: %w", err)
 		}
 		fmt.Fprintf(stderr, "%s\nlistening on http://%s\n", envoytest.Banner, ln.Addr())
 		return e.Serve(ctx, ln)

@@ -1,0 +1,366 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicegw/sluice/authz"
+	"github.com/sluicegw/sluice/extproc"
+	"github.com/sluicegw/sluice/internal/admin"
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/keyring"
+	"github.com/sluicegw/sluice/internal/ledger"
+	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
+	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/store"
+	"github.com/sluicegw/sluice/internal/store/sqlite"
+	"github.com/sluicegw/sluice/policies"
+	"github.com/sluicegw/sluice/xds"
+)
+
+// ledgerBackend is what serve needs of a spend ledger backend: appending
+// records (ext_proc), reading totals (admin) and aggregates (rebuilding
+// budgets at start-up), and its committer, run until the gRPC server has
+// stopped.
+type ledgerBackend interface {
+	ledger.Ledger
+	ledger.Reader
+	Buckets(ctx context.Context, since time.Time) ([]ledger.Aggregate, error)
+	Lifetime(ctx context.Context) ([]ledger.Aggregate, error)
+	Run(ctx context.Context) error
+	Close() error
+}
+
+var _ ledgerBackend = (*ledgersqlite.Ledger)(nil)
+
+// admissionBackend is what serve needs of an admission backend: admitting
+// and settling requests (ext_proc), reporting what budgets have left
+// (admin), and expiring reservations that were never settled.
+type admissionBackend interface {
+	extproc.Admitter
+	admin.Budgets
+	Run(ctx context.Context, ttl time.Duration, now func() time.Time) error
+}
+
+var _ admissionBackend = (*admission.Local)(nil)
+
+// serveMetrics are the process-level series the app owns.
+type serveMetrics struct {
+	reloads    *prometheus.CounterVec
+	storeSyncs prometheus.Counter
+}
+
+// components are the parts of a running `sluice serve`. build makes them
+// in dependency order — metrics, config, keys, ledger, admission,
+// listeners, control plane, servers — so every step only uses what an
+// earlier one made; run starts them; close releases what was opened.
+type components struct {
+	flags serveFlags
+	log   *slog.Logger
+
+	reg     *prometheus.Registry
+	metrics serveMetrics
+
+	watcher *policies.Watcher
+	snap    *policies.Snapshot // the config loaded at start-up
+	bound   policies.Listen    // its listen addresses, which a reload cannot change
+
+	ring     *keyring.Ring
+	store    store.Store
+	ledger   ledgerBackend
+	counters *limits.Counters
+	admitter admissionBackend
+
+	grpcLn, adminLn, xdsLn net.Listener
+
+	control *xds.Server
+	xdsGRPC *grpc.Server // ADS
+	grpc    *grpc.Server // ext_authz, ext_proc, gRPC health
+	health  *health.Server
+	admin   *admin.Server
+
+	closers []func() error // in the order opened; close runs them in reverse
+}
+
+// build makes every component, one step after another, or returns the
+// first error; either way close releases what it opened.
+func (c *components) build(ctx context.Context, stdout io.Writer, env Env) error {
+	c.reg, c.metrics = newServeMetrics()
+	if err := c.loadConfig(env); err != nil {
+		return err
+	}
+	if err := c.openKeys(ctx, stdout); err != nil {
+		return err
+	}
+	if err := c.openLedger(ctx); err != nil {
+		return err
+	}
+	var err error
+	if c.counters, c.admitter, err = newAdmission(ctx, c.snap, c.ledger, c.reg); err != nil {
+		return err
+	}
+	if err := c.listen(ctx); err != nil {
+		return err
+	}
+	if err := c.buildControlPlane(); err != nil {
+		return err
+	}
+	return c.servers()
+}
+
+// close releases, in reverse order, everything build opened, and returns
+// their errors joined.
+func (c *components) close() error {
+	var errs []error
+	for i := len(c.closers) - 1; i >= 0; i-- {
+		errs = append(errs, c.closers[i]())
+	}
+	c.closers = nil
+	return errors.Join(errs...)
+}
+
+func (c *components) onClose(f func() error) { c.closers = append(c.closers, f) }
+
+func newServeMetrics() (*prometheus.Registry, serveMetrics) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := serveMetrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Config reload attempts by result (ok|failed). A failed reload keeps the last good config.",
+		}, []string{"result"}),
+		storeSyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_store_sync_errors_total",
+			Help: "Failed polls of the key store's change feed. The last good key replica stays in force.",
+		}),
+	}
+	reg.MustRegister(m.reloads, m.storeSyncs)
+	return reg, m
+}
+
+// loadConfig loads the config file, and makes the watcher that keeps it
+// current. The watcher reports reloads to c.reloaded, which uses the key
+// ring and the control plane: it does so only from watcher.Run, which
+// run starts after build has made both.
+func (c *components) loadConfig(env Env) error {
+	c.watcher = policies.NewWatcher(c.flags.config, policies.WatcherOptions{Interval: configPoll, Env: env, Logger: c.log, OnReload: c.reloaded})
+	snap, err := c.watcher.Load()
+	if err != nil {
+		var ps policies.Problems
+		if errors.As(err, &ps) {
+			var b strings.Builder
+			for _, p := range ps {
+				b.WriteString("\n  " + p.String())
+			}
+			return fmt.Errorf("%s has %d problem(s):%s", c.flags.config, len(ps), b.String())
+		}
+		return err
+	}
+	c.snap, c.bound = snap, snap.Listen()
+	return nil
+}
+
+// reloaded applies a config reload reported by the watcher: the key ring
+// takes the new policy and the control plane its resources. A failed
+// reload changes nothing (the watcher has logged it).
+func (c *components) reloaded(s *policies.Snapshot, err error) {
+	if err != nil {
+		c.metrics.reloads.WithLabelValues("failed").Inc()
+		return
+	}
+	c.metrics.reloads.WithLabelValues("ok").Inc()
+	if s.Listen() != c.bound {
+		c.log.Warn("listen addresses changed in the config; restart sluice to apply them")
+	}
+	c.ring.SetPolicy(s)
+	// Update has counted the failure; Envoy keeps the previous resources.
+	if _, err := c.control.Update(s); err != nil {
+		c.log.Warn("reloaded config applies to keys and limits, but not to Envoy: its xDS resources are invalid",
+			"config_version", s.Version(), "err", err)
+	}
+}
+
+// openKeys opens the key store, creates the demo key if asked, and loads
+// the key ring from the config and the store.
+func (c *components) openKeys(ctx context.Context, stdout io.Writer) error {
+	c.ring = keyring.New(c.log)
+	c.ring.SetPolicy(c.snap)
+	c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys_cached", Help: "API keys in the in-memory replica (config-declared and stored, revoked included)."},
+		func() float64 { return float64(c.ring.Len()) }))
+	st, err := openStoreBackend(ctx, c.snap)
+	if err != nil {
+		return err
+	}
+	c.store = st
+	c.onClose(st.Close)
+	if c.flags.demoKey {
+		if err := createDemoKey(ctx, st, c.snap, stdout); err != nil {
+			return err
+		}
+	}
+	return c.ring.Sync(ctx, st)
+}
+
+// openLedger opens the spend ledger. Its committer is started by run.
+func (c *components) openLedger(ctx context.Context) error {
+	led, err := openLedgerBackend(ctx, c.snap)
+	if err != nil {
+		return err
+	}
+	c.ledger = led
+	c.onClose(led.Close)
+	return nil
+}
+
+// openStoreBackend opens the key store the config names, for serve and the
+// keys commands alike; the caller closes it. Only the embedded SQLite
+// backend exists; another backend is chosen here, from the config.
+func openStoreBackend(ctx context.Context, snap *policies.Snapshot) (store.Store, error) {
+	st, err := sqlite.Open(ctx, snap.SQLitePath())
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return st, nil
+}
+
+// openLedgerBackend opens the spend ledger the config names, for serve and
+// the spend command alike; the caller closes it. Only the embedded SQLite
+// backend exists; another backend is chosen here, from the config.
+func openLedgerBackend(ctx context.Context, snap *policies.Snapshot) (ledgerBackend, error) {
+	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{})
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return led, nil
+}
+
+// newAdmission builds the request-rate counters ext_authz shares with
+// admission, and the admitter, whose budgets start from what the ledger
+// holds for their current periods, so a restart forgets nothing that was
+// charged. Only the in-process backend exists; another backend is chosen
+// here, from the config. The in-process one holds nothing to close; a
+// backend that does (a Redis client) adds its closer here.
+func newAdmission(ctx context.Context, snap *policies.Snapshot, led ledgerBackend, reg prometheus.Registerer) (*limits.Counters, admissionBackend, error) {
+	counters := limits.New(limits.Options{})
+	tz, err := time.LoadLocation(snap.Gateway().BudgetTimeZone)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway.budget_time_zone: %w", err)
+	}
+	buckets, err := led.Buckets(ctx, admission.EarliestPeriodStart(time.Now(), tz))
+	if err != nil {
+		return nil, nil, fmt.Errorf("rebuild budgets from the ledger: %w", err)
+	}
+	lifetime, err := led.Lifetime(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rebuild budgets from the ledger: %w", err)
+	}
+	spent := admission.NewSpendIndex(buckets, lifetime)
+	local := admission.NewLocal(counters, admission.LocalOptions{TimeZone: tz, Spent: spent.Spent, Record: spent.Add})
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_rate_counters", Help: "Live request-rate counters."},
+			func() float64 { return float64(counters.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_reservations_held", Help: "Admitted requests whose reservation is not settled yet."},
+			func() float64 { return float64(local.Held()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_reservations_expired_total", Help: "Reservations released unsettled after gateway.reservation_ttl."},
+			func() float64 { return float64(local.Expired()) }),
+	)
+	return counters, local, nil
+}
+
+// listen binds the gRPC, admin and xDS addresses (the flags override the
+// config's). Each listener is closed by close; the servers close them
+// first when they stop, so that second close finds them closed.
+func (c *components) listen(ctx context.Context) error {
+	l := c.snap.Listen()
+	for _, b := range []struct {
+		name, addr string
+		ln         *net.Listener
+	}{
+		{"listen.grpc", or(c.flags.grpcAddr, l.GRPC), &c.grpcLn},
+		{"listen.admin", or(c.flags.adminAddr, l.Admin), &c.adminLn},
+		{"listen.xds", or(c.flags.xdsAddr, l.XDS), &c.xdsLn},
+	} {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", b.addr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.name, err)
+		}
+		*b.ln = ln
+		c.onClose(func() error {
+			if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("%s: %w", b.name, err)
+			}
+			return nil
+		})
+	}
+	return nil
+}
+
+// buildControlPlane makes the xDS server and gives it the config loaded
+// at start-up; an invalid result fails the start. Envoy's filters call
+// the gRPC address actually bound, unless the config names Sluice's
+// addresses itself.
+func (c *components) buildControlPlane() error {
+	c.control = xds.New(xds.Options{
+		Log: c.log, Metrics: xds.NewMetrics(c.reg),
+		SluiceAddresses: []string{policies.Dialable(c.grpcLn.Addr().String())},
+	})
+	_, err := c.control.Update(c.snap)
+	return err
+}
+
+// servers builds the ext_authz and ext_proc services on the gRPC server,
+// with gRPC health, the ADS server, and the admin HTTP server.
+func (c *components) servers() error {
+	checker := authz.NewChecker(c.ring, c.counters, nil)
+	extprocServer := extproc.NewServer(&extproc.Deps{
+		Policy:   c.watcher.Current,
+		Ring:     c.ring,
+		Auth:     checker,
+		Admitter: c.admitter,
+		Ledger:   c.ledger,
+		Metrics:  extproc.NewMetrics(c.reg),
+		Log:      c.log.With("component", "extproc"),
+		Now:      time.Now,
+	})
+	c.grpc = grpc.NewServer()
+	authv3.RegisterAuthorizationServer(c.grpc, authz.NewServer(checker, authz.NewMetrics(c.reg), c.log))
+	extprocsvc.RegisterExternalProcessorServer(c.grpc, extprocServer)
+	c.health = health.NewServer()
+	healthpb.RegisterHealthServer(c.grpc, c.health)
+	c.xdsGRPC = grpc.NewServer()
+
+	var err error
+	c.admin, err = admin.New(admin.Deps{
+		Gatherer: c.reg, Ready: c.ready, Log: c.log,
+		Policy: c.watcher.Current, Keys: c.store, Groups: c.store, Principals: c.ring,
+		Budgets: c.admitter, Spend: c.ledger, Now: time.Now,
+	})
+	return err
+}
+
+// ready is nil once the config is compiled and the key ring has loaded
+// the store (/readyz, gRPC health).
+func (c *components) ready() error {
+	if c.watcher.Current() == nil {
+		return errors.New("config not loaded")
+	}
+	if !c.ring.Synced() {
+		return errors.New("key store not loaded")
+	}
+	return nil
+}
