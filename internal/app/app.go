@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -16,7 +17,7 @@ import (
 type Env = policies.LookupEnv
 
 // errUsage marks a command-line mistake; the usage has been printed.
-var errUsage = errors.New("usage error")
+var errUsage = cli.ErrUsage
 
 // exitError carries an exit status without extra text (the command has
 // already said what went wrong).
@@ -30,10 +31,7 @@ func ExitCode(err error) int {
 	if errors.As(err, &e) {
 		return e.code
 	}
-	if errors.Is(err, errUsage) {
-		return 2
-	}
-	return 1
+	return cli.ExitCode(err)
 }
 
 const usage = `sluice — an LLM gateway inside Envoy.
@@ -81,7 +79,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) 
 	case "version":
 		fs := newFlags("version", "", "Print the version of this sluice binary.", stderr)
 		if err := fs.Parse(rest); err != nil {
-			return flagErr(err)
+			return cli.FlagErr(err)
 		}
 		fmt.Fprintln(stdout, Version())
 		return nil
@@ -126,38 +124,7 @@ func Version() string {
 	return out + ")"
 }
 
-// newFlags returns a FlagSet that reports to stderr and never exits.
+// newFlags returns the FlagSet of `sluice name`.
 func newFlags(name, args, summary string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sluice %s [flags] %s\n\n%s\n", name, args, summary)
-		var hasFlags bool
-		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
-		if hasFlags {
-			fmt.Fprintln(stderr, "\nFlags:")
-			fs.PrintDefaults()
-		}
-	}
-	return fs
-}
-
-// flagErr turns a FlagSet.Parse error into Run's result: --help (usage
-// already printed) is success, anything else a usage error.
-func flagErr(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	return errUsage
-}
-
-// splitList splits a comma-separated flag value, dropping blanks.
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
+	return cli.NewFlags("sluice", name, args, summary, stderr)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -12,7 +13,7 @@ func runCheckConfig(args []string, stdout, stderr io.Writer, env Env) error {
 	fs := newFlags("check-config", "[FILE]", "Validate a Sluice config file and print every problem with its path.\nFILE defaults to --config. Exit status 1 if there is any problem.", stderr)
 	config := fs.String("config", "sluice.yaml", "config `file`")
 	if err := fs.Parse(args); err != nil {
-		return flagErr(err)
+		return cli.FlagErr(err)
 	}
 	path := *config
 	switch fs.NArg() {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/policies"
 	"github.com/sluicegw/sluice/xds"
 )
@@ -28,7 +29,7 @@ admin interface listens on 127.0.0.1 only. The xDS address is listen.xds from
 	xdsAddr := fs.String("xds-addr", "", "host:port of Sluice's xDS server, as Envoy reaches it")
 	adminPort := fs.String("admin-port", "9901", "Envoy's admin port on 127.0.0.1")
 	if err := fs.Parse(args[1:]); err != nil {
-		return flagErr(err)
+		return cli.FlagErr(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/apikey"
+	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -71,7 +72,7 @@ func runKeysCreate(ctx context.Context, args []string, stdout, stderr io.Writer,
 	expires := fs.String("expires", "", "expiry: a duration from now (720h) or a time (2027-01-31 or RFC 3339)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := fs.Parse(args); err != nil {
-		return flagErr(err)
+		return cli.FlagErr(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
@@ -95,7 +96,7 @@ func runKeysCreate(ctx context.Context, args []string, stdout, stderr io.Writer,
 		}
 		expiresAt = t
 	}
-	patterns := splitList(*models)
+	patterns := cli.SplitList(*models)
 	if _, err := policies.NewModelSet(patterns); err != nil {
 		problems = append(problems, "--models: "+err.Error())
 	}
@@ -258,7 +259,7 @@ func runKeysList(ctx context.Context, args []string, stdout, stderr io.Writer, e
 	config := fs.String("config", "sluice.yaml", "config `file`")
 	asJSON := fs.Bool("json", false, "print JSON, one object per key")
 	if err := fs.Parse(args); err != nil {
-		return flagErr(err)
+		return cli.FlagErr(err)
 	}
 	_, st, err := openStore(ctx, *config, env)
 	if err != nil {
@@ -295,7 +296,7 @@ func runKeysRevoke(ctx context.Context, args []string, stdout, stderr io.Writer,
 	fs := newFlags("keys revoke", "KEY_ID", "Revoke an API key. Running servers refuse it within a second.", stderr)
 	config := fs.String("config", "sluice.yaml", "config `file`")
 	if err := fs.Parse(args); err != nil {
-		return flagErr(err)
+		return cli.FlagErr(err)
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "keys revoke takes exactly one KEY_ID (see `sluice keys list`)")

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -52,33 +53,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	fs.StringVar(&f.xdsAddr, "xds-addr", "", "override listen.xds (host:port; port 0 picks a free one)")
 	fs.StringVar(&f.readyFile, "ready-file", "", "once serving, write {\"grpc\": ADDR, \"admin\": ADDR, \"xds\": ADDR} as JSON to this `file` (for scripts and tests)")
 	if err := fs.Parse(args); err != nil {
-		return flagErr(err)
+		return cli.FlagErr(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
 		return errUsage
 	}
-	log, err := newLogger(stderr, f.logLevel, f.logFormat)
+	log, err := cli.NewLogger(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
 	}
 	return serve(ctx, f, stdout, log, env)
-}
-
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: want debug, info, warn or error, got %q", level)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format: want text or json, got %q", format)
 }
 
 // serve runs `sluice serve`: it builds the components in dependency order

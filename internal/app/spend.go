@@ -15,6 +15,7 @@ import (
 	// (make run must work on a bare machine).
 	_ "time/tzdata"
 
+	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/internal/ledger"
 )
 
@@ -33,7 +34,7 @@ func runSpend(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	limit := fs.Int("limit", 100, "at most this many rows (0: all)")
 	format := fs.String("format", "table", "output: table, csv or json")
 	if err := fs.Parse(args); err != nil {
-		return flagErr(err)
+		return cli.FlagErr(err)
 	}
 	loc, err := time.LoadLocation(*tz)
 	if err != nil {

@@ -6,23 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"strings"
 
 	"github.com/sluicegw/sluice/bench/mockllm"
+	"github.com/sluicegw/sluice/internal/cli"
 )
 
 // errUsage marks a command-line mistake; the usage has been printed.
-var errUsage = errors.New("usage error")
+var errUsage = cli.ErrUsage
 
 // ExitCode maps an error returned by Run to a process exit status: 2 for
 // a command-line mistake, 1 for anything else.
-func ExitCode(err error) int {
-	if errors.Is(err, errUsage) {
-		return 2
-	}
-	return 1
-}
+func ExitCode(err error) int { return cli.ExitCode(err) }
 
 const usage = `sluice-dev — development and test tools for Sluice (never for production traffic).
 
@@ -65,42 +59,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-// newFlags returns a FlagSet that reports to stderr and never exits.
+// newFlags returns the FlagSet of `sluice-dev name`.
 func newFlags(name, summary string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sluice-dev %s [flags]\n\n%s\n\nFlags:\n", name, summary)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// flagErr turns a FlagSet.Parse error into Run's result: --help (usage
-// already printed) is success, anything else a usage error.
-func flagErr(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	return errUsage
-}
-
-// newLogger returns a text logger at level (debug, info, warn or error).
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: want debug, info, warn or error, got %q", level)
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv})), nil
-}
-
-// splitList splits a comma-separated flag value, dropping blanks.
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
+	return cli.NewFlags("sluice-dev", name, "", summary, stderr)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/sluicegw/sluice/envoy/envoytest"
+	"github.com/sluicegw/sluice/internal/cli"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -25,13 +26,13 @@ line per request to stdout. For tests and demos only.`, stderr)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	meta := fs.String("log-metadata", "envoy.filters.http.ext_authz:key_id,envoy.filters.http.ext_authz:team,sluice:model,sluice:total_tokens,sluice:cost_micros", "comma-separated namespace:key dynamic metadata to print in access log lines")
 	if err := fs.Parse(args); err != nil {
-		return flagErr(err)
+		return cli.FlagErr(err)
 	}
 	if *config == "" {
 		fmt.Fprintln(stderr, "sluice-dev envoy needs --config FILE (an Envoy bootstrap)")
 		return errUsage
 	}
-	log, err := newLogger(stderr, *logLevel)
+	log, err := cli.NewLogger(stderr, *logLevel, "text")
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errUsage
@@ -40,7 +41,7 @@ line per request to stdout. For tests and demos only.`, stderr)
 	if err != nil {
 		return err
 	}
-	e, err := envoytest.New(b, envoytest.Options{Logger: log, AccessLog: stdout, AccessLogMetadata: splitList(*meta)})
+	e, err := envoytest.New(b, envoytest.Options{Logger: log, AccessLog: stdout, AccessLogMetadata: cli.SplitList(*meta)})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *config, err)
 	}
