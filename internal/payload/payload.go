@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/sluicegw/sluice/internal/jsonlex"
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
@@ -327,7 +328,7 @@ func decodeModel(raw []byte, esc bool) (string, error) {
 	var m string
 	if esc {
 		var buf [MaxModelLen]byte
-		d, ok := unescape(buf[:0], raw, MaxModelLen)
+		d, ok := jsonlex.Unescape(buf[:0], raw, MaxModelLen)
 		if !ok {
 			return "", &Error{Code: CodeInvalidModel, Message: fmt.Sprintf(`"model" is longer than %d bytes`, MaxModelLen)}
 		}
@@ -383,8 +384,8 @@ func (s *scanner) intValue(name string, lo, hi, absent int64) (v int64, e *Error
 	if c := lit[0]; c != '-' && (c < '0' || c > '9') {
 		return 0, bad(kindOf(c)), true
 	}
-	n, err := strconv.ParseInt(string(lit), 10, 64)
-	if err != nil || n < lo || n > hi {
+	n, overflow, isInt := jsonlex.ParseInt(lit)
+	if !isInt || overflow || n < lo || n > hi {
 		return 0, bad(clip(lit, 32)), true
 	}
 	return n, nil, true
