@@ -36,13 +36,19 @@ func SkipSpace(b []byte, i int) int {
 	return i
 }
 
-// Literal reads word (true, false or null) at b[i]. It returns the offset
-// just past it, or that of the first byte that differs (BadLiteral) or
-// len(b) (EOF).
+// Literal reads word (true, false or null) at b[i], i ≤ len(b). It returns
+// the offset just past it, or that of the first byte that differs
+// (BadLiteral) or len(b) (EOF). It inlines.
 func Literal(b []byte, i int, word string) (int, Problem) {
-	if len(b)-i >= len(word) && string(b[i:i+len(word)]) == word {
+	if string(b[i:min(i+len(word), len(b))]) == word {
 		return i + len(word), OK
 	}
+	return notLiteral(b, i, word)
+}
+
+// notLiteral finds where b[i:] stops matching word; out of Literal's line
+// so that Literal inlines.
+func notLiteral(b []byte, i int, word string) (int, Problem) {
 	for k := 0; k < len(word); k++ {
 		if i+k >= len(b) {
 			return len(b), EOF
@@ -51,7 +57,7 @@ func Literal(b []byte, i int, word string) (int, Problem) {
 			return i + k, BadLiteral
 		}
 	}
-	return i + len(word), OK // unreachable: the fast path matched
+	return i + len(word), OK // unreachable: Literal's test matched
 }
 
 // Number reads -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at b[i] and

@@ -67,7 +67,12 @@ func eachElement(raw []byte, fn func(val []byte)) bool {
 	return l.array(fn)
 }
 
-func (l *lexer) ws() { l.i = jsonlex.SkipSpace(l.b, l.i) }
+func (l *lexer) ws() {
+	if l.i < len(l.b) && l.b[l.i] > ' ' {
+		return // compact JSON: most calls find no whitespace
+	}
+	l.i = jsonlex.SkipSpace(l.b, l.i)
+}
 
 // skip reads one value.
 func (l *lexer) skip() bool {
@@ -80,14 +85,20 @@ func (l *lexer) skip() bool {
 	case '[':
 		return l.array(nil)
 	case '"':
-		_, _, ok := l.str()
-		return ok
-	case 't':
-		return l.lit("true")
-	case 'f':
-		return l.lit("false")
-	case 'n':
-		return l.lit("null")
+		end, _, p := jsonlex.String(l.b, l.i)
+		l.i = end
+		return p == jsonlex.OK
+	case 't', 'f', 'n': // a failed read leaves l.i anywhere: the document ends
+		word := "null"
+		switch l.b[l.i] {
+		case 't':
+			word = "true"
+		case 'f':
+			word = "false"
+		}
+		var p jsonlex.Problem
+		l.i, p = jsonlex.Literal(l.b, l.i, word)
+		return p == jsonlex.OK
 	}
 	return l.number()
 }
@@ -110,10 +121,12 @@ func (l *lexer) object(fn func(key, val []byte)) bool {
 		if l.i >= len(l.b) || l.b[l.i] != '"' {
 			return false
 		}
-		key, esc, ok := l.str()
-		if !ok {
+		end, esc, p := jsonlex.String(l.b, l.i)
+		if p != jsonlex.OK {
 			return false
 		}
+		key := l.b[l.i+1 : end-1] // between the quotes, still escaped
+		l.i = end
 		if fn != nil && (esc || !utf8.Valid(key)) {
 			key = unescape(nil, key) // rare: allocates
 		}
@@ -186,35 +199,11 @@ func (l *lexer) array(fn func(val []byte)) bool {
 	}
 }
 
-// str reads a string at l.i and returns its raw contents (between the
-// quotes, still escaped) and whether they hold escapes.
-func (l *lexer) str() (raw []byte, esc bool, ok bool) {
-	end, esc, p := jsonlex.String(l.b, l.i)
-	if p != jsonlex.OK {
-		return nil, false, false
-	}
-	raw = l.b[l.i+1 : end-1]
-	l.i = end
-	return raw, esc, true
-}
-
-func (l *lexer) lit(s string) bool {
-	end, p := jsonlex.Literal(l.b, l.i, s)
-	if p != jsonlex.OK {
-		return false
-	}
-	l.i = end
-	return true
-}
-
 // number reads a number per the JSON grammar.
 func (l *lexer) number() bool {
-	end, p := jsonlex.Number(l.b, l.i)
-	if p != jsonlex.OK {
-		return false
-	}
-	l.i = end
-	return true
+	var p jsonlex.Problem
+	l.i, p = jsonlex.Number(l.b, l.i)
+	return p == jsonlex.OK
 }
 
 // text returns the unescaped contents of raw if it is a JSON string (dst
@@ -259,11 +248,8 @@ func parseCount(raw []byte) count {
 // [0, maxCount] (a negative one is 0, a larger one maxCount, overflowing
 // int64 or not).
 func parseDigits(b []byte) (int64, bool) {
-	n, _, ok := jsonlex.ParseInt(b)
-	if !ok {
-		return 0, false
-	}
-	return min(max(n, 0), maxCount), true
+	n, _, ok := jsonlex.ParseInt(b) // 0 when not ok
+	return min(max(n, 0), maxCount), ok
 }
 
 // parseIndex reads a raw value as an index (choice, tool call, content
