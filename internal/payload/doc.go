@@ -15,7 +15,11 @@
 // Parse is one pass of a hand-written scanner over the bytes. It validates
 // the whole body as RFC 8259 JSON, with strings required to be valid UTF-8
 // and nesting limited to 128 levels (a syntax error names its byte offset,
-// counted from 0). It decodes only the small values it needs (model,
+// counted from 0). The tokens — whitespace, literals, numbers, escapes,
+// UTF-8 runs, integer values — are read by package jsonlex, shared with
+// usage; what is stricter here stays here: refusing invalid UTF-8 (jsonlex,
+// like encoding/json, accepts it), the depth limit, the wording of syntax
+// errors, and refusing an integer field that overflows int64. It decodes only the small values it needs (model,
 // stream, max output tokens, n, stream_options.include_usage) and, for the
 // prompt, only measures string content. It allocates the model string and
 // nothing that grows with the body.

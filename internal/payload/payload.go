@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/sluicegw/sluice/internal/apierr"
+	"github.com/sluicegw/sluice/internal/jsonlex"
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
@@ -318,7 +319,7 @@ func decodeModel(raw []byte, esc bool) (string, error) {
 	var m string
 	if esc {
 		var buf [MaxModelLen]byte
-		d, ok := unescape(buf[:0], raw, MaxModelLen)
+		d, ok := jsonlex.Unescape(buf[:0], raw, MaxModelLen)
 		if !ok {
 			return "", invalid(apierr.CodeInvalidModel, `"model" is longer than %d bytes`, MaxModelLen)
 		}
@@ -374,8 +375,8 @@ func (s *scanner) intValue(name string, lo, hi, absent int64) (v int64, e *apier
 	if c := lit[0]; c != '-' && (c < '0' || c > '9') {
 		return 0, bad(kindOf(c)), true
 	}
-	n, err := strconv.ParseInt(string(lit), 10, 64)
-	if err != nil || n < lo || n > hi {
+	n, overflow, isInt := jsonlex.ParseInt(lit)
+	if !isInt || overflow || n < lo || n > hi {
 		return 0, bad(clip(lit, 32)), true
 	}
 	return n, nil, true

@@ -1,13 +1,11 @@
 package payload
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math/bits"
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/sluicegw/sluice/internal/apierr"
+	"github.com/sluicegw/sluice/internal/jsonlex"
 )
 
 // maxDepth is the deepest nesting of objects and arrays accepted (the
@@ -93,16 +91,7 @@ func (s *scanner) end() error {
 	return nil
 }
 
-func (s *scanner) skipSpace() {
-	for s.pos < len(s.buf) {
-		switch s.buf[s.pos] {
-		case ' ', '\n', '\t', '\r':
-			s.pos++
-		default:
-			return
-		}
-	}
-}
+func (s *scanner) skipSpace() { s.pos = jsonlex.SkipSpace(s.buf, s.pos) }
 
 // peek is the byte at s.pos, 0 at the end.
 func (s *scanner) peek() byte {
@@ -165,7 +154,7 @@ func (s *scanner) memberKey() ([]byte, bool) {
 	}
 	key := s.buf[start+1 : s.pos-1]
 	if esc {
-		key, ok = unescape(s.keyBuf[:0], key, len(s.keyBuf))
+		key, ok = jsonlex.Unescape(s.keyBuf[:0], key, len(s.keyBuf))
 		if !ok {
 			key = nil
 		}
@@ -277,114 +266,55 @@ func (s *scanner) array(depth int, m mode, perItem bool) bool {
 }
 
 func (s *scanner) lit(word string) bool {
-	for k := 0; k < len(word); k++ {
-		i := s.pos + k
-		if i >= len(s.buf) {
+	start := s.pos
+	end, p := jsonlex.Literal(s.buf, s.pos, word)
+	s.pos = end
+	if p != jsonlex.OK {
+		if p == jsonlex.EOF {
 			return s.eof()
 		}
-		if s.buf[i] != word[k] {
-			s.pos = i
-			return s.failChar("in literal " + word + " (expecting " + quoteChar(word[k]) + ")")
-		}
+		return s.failChar("in literal " + word + " (expecting " + quoteChar(word[end-start]) + ")")
 	}
-	s.pos += len(word)
 	return true
 }
 
 // number scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func (s *scanner) number() bool {
-	b, i := s.buf, s.pos
-	if b[i] == '-' {
-		i++
+	end, p := jsonlex.Number(s.buf, s.pos)
+	s.pos = end
+	if p != jsonlex.OK {
+		return s.failChar(where(p))
 	}
-	switch {
-	case i >= len(b):
-		return s.eof()
-	case b[i] == '0':
-		i++
-	case b[i] >= '1' && b[i] <= '9':
-		i = digits(b, i+1)
-	default:
-		s.pos = i
-		return s.failChar("in numeric literal")
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if i >= len(b) {
-			return s.eof()
-		}
-		if !isDigit(b[i]) {
-			s.pos = i
-			return s.failChar("after decimal point in numeric literal")
-		}
-		i = digits(b, i)
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if i >= len(b) {
-			return s.eof()
-		}
-		if !isDigit(b[i]) {
-			s.pos = i
-			return s.failChar("in exponent of numeric literal")
-		}
-		i = digits(b, i)
-	}
-	s.pos = i
 	return true
 }
 
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-func digits(b []byte, i int) int {
-	for i < len(b) && isDigit(b[i]) {
-		i++
+// where says, in a syntax error, where jsonlex found a problem (the
+// input's end, jsonlex.EOF, is reported by failChar itself).
+func where(p jsonlex.Problem) string {
+	switch p {
+	case jsonlex.BadEscape:
+		return "in string escape code"
+	case jsonlex.BadHex:
+		return `in \u hexadecimal character escape`
+	case jsonlex.BadFraction:
+		return "after decimal point in numeric literal"
+	case jsonlex.BadExponent:
+		return "in exponent of numeric literal"
 	}
-	return i
-}
-
-// SWAR constants: one in every byte, the high bit of every byte.
-const (
-	ones  = 0x0101010101010101
-	highs = 0x8080808080808080
-)
-
-// special marks, with its high bit, each byte of the 8 in x that needs a
-// look inside a string: a control character, '"', '\\' or a non-ASCII
-// byte. (v-ones*n)&^v&highs marks bytes of v below n (n ≤ 128); applied to
-// v = x^(ones*c) with n = 1 it marks bytes equal to c. The borrow can mark
-// a byte above a marked one falsely, never below: the lowest mark is exact.
-func special(x uint64) uint64 {
-	ctl := (x - ones*0x20) &^ x
-	q := x ^ (ones * '"')
-	q = (q - ones) &^ q
-	bs := x ^ (ones * '\\')
-	bs = (bs - ones) &^ bs
-	return (ctl | q | bs | x) & highs
+	return "in numeric literal"
 }
 
 // str scans the string at s.pos (its opening quote) and moves past it.
 // units measures its decoded content: 1 per rune below U+0800, 4 per rune
-// at or above it; esc reports whether it holds escapes. It allocates
-// nothing.
+// at or above it (jsonlex.Units); esc reports whether it holds escapes. It
+// allocates nothing. Unlike jsonlex.String it refuses invalid UTF-8.
 func (s *scanner) str() (units int64, esc bool, ok bool) {
 	b := s.buf
 	i := s.pos + 1
 	for {
-		for i+8 <= len(b) {
-			m := special(binary.LittleEndian.Uint64(b[i:]))
-			if m != 0 {
-				k := bits.TrailingZeros64(m) >> 3
-				i += k
-				units += int64(k)
-				break
-			}
-			i += 8
-			units += 8
-		}
+		j := jsonlex.PlainRun(b, i)
+		units += int64(j - i)
+		i = j
 		if i >= len(b) {
 			return 0, false, s.eof()
 		}
@@ -395,12 +325,13 @@ func (s *scanner) str() (units int64, esc bool, ok bool) {
 			return units, esc, true
 		case c == '\\':
 			esc = true
-			n, w := s.escape(i)
-			if n == 0 {
-				return 0, false, false
+			n, r, p := jsonlex.Escape(b, i)
+			if p != jsonlex.OK {
+				s.pos = n
+				return 0, false, s.failChar(where(p))
 			}
-			i += n
-			units += w
+			i = n
+			units += jsonlex.Units(r)
 		case c < 0x20:
 			s.pos = i
 			return 0, false, s.failChar("in string literal")
@@ -408,7 +339,7 @@ func (s *scanner) str() (units int64, esc bool, ok bool) {
 			i++
 			units++
 		default:
-			n, u := multiByte(b, i)
+			n, u := jsonlex.UTF8Run(b, i)
 			if n == 0 {
 				if s.err == nil {
 					s.err = invalid(apierr.CodeInvalidUTF8, "invalid UTF-8 in a string at byte %d", i)
@@ -419,159 +350,6 @@ func (s *scanner) str() (units int64, esc bool, ok bool) {
 			units += u
 		}
 	}
-}
-
-// multiByte measures the run of non-ASCII runes at b[i] (b[i] ≥ 0x80):
-// its length in bytes (0 if the first rune is not valid UTF-8) and units.
-// Two- and three-byte runes, most non-ASCII text, are checked inline.
-func multiByte(b []byte, i int) (n int, units int64) {
-	start := i
-	for i < len(b) {
-		c := b[i]
-		switch {
-		case c < utf8.RuneSelf:
-			return i - start, units
-		case c >= 0xC2 && c < 0xE0 && i+1 < len(b) && b[i+1]&0xC0 == 0x80:
-			i += 2
-			units++
-			continue
-		case c >= 0xE0 && c < 0xF0 && i+2 < len(b) && b[i+1]&0xC0 == 0x80 && b[i+2]&0xC0 == 0x80 &&
-			(c != 0xE0 || b[i+1] >= 0xA0) && (c != 0xED || b[i+1] < 0xA0): // no overlongs, no surrogates
-			i += 3
-			units += 4
-			continue
-		}
-		r, size := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && size == 1 {
-			return i - start, units // the caller fails at the invalid byte
-		}
-		i += size
-		units += 4
-	}
-	return i - start, units
-}
-
-// escape scans the escape sequence at b[i] ('\\'), returning its length
-// (0 on error) and its units. A \uXXXX high surrogate followed by a \uXXXX
-// low surrogate is one rune; a lone surrogate decodes to U+FFFD, as
-// encoding/json decodes it.
-func (s *scanner) escape(i int) (n int, units int64) {
-	b := s.buf
-	if i+1 >= len(b) {
-		s.eof()
-		return 0, 0
-	}
-	switch b[i+1] {
-	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-		return 2, 1
-	case 'u':
-		cp, ok := s.hex4(i + 2)
-		if !ok {
-			return 0, 0
-		}
-		if utf16.IsSurrogate(cp) && cp < 0xDC00 && i+12 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
-			if lo, ok := hex4(b[i+8 : i+12]); ok && lo >= 0xDC00 && lo < 0xE000 {
-				return 12, 4
-			}
-		}
-		if cp < 0x800 {
-			return 6, 1
-		}
-		return 6, 4 // including U+FFFD for a lone surrogate
-	}
-	s.pos = i + 1
-	s.failChar("in string escape code")
-	return 0, 0
-}
-
-// hex4 reads the 4 hex digits of a \u escape at b[at:].
-func (s *scanner) hex4(at int) (rune, bool) {
-	var r rune
-	for k := 0; k < 4; k++ {
-		if at+k >= len(s.buf) {
-			return 0, s.eof()
-		}
-		h := unhex(s.buf[at+k])
-		if h < 0 {
-			s.pos = at + k
-			return 0, s.failChar(`in \u hexadecimal character escape`)
-		}
-		r = r<<4 | h
-	}
-	return r, true
-}
-
-func hex4(b []byte) (rune, bool) {
-	var r rune
-	for _, c := range b {
-		h := unhex(c)
-		if h < 0 {
-			return 0, false
-		}
-		r = r<<4 | h
-	}
-	return r, true
-}
-
-func unhex(c byte) rune {
-	switch {
-	case c >= '0' && c <= '9':
-		return rune(c - '0')
-	case c >= 'a' && c <= 'f':
-		return rune(c-'a') + 10
-	case c >= 'A' && c <= 'F':
-		return rune(c-'A') + 10
-	}
-	return -1
-}
-
-// unescape appends the decoded content of a valid JSON string (raw, between
-// its quotes) to dst, reporting false if it would exceed limit bytes.
-func unescape(dst, raw []byte, limit int) ([]byte, bool) {
-	for i := 0; i < len(raw); {
-		c := raw[i]
-		if c != '\\' {
-			if len(dst) >= limit {
-				return dst, false
-			}
-			dst = append(dst, c)
-			i++
-			continue
-		}
-		r, n := rune(raw[i+1]), 2 // '"', '\\', '/'
-		switch raw[i+1] {
-		case 'b':
-			r = '\b'
-		case 'f':
-			r = '\f'
-		case 'n':
-			r = '\n'
-		case 'r':
-			r = '\r'
-		case 't':
-			r = '\t'
-		case 'u':
-			r, _ = hex4(raw[i+2 : i+6])
-			n = 6
-			if utf16.IsSurrogate(r) {
-				lo := rune(0)
-				if r < 0xDC00 && i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
-					lo, _ = hex4(raw[i+8 : i+12])
-				}
-				if lo >= 0xDC00 && lo < 0xE000 {
-					r, n = utf16.DecodeRune(r, lo), 12
-				} else {
-					r = utf8.RuneError
-				}
-			}
-		}
-		i += n
-		if len(dst)+utf8.RuneLen(r) > limit {
-			return dst, false
-		}
-		dst = utf8.AppendRune(dst, r)
-	}
-	return dst, true
 }
 
 // fail records a syntax error at byte offset at.

@@ -1,6 +1,10 @@
 package usage
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/sluicegw/sluice/internal/jsonlex"
+)
 
 // capKind names a captured top-level key.
 type capKind int8
@@ -101,7 +105,7 @@ func (s *jsonScan) scan(p []byte) int {
 			}
 			c = p[i]
 		}
-		if s.want != capNone && !isSpace(c) {
+		if s.want != capNone && !jsonlex.IsSpace(c) {
 			s.capturing, s.want = s.want, capNone
 			s.caps[s.capturing] = s.caps[s.capturing][:0]
 			s.capOK[s.capturing] = false

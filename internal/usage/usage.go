@@ -3,6 +3,7 @@ package usage
 import (
 	"strings"
 
+	"github.com/sluicegw/sluice/internal/jsonlex"
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
@@ -261,7 +262,7 @@ func (m *Meter) sniff(p []byte, final bool) []byte {
 	}
 	i := 0
 	for i < len(b) {
-		if isSpace(b[i]) {
+		if jsonlex.IsSpace(b[i]) {
 			i++
 			continue
 		}
@@ -446,5 +447,3 @@ func (m *Meter) result(fallbackInput int64) Result {
 	r.ReasoningTokens = min(r.ReasoningTokens, r.OutputTokens)
 	return r
 }
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
