@@ -26,8 +26,12 @@ type Local struct {
 	counters *limits.Counters
 	opts     LocalOptions
 
-	mu      sync.Mutex
-	budgets map[string]*budgetState
+	mu sync.Mutex
+	// budgets holds the calendar and lifetime budgets' current periods, by
+	// scope and then by period kind. A state outlives its budget: it is
+	// kept current by every settle of its scope (Settle), so a budget that
+	// goes away and comes back in the same period finds it right.
+	budgets map[budgetScope]map[string]*budgetState
 	held    map[uint64]*hold // unsettled reservations, by grant id
 	nextID  uint64
 	expired int64
@@ -42,8 +46,9 @@ type LocalOptions struct {
 	// Spent, when set, tells what the ledger recorded for a scope (kind
 	// key, team or org; id; model, "" for all) since a time (the zero time:
 	// ever). A budget period this process has not tracked yet starts from
-	// it, so budgets survive a restart. It is called under Local's lock and
-	// must not block: answer from memory.
+	// it, so budgets survive a restart and a budget added mid-period starts
+	// from what its scope already spent. It is called under Local's lock
+	// and must not block: answer from memory.
 	Spent func(kind, id, model string, since time.Time) int64
 	// Record, when set, is told of every settled request's cost, per scope
 	// (key, team, org) and model, with the time it started: what Spent
@@ -57,23 +62,34 @@ func NewLocal(counters *limits.Counters, opts LocalOptions) *Local {
 	if opts.TimeZone == nil {
 		opts.TimeZone = time.UTC
 	}
-	return &Local{counters: counters, opts: opts, budgets: map[string]*budgetState{}, held: map[uint64]*hold{}}
+	return &Local{counters: counters, opts: opts, budgets: map[budgetScope]map[string]*budgetState{}, held: map[uint64]*hold{}}
 }
 
-// budgetState is one period of a calendar or lifetime budget: what was
-// spent in it (settled) and what admitted requests hold (reserved).
+// budgetScope is whose calendar and lifetime budgets a state counts: a
+// key, team or org, for one model or (model "") for all.
+type budgetScope struct{ kind, id, model string }
+
+// budgetState is one period of a calendar or lifetime budget: what its
+// scope spent in it (settled, whether or not the budget covered the
+// request when it was admitted) and what admitted requests hold against
+// it (reserved).
 type budgetState struct {
 	start, end      time.Time // end zero: lifetime
 	spent, reserved int64
 }
 
+// covers reports whether at falls in st's period.
+func (st *budgetState) covers(at time.Time) bool {
+	return !at.Before(st.start) && (st.end.IsZero() || at.Before(st.end))
+}
+
 // hold is what a grant reserved, to be settled or released.
 type hold struct {
 	at      time.Time
-	tokens  []tokenHold // token windows and rolling budgets
-	budgets []budgetHold
-	amount  [4]int64 // reserved, by tokenKind
-	expired bool     // released by ExpireBefore; Settle still charges
+	tokens  []tokenHold    // token windows and rolling budgets
+	budgets []*budgetState // calendar and lifetime budgets reserved against
+	amount  [4]int64       // reserved, by tokenKind
+	expired bool           // released by ExpireBefore; Settle still charges
 }
 
 type tokenHold struct {
@@ -90,11 +106,6 @@ const (
 	totalTokens
 	costMicros
 )
-
-type budgetHold struct {
-	key   string
-	state *budgetState
-}
 
 // scope is one of the key, its team and its org, with the limits that
 // cover this request there: the base limits and the model's.
@@ -121,12 +132,12 @@ func scopes(p *keyring.Principal, model string) []scope {
 	return out
 }
 
-// counterKey is the key of one of scope s's limits: in limits.Counters for
-// windows and rolling budgets, in Local's table for calendar and lifetime
-// budgets. It is "<kind>/<id>", then "/model/<model>" for a per-model
-// limit, then the limit's parts joined by "/": "key/key_a/requests/1m",
-// "team/t/model/gpt-4o/tokens/input/1h", "org/o/budget/rolling/1h0m0s",
-// "org/o/budget/month". Every key of a scope is built here; the
+// counterKey is the key of one of scope s's limits in limits.Counters
+// (windows and rolling budgets; calendar and lifetime budgets are in
+// Local's own table, by budgetScope and period). It is "<kind>/<id>", then
+// "/model/<model>" for a per-model limit, then the limit's parts joined by
+// "/": "key/key_a/requests/1m", "team/t/model/gpt-4o/tokens/input/1h",
+// "org/o/budget/rolling/1h0m0s". Every key of a scope is built here; the
 // principal's own request limits come keyed from keyring.
 func counterKey(s scope, parts ...string) string {
 	n := len(s.kind) + 1 + len(s.id)
@@ -269,14 +280,14 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 
 	// Calendar and lifetime budgets first: they are only read until
 	// everything is known to fit.
-	var bh []budgetHold
+	var bh []*budgetState
 	var rem Remaining
 	for _, s := range scs {
 		for _, b := range s.l.Budgets {
 			if b.Period == policies.PeriodRolling {
 				continue
 			}
-			key, st := l.budget(s, b, c.At)
+			st := l.budget(s, b, c.At)
 			left := b.MicroUSD - st.spent - st.reserved
 			// A request that costs nothing (an unpriced model) is
 			// invisible to budgets, as it is to a rolling one.
@@ -285,7 +296,7 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 				return Grant{}, l.budgetDenial(s, b, st, c.At, left)
 			}
 			rem.budget(b.MicroUSD, left-amount[costMicros])
-			bh = append(bh, budgetHold{key: key, state: st})
+			bh = append(bh, st)
 		}
 	}
 	var buf [16]int64
@@ -294,8 +305,8 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 		l.uncount(c)
 		return Grant{}, denial(rs[dec.Denied], dec)
 	}
-	for _, h := range bh {
-		h.state.reserved += amount[costMicros]
+	for _, st := range bh {
+		st.reserved += amount[costMicros]
 	}
 	h := &hold{at: c.At, budgets: bh, amount: amount}
 	for i, r := range rs {
@@ -332,27 +343,48 @@ func (l *Local) uncount(c Claim) {
 
 // budget returns the state of budget b of scope s for the period that
 // holds at, starting a new period when the last one has ended.
-func (l *Local) budget(s scope, b policies.Budget, at time.Time) (string, *budgetState) {
-	key := counterKey(s, "budget", b.Period)
-	st := l.budgets[key]
+func (l *Local) budget(s scope, b policies.Budget, at time.Time) *budgetState {
+	bs := budgetScope{s.kind, s.id, s.model}
+	periods := l.budgets[bs]
+	st := periods[b.Period]
 	// A time before the current period (concurrent requests near a
 	// boundary carry slightly out-of-order clocks) counts in the current
 	// period: going back would throw the current period's state away.
 	if st != nil && (st.end.IsZero() || at.Before(st.end)) {
-		return key, st
+		return st
 	}
 	start, end := periodOf(b.Period, at, l.opts.TimeZone)
 	if st != nil && st.start.Equal(start) {
-		return key, st
+		return st
 	}
 	st = &budgetState{start: start, end: end}
 	if l.opts.Spent != nil {
 		// A period this process has not seen yet: what the ledger holds
-		// for it (after a restart, the spend before it).
+		// for it (after a restart, the spend before it; for a budget added
+		// mid-period, what its scope spent without it).
 		st.spent = l.opts.Spent(s.kind, s.id, s.model, start)
 	}
-	l.budgets[key] = st
-	return key, st
+	if periods == nil {
+		periods = map[string]*budgetState{}
+		l.budgets[bs] = periods
+	}
+	periods[b.Period] = st
+	return st
+}
+
+// spend counts cost, settled by the request held by h that started at,
+// in every current budget period of scope bs: those h reserved against,
+// and those that exist without having covered the request (a budget
+// removed since, or added while the request was in flight, or covering
+// it no more) whose period holds at. So a budget's state is always what
+// its scope spent, whether the budget was there or not, and a budget that
+// comes back in the same period starts from all of it.
+func (l *Local) spend(bs budgetScope, h *hold, at time.Time, cost int64) {
+	for _, st := range l.budgets[bs] {
+		if st.covers(at) || slices.Contains(h.budgets, st) {
+			st.spent += cost
+		}
+	}
 }
 
 // periodOf returns the calendar period of kind that holds at, in tz: [start,
@@ -378,8 +410,10 @@ func periodOf(kind string, at time.Time, tz *time.Location) (start, end time.Tim
 // Settle replaces g's reservation by what the request used: token windows
 // and rolling budgets are corrected in the bucket the reservation went to
 // (a use above it is counted now), calendar budgets move the reserved
-// amount to spent — in the period the request started in. Settling a grant
-// twice, or one that expired, does nothing.
+// amount to spent — in the period the request started in. The cost is
+// spent in every calendar and lifetime budget state of the request's
+// scopes, also those that did not cover it at admission (see spend).
+// Settling a grant twice does nothing.
 func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -400,18 +434,29 @@ func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
 	for _, t := range h.tokens {
 		l.counters.Adjust(h.at, now, t.key, t.period, used[t.kind]-h.amount[t.kind])
 	}
+	for _, st := range h.budgets {
+		st.reserved -= h.amount[costMicros]
+	}
+	cost := used[costMicros]
+	if cost == 0 {
+		return
+	}
 	// A calendar budget is charged in the period the request started in,
 	// the one that admitted it — as the ledger's aggregates count it
-	// (ledger.Aggregate), so a restart rebuilds the same numbers.
-	for _, b := range h.budgets {
-		b.state.reserved -= h.amount[costMicros]
-		b.state.spent += used[costMicros]
-	}
-	if rec := l.opts.Record; rec != nil && used[costMicros] > 0 {
-		p, c := g.Claim.Principal, g.Claim
-		rec("key", p.KeyID, c.Model, c.At, used[costMicros])
-		rec("team", p.Team, c.Model, c.At, used[costMicros])
-		rec("org", p.Org, c.Model, c.At, used[costMicros])
+	// (ledger.Aggregate), so a restart rebuilds the same numbers — and so
+	// is the spend index, for every scope, covered by a budget or not.
+	p, c := g.Claim.Principal, g.Claim
+	for _, s := range [...][2]string{{"key", p.KeyID}, {"team", p.Team}, {"org", p.Org}} {
+		if s[1] == "" {
+			continue
+		}
+		l.spend(budgetScope{s[0], s[1], ""}, h, c.At, cost)
+		if c.Model != "" {
+			l.spend(budgetScope{s[0], s[1], c.Model}, h, c.At, cost)
+		}
+		if rec := l.opts.Record; rec != nil {
+			rec(s[0], s[1], c.Model, c.At, cost)
+		}
 	}
 }
 
@@ -439,8 +484,8 @@ func (l *Local) ExpireBefore(now, cutoff time.Time) int {
 		for _, t := range h.tokens {
 			l.counters.Adjust(h.at, now, t.key, t.period, -h.amount[t.kind])
 		}
-		for _, b := range h.budgets {
-			b.state.reserved -= h.amount[costMicros]
+		for _, st := range h.budgets {
+			st.reserved -= h.amount[costMicros]
 		}
 		h.amount, h.expired = [4]int64{}, true
 		l.expiredHeld++
@@ -612,7 +657,7 @@ func (l *Local) Budgets(p *keyring.Principal, at time.Time) []BudgetStatus {
 				bs.Remaining = dec.Remaining[0]
 				bs.Spent = b.MicroUSD - bs.Remaining
 			} else {
-				_, st := l.budget(s, b, at)
+				st := l.budget(s, b, at)
 				bs.Spent, bs.Reserved = st.spent, st.reserved
 				bs.Remaining = max(b.MicroUSD-st.spent-st.reserved, 0)
 				bs.Resets = st.end

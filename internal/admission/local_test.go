@@ -90,7 +90,7 @@ func TestBudgetUnderConcurrency(t *testing.T) {
 	if admitted.Load() != affordable || denied.Load() != clients-affordable {
 		t.Fatalf("admitted %d, denied %d; want exactly %d admitted", admitted.Load(), denied.Load(), affordable)
 	}
-	st := l.budgets["team/t/budget/day"]
+	st := l.budgets[budgetScope{"team", "t", ""}]["day"]
 	if st.spent != settled.Load() || st.spent != each*affordable || st.reserved != 0 {
 		t.Errorf("budget state spent %d reserved %d; settled %d", st.spent, st.reserved, settled.Load())
 	}
@@ -298,7 +298,7 @@ func TestExpireReleasesLostReservations(t *testing.T) {
 	}
 	// The request ends after all: it is charged its whole use.
 	l.Settle(ctx, g, Actual{OutputTokens: 100, CostMicros: 100, At: t0.Add(22 * time.Minute)})
-	if st := l.budgets["key/key_a/budget/day"]; st.spent != 100 || st.reserved != 100 {
+	if st := l.budgets[budgetScope{"key", "key_a", ""}]["day"]; st.spent != 100 || st.reserved != 100 {
 		t.Errorf("a late settle of an expired grant: %+v; want its 100 spent (and the second request's 100 reserved)", st)
 	}
 	if l.Held() != 1 {
@@ -415,7 +415,7 @@ func TestBudgetPeriodNeverGoesBack(t *testing.T) {
 	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 30, At: midnight.Add(-time.Millisecond)}); err == nil {
 		t.Fatal("a late request from the old day reset the new day's budget")
 	}
-	if st := l.budgets["key/key_a/budget/day"]; !st.start.Equal(midnight) || st.spent != 80 {
+	if st := l.budgets[budgetScope{"key", "key_a", ""}]["day"]; !st.start.Equal(midnight) || st.spent != 80 {
 		t.Errorf("state %+v; want the new day with 80 spent", st)
 	}
 }
@@ -491,10 +491,73 @@ func TestCounterKey(t *testing.T) {
 		{model, []string{"requests", "1d"}, "team/t/model/gpt-4o/requests/1d"},
 		{model, []string{"tokens", "input", "1h"}, "team/t/model/gpt-4o/tokens/input/1h"},
 		{scope{kind: "org", id: "o"}, []string{"budget", "rolling", (90 * time.Minute).String()}, "org/o/budget/rolling/1h30m0s"},
-		{key, []string{"budget", policies.PeriodMonth}, "key/key_a/budget/month"},
 	} {
 		if got := counterKey(tt.s, tt.parts...); got != tt.want {
 			t.Errorf("counterKey(%+v, %q) = %q, want %q", tt.s, tt.parts, got, tt.want)
 		}
+	}
+}
+
+// TestBudgetReaddedMidPeriod: a budget removed and re-added in the same
+// period (an admin change, a reload) starts from everything its scope
+// settled in the period — while it was absent too — not from the state it
+// had when it went away.
+func TestBudgetReaddedMidPeriod(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		opts func(*SpendIndex) LocalOptions
+	}{
+		{"with the spend index", func(idx *SpendIndex) LocalOptions { return LocalOptions{Spent: idx.Spent, Record: idx.Add} }},
+		{"without one", func(*SpendIndex) LocalOptions { return LocalOptions{} }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			idx := NewSpendIndex(nil, nil)
+			l := NewLocal(limits.New(limits.Options{}), tt.opts(idx))
+			ctx := context.Background()
+			budget := policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}}}
+			capped := principal(policies.Limits{}, budget, policies.Limits{})
+			free := principal(policies.Limits{}, policies.Limits{}, policies.Limits{})
+			at := t0
+			spend := func(p *keyring.Principal, cost int64) {
+				t.Helper()
+				at = at.Add(time.Minute)
+				g, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CostMicros: cost, At: at})
+				if err != nil {
+					t.Fatalf("admit %d: %v", cost, err)
+				}
+				l.Settle(ctx, g, Actual{CostMicros: cost, At: at})
+			}
+			spend(capped, 30) // with the budget
+			spend(free, 40)   // removed: settled while absent
+			spend(free, 0)    // nothing to count
+			// A request admitted while the budget is absent and settled
+			// after it is back is counted too.
+			at = at.Add(time.Minute)
+			inFlight, err := l.Admit(ctx, Claim{Principal: free, Model: "m", CostMicros: 20, At: at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Re-added: 70 spent, 30 left.
+			st := l.Budgets(capped, at)
+			if len(st) != 1 || st[0].Spent != 70 || st[0].Remaining != 30 {
+				t.Fatalf("re-added budget %+v; want 70 spent, 30 left", st)
+			}
+			l.Settle(ctx, inFlight, Actual{CostMicros: 15, At: at})
+			if st := l.Budgets(capped, at); st[0].Spent != 85 || st[0].Remaining != 15 {
+				t.Fatalf("after the in-flight request settled: %+v; want 85 spent, 15 left", st)
+			}
+			if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostMicros: 16, At: at}); err == nil {
+				t.Fatal("the re-added budget admitted 16 with 15 left")
+			} else if d := denialOf(t, err); d.Code != apierr.CodeInsufficientQuota {
+				t.Errorf("refused with %q, want insufficient_quota", d.Code)
+			}
+			spend(capped, 15)
+			if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostMicros: 1, At: at}); err == nil {
+				t.Fatal("the spent budget admitted more")
+			}
+			// The next day starts empty.
+			at = t0.Add(24 * time.Hour)
+			spend(capped, 100)
+		})
 	}
 }
