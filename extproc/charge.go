@@ -21,8 +21,10 @@ type charged struct {
 
 // charge applies the charging rules (docs/architecture.md, "Settling") to
 // what the meter measured: status is the response's HTTP status, complete
-// whether the final chunk arrived, res the meter's result and
-// inputEstimate the tokenizer's count of the prompt.
+// whether the final chunk arrived, res the meter's result, inputEstimate
+// the tokenizer's count of the prompt and outputCap the most output the
+// request may produce (its output cap × choices, what admission reserved;
+// negative: no cap known).
 //
 //   - a stream cut short is charged what was delivered (cancelled), whatever
 //     the status;
@@ -33,8 +35,14 @@ type charged struct {
 //   - any other 2xx is charged what the provider reported, or the
 //     tokenizer's count when it reported nothing (ok; res.Estimated).
 //
+// Output Sluice estimated (res.OutputEstimated: no final count from the
+// provider, whether the stream completed or not) is never charged above
+// outputCap: the provider stops there, and the tokenizer's count of the
+// text seen can run above it. Output the provider reported is charged as
+// reported, above the cap too.
+//
 // It is pure: pricing, the ledger, admission and metrics are settle's.
-func charge(status int, complete bool, res usage.Result, inputEstimate int64) charged {
+func charge(status int, complete bool, res usage.Result, inputEstimate, outputCap int64) charged {
 	c := charged{Usage: res.Usage, Outcome: outcomeOK, Estimated: res.Estimated}
 	switch {
 	case !complete:
@@ -51,6 +59,10 @@ func charge(status int, complete bool, res usage.Result, inputEstimate int64) ch
 			c.Estimated = true
 		}
 	}
+	if res.OutputEstimated && outputCap >= 0 && c.Usage.OutputTokens > outputCap {
+		c.Usage.OutputTokens = outputCap
+		c.Usage.ReasoningTokens = min(c.Usage.ReasoningTokens, outputCap)
+	}
 	return c
 }
 
@@ -58,5 +70,5 @@ func charge(status int, complete bool, res usage.Result, inputEstimate int64) ch
 // when there is no meter: the provider may have billed the input, so it
 // is the input estimate.
 func unmetered(inputEstimate int64) usage.Result {
-	return usage.Result{Usage: usage.Usage{InputTokens: inputEstimate}, Estimated: true}
+	return usage.Result{Usage: usage.Usage{InputTokens: inputEstimate}, Estimated: true, OutputEstimated: true}
 }

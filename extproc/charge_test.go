@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -73,9 +74,71 @@ func TestCharge(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := charge(tt.status, tt.complete, tt.res, est)
+			got := charge(tt.status, tt.complete, tt.res, est, 1<<20)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("charge(%d, %v, %+v) (-want +got):\n%s", tt.status, tt.complete, tt.res, diff)
+			}
+		})
+	}
+}
+
+// TestChargeOutputCap: output Sluice estimated is never charged above the
+// request's output cap × choices (what admission reserved), complete or
+// cut; output the provider reported is charged as reported, even above it.
+func TestChargeOutputCap(t *testing.T) {
+	const est = 40
+	estimated := func(out int64) usage.Result { // nothing reported: the tokenizer's count
+		return usage.Result{Usage: usage.Usage{InputTokens: est, OutputTokens: out}, Estimated: true, OutputEstimated: true}
+	}
+	inputReported := usage.Result{ // an Anthropic stream cut after message_start
+		Usage: usage.Usage{InputTokens: 12, CachedInputTokens: 4, OutputTokens: 20}, Reported: true, Estimated: true, OutputEstimated: true}
+	outputReported := usage.Result{ // the final count, input from the estimate
+		Usage: usage.Usage{InputTokens: est, OutputTokens: 20, ReasoningTokens: 18}, Reported: true, Estimated: true}
+	reported := usage.Result{Usage: usage.Usage{InputTokens: 12, OutputTokens: 20, ReasoningTokens: 18}, Reported: true}
+	tests := []struct {
+		name     string
+		status   int
+		complete bool
+		res      usage.Result
+		cap      int64
+		want     charged
+	}{
+		{name: "cut, estimated above the cap: the cap", status: 200, res: estimated(20), cap: 13,
+			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 13}, Outcome: "cancelled", Estimated: true}},
+		{name: "cut, estimated at the cap", status: 200, res: estimated(13), cap: 13,
+			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 13}, Outcome: "cancelled", Estimated: true}},
+		{name: "cut, estimated under the cap", status: 200, res: estimated(12), cap: 13,
+			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 12}, Outcome: "cancelled", Estimated: true}},
+		{name: "cut, n choices: the cap is max_tokens × n", status: 200, res: estimated(70), cap: 13 * 4,
+			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 52}, Outcome: "cancelled", Estimated: true}},
+		{name: "complete, estimated above the cap: the cap", status: 200, complete: true, res: estimated(20), cap: 13,
+			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 13}, Outcome: "ok", Estimated: true}},
+		{name: "cut, input reported, output estimated: the output capped", status: 200, res: inputReported, cap: 13,
+			want: charged{Usage: usage.Usage{InputTokens: 12, CachedInputTokens: 4, OutputTokens: 13}, Outcome: "cancelled", Estimated: true}},
+		{name: "output reported above the cap: as reported", status: 200, complete: true, res: outputReported, cap: 13,
+			want: charged{Usage: outputReported.Usage, Outcome: "ok", Estimated: true}},
+		{name: "reported above the cap: as reported", status: 200, complete: true, res: reported, cap: 13,
+			want: charged{Usage: reported.Usage, Outcome: "ok"}},
+		{name: "cut, reported above the cap: as reported", status: 200, res: reported, cap: 13,
+			want: charged{Usage: reported.Usage, Outcome: "cancelled"}},
+		{name: "cap 0: no estimated output", status: 200, complete: true, res: estimated(20), cap: 0,
+			want: charged{Usage: usage.Usage{InputTokens: est}, Outcome: "ok", Estimated: true}},
+		{name: "no cap known: the estimate", status: 200, res: estimated(20), cap: -1,
+			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 20}, Outcome: "cancelled", Estimated: true}},
+		{name: "huge cap: the estimate", status: 200, res: estimated(1 << 40), cap: math.MaxInt64,
+			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 1 << 40}, Outcome: "cancelled", Estimated: true}},
+		{name: "huge estimate: the cap", status: 200, res: estimated(1 << 40), cap: 13,
+			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 13}, Outcome: "cancelled", Estimated: true}},
+		{name: "non-2xx, nothing reported: still nothing", status: 500, complete: true, res: estimated(20), cap: 13,
+			want: charged{Outcome: "upstream_error", Estimated: true}},
+		{name: "cut before response headers: no output", res: unmetered(est), cap: 13,
+			want: charged{Usage: usage.Usage{InputTokens: est}, Outcome: "cancelled", Estimated: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := charge(tt.status, tt.complete, tt.res, est, tt.cap)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("charge(%d, %v, %+v, cap %d) (-want +got):\n%s", tt.status, tt.complete, tt.res, tt.cap, diff)
 			}
 		})
 	}

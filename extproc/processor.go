@@ -452,7 +452,7 @@ func (p *Processor) settle(ctx context.Context, complete bool) *structpb.Struct 
 	} else {
 		res = unmetered(p.req.InputTokens) // cut before response headers
 	}
-	c := charge(p.status, complete, res, p.req.InputTokens)
+	c := charge(p.status, complete, res, p.req.InputTokens, p.grant.Claim.MaxOutputTokens)
 	if c.Outcome == outcomeUnparsed {
 		p.d.Metrics.unparsed.WithLabelValues(p.ep.String()).Inc()
 	}

@@ -208,3 +208,25 @@ func BenchmarkProcessorStream20(b *testing.B) {
 		led.records = led.records[:0]
 	}
 }
+
+// TestCancelledOutputCapped: a stream cut after more text than max_tokens
+// × n allows, the provider having reported no usage, is charged the cap,
+// not the tokenizer's count of the text.
+func TestCancelledOutputCapped(t *testing.T) {
+	ctx := context.Background()
+	d, led := newDeps(t)
+	p := NewProcessor(d)
+	p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
+	p.Handle(ctx, reqBody(`{"model":"gpt-4o-mini","stream":true,"max_tokens":3,"n":2,"messages":[{"role":"user","content":"tell me a story"}]}`))
+	p.Handle(ctx, respHeaders("200", "text/event-stream"))
+	for i := range 2 {
+		p.Handle(ctx, respBody(fmt.Sprintf("data: {\"choices\":[{\"index\":%d,\"delta\":{\"content\":\"Once upon a time there was a gateway that counted\"}}]}\n\n", i), false))
+	}
+	p.Cancel(ctx)
+	if len(led.records) != 1 {
+		t.Fatalf("records %+v", led.records)
+	}
+	if r := led.records[0]; r.Outcome != "cancelled" || !r.Estimated || r.OutputTokens != 6 {
+		t.Errorf("record %+v; want cancelled, estimated, 6 output tokens (3 × 2 choices)", r)
+	}
+}

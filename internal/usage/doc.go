@@ -43,7 +43,8 @@
 // provider did not report, Close fills in an estimate and sets Estimated:
 // InputTokens = the caller's fallbackInput (its request-phase estimate);
 // OutputTokens = the tiktoken count of the generated text seen, or the
-// provisional provider count if larger; ReasoningTokens stays 0. So
+// provisional provider count if larger (and OutputEstimated is set);
+// ReasoningTokens stays 0. So
 // Reported && Estimated means "partly from the provider" (for instance an
 // Anthropic stream cut after message_start), and at least one of Reported
 // and Estimated is always true.

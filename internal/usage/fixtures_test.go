@@ -19,29 +19,29 @@ func TestFixtures(t *testing.T) {
 	// The streams without usage are charged by the tokenizer: the counts
 	// are pinned here and re-derived by streamText+tokenizer below.
 	want := map[string]Result{
-		"chat-bad-request": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true,
+		"chat-bad-request": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true, OutputEstimated: true,
 			ProviderError: "invalid_request_error"},
 		"chat-basic":     {Usage: Usage{InputTokens: 8, OutputTokens: 377, ReasoningTokens: 320}, Reported: true},
 		"chat-json-mode": {Usage: Usage{InputTokens: 21, OutputTokens: 280, ReasoningTokens: 256}, Reported: true},
 		"chat-multiturn": {Usage: Usage{InputTokens: 50, OutputTokens: 526, ReasoningTokens: 512}, Reported: true},
 		// No stream_options.include_usage: no usage chunk.
-		"chat-streaming": {Usage: Usage{InputTokens: fallbackIn, OutputTokens: 48}, Estimated: true,
+		"chat-streaming": {Usage: Usage{InputTokens: fallbackIn, OutputTokens: 48}, Estimated: true, OutputEstimated: true,
 			Events: 51, OutputTextRunes: 209},
 		"chat-tools": {Usage: Usage{InputTokens: 162, OutputTokens: 287, ReasoningTokens: 256}, Reported: true},
-		"chat-unknown-model": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true,
+		"chat-unknown-model": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true, OutputEstimated: true,
 			ProviderError: "invalid_request_error"},
 		"completion-basic": {Usage: Usage{InputTokens: 31, OutputTokens: 25}, Reported: true},
 		// babbage-002 counts with cl100k_base: 25, as the provider charged
 		// (max_tokens 25, finish_reason length).
-		"completion-streaming": {Usage: Usage{InputTokens: fallbackIn, OutputTokens: 25}, Estimated: true,
+		"completion-streaming": {Usage: Usage{InputTokens: fallbackIn, OutputTokens: 25}, Estimated: true, OutputEstimated: true,
 			Events: 26, OutputTextRunes: 68},
 		"completion-streaming-usage": {Usage: Usage{InputTokens: 31, OutputTokens: 25}, Reported: true,
 			Events: 27, OutputTextRunes: 59},
-		"embeddings-bad-request": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true,
+		"embeddings-bad-request": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true, OutputEstimated: true,
 			ProviderError: "invalid_request_error"},
 		"embeddings-basic":  {Usage: Usage{InputTokens: 7}, Reported: true},
 		"embeddings-tokens": {Usage: Usage{InputTokens: 7}, Reported: true},
-		"embeddings-unknown-model": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true,
+		"embeddings-unknown-model": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true, OutputEstimated: true,
 			ProviderError: "invalid_request_error"},
 	}
 	seen := 0

@@ -52,7 +52,7 @@ func garbageCases(t testing.TB) []struct {
 	huge := strings.Repeat("x", 1000)
 	stream := "data: " + `{"choices":[{"index":0,"delta":{"content":"ok"}}]}` + "\n\n" +
 		"data: " + `{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2}}` + "\n\n"
-	fallback := Result{Usage: Usage{InputTokens: 5}, Estimated: true}
+	fallback := Result{Usage: Usage{InputTokens: 5}, Estimated: true, OutputEstimated: true}
 	with := func(r Result, f func(*Result)) Result { f(&r); return r }
 	return []struct {
 		splitCase
@@ -98,12 +98,12 @@ func garbageCases(t testing.TB) []struct {
 			// A rune split across events is two U+FFFD: "\ufffd", "\ufffd ok".
 			with(fallback, func(r *Result) { r.OutputTokens, r.OutputTextRunes, r.Events = 2, 5, 2 })},
 		{splitCase{"JSON over MaxJSONBytes with usage", small, `{"data":"` + huge + `","usage":{"prompt_tokens":8}}`}, true,
-			Result{Usage: Usage{InputTokens: 8}, Reported: true, Estimated: true, Err: CodeBodyTooLarge}},
+			Result{Usage: Usage{InputTokens: 8}, Reported: true, Estimated: true, OutputEstimated: true, Err: CodeBodyTooLarge}},
 		{splitCase{"JSON over MaxJSONBytes without usage", small, `{"choices":[{"message":{"content":"` + huge + `"}}]}`}, true,
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, CodeBodyTooLarge })},
 		{splitCase{"huge event", smallStream, stream[:strings.Index(stream, "data: {\"choices\":[]")] +
 			"data: {\"choices\":[{\"delta\":{\"content\":\"" + huge + "\"}}]}\n\n" + stream}, true,
-			Result{Usage: Usage{InputTokens: 5, OutputTokens: 1}, Estimated: true, Events: 1, OutputTextRunes: 2, Err: CodeEventTooLarge}},
+			Result{Usage: Usage{InputTokens: 5, OutputTokens: 1}, Estimated: true, OutputEstimated: true, Events: 1, OutputTextRunes: 2, Err: CodeEventTooLarge}},
 		{splitCase{"unsupported encoding", Options{Endpoint: llmapi.ChatCompletions, ContentEncoding: "br"}, chatBody}, true,
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, CodeUnsupportedEncoding })},
 		{splitCase{"gzip declared, plain sent", gzOpts, chatBody}, true,

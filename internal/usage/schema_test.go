@@ -68,14 +68,14 @@ func TestSchemas(t *testing.T) {
 	}, {
 		name: "anthropic error event mid-stream", opts: anth, body: anthropicStreamError, complete: true,
 		want: Result{Usage: Usage{InputTokens: 35, CachedInputTokens: 5, OutputTokens: o200k(t, errorText)},
-			Reported: true, Estimated: true, Events: 4, OutputTextRunes: runes(errorText), ProviderError: "overloaded_error"},
+			Reported: true, Estimated: true, OutputEstimated: true, Events: 4, OutputTextRunes: runes(errorText), ProviderError: "overloaded_error"},
 	}, {
 		name: "anthropic stream cut after message_start", opts: anth,
 		body:     anthropicStream[:strings.Index(anthropicStream, "event: content_block_stop")],
 		complete: false,
 		want: Result{Usage: Usage{InputTokens: 2125, CachedInputTokens: 2000, CacheCreationTokens: 100,
 			OutputTokens: o200k(t, "Café crème 🙂 — voilà, I'll check the weather.")},
-			Reported: true, Estimated: true, Events: 5, OutputTextRunes: runes("Café crème 🙂", " — voilà, I'll check the weather.")},
+			Reported: true, Estimated: true, OutputEstimated: true, Events: 5, OutputTextRunes: runes("Café crème 🙂", " — voilà, I'll check the weather.")},
 	}, {
 		name: "anthropic events without names are routed by type", opts: anth,
 		body: "data: " + `{"type":"message_start","message":{"usage":{"input_tokens":7,"output_tokens":1}}}` + "\n\n" +
@@ -89,17 +89,17 @@ func TestSchemas(t *testing.T) {
 		want:     Result{Usage: Usage{InputTokens: 99, OutputTokens: 3}, Reported: true, Estimated: true, Events: 1},
 	}, {
 		name: "anthropic only pings", opts: anth, body: "event: ping\ndata: {\"type\": \"ping\"}\n\n", complete: false,
-		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, Events: 1},
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, Events: 1},
 	}, {
 		name: "anthropic JSON", opts: anthJSON, body: anthropicJSON, complete: true,
 		want: Result{Usage: Usage{InputTokens: 2003, CachedInputTokens: 800, CacheCreationTokens: 1200, OutputTokens: 9}, Reported: true},
 	}, {
 		name: "anthropic JSON error", opts: anthJSON, body: anthropicErrorJSON, complete: true,
-		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, ProviderError: "not_found_error"},
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, ProviderError: "not_found_error"},
 	}, {
 		name: "anthropic JSON without usage", opts: anthJSON, complete: true,
 		body: `{"type":"message","content":[{"type":"text","text":"Hi 🙂"},{"type":"tool_use","input":{"a":1}}]}`,
-		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "Hi 🙂", `{"a":1}`)}, Estimated: true,
+		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "Hi 🙂", `{"a":1}`)}, Estimated: true, OutputEstimated: true,
 			OutputTextRunes: runes("Hi 🙂", `{"a":1}`)},
 	}, {
 		name: "responses stream", opts: resp, body: responsesStream, complete: true,
@@ -109,7 +109,7 @@ func TestSchemas(t *testing.T) {
 		name: "responses stream cut before response.completed", opts: resp, complete: false,
 		body: responsesStream[:strings.Index(responsesStream, "event: response.completed")],
 		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "Déjà vu 🙂 all over again.")},
-			Estimated: true, Events: 6, OutputTextRunes: runes("Déjà vu 🙂", " all over again.")},
+			Estimated: true, OutputEstimated: true, Events: 6, OutputTextRunes: runes("Déjà vu 🙂", " all over again.")},
 	}, {
 		name: "responses incomplete", opts: resp, complete: true,
 		body: "event: response.incomplete\ndata: " + `{"type":"response.incomplete","response":{"status":"incomplete","usage":{"input_tokens":5,"output_tokens":100}}}` + "\n\n",
@@ -121,7 +121,7 @@ func TestSchemas(t *testing.T) {
 	}, {
 		name: "responses error event", opts: resp, complete: true,
 		body: "event: error\ndata: " + `{"type":"error","code":"rate_limit_exceeded","message":"slow down","param":null}` + "\n\n",
-		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, Events: 1, ProviderError: "rate_limit_exceeded"},
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, Events: 1, ProviderError: "rate_limit_exceeded"},
 	}, {
 		name: "responses JSON", opts: respJSON, body: responsesJSON, complete: true,
 		want: Result{Usage: Usage{InputTokens: 328, CachedInputTokens: 256, OutputTokens: 52, ReasoningTokens: 32}, Reported: true},
@@ -132,7 +132,7 @@ func TestSchemas(t *testing.T) {
 	}, {
 		name: "chat stream cut before the usage chunk", opts: chat, complete: false,
 		body: openAIStreamUsage[:strings.Index(openAIStreamUsage, `"choices":[]`)],
-		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "Olá, café 🙂", `{"q":"é"}`)}, Estimated: true,
+		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "Olá, café 🙂", `{"q":"é"}`)}, Estimated: true, OutputEstimated: true,
 			Events: 5, OutputTextRunes: runes("Olá, café 🙂", `{"q":"é"}`)},
 	}, {
 		name: "chat stream with cumulative usage in every chunk", opts: chat, complete: false,
@@ -144,21 +144,21 @@ func TestSchemas(t *testing.T) {
 		body: "data: " + `{"choices":[{"index":0,"delta":{"content":"Hello wor"}},{"index":1,"delta":{"content":"Good"}}]}` + "\n\n" +
 			"data: " + `{"choices":[{"index":1,"delta":{"content":"bye"}},{"index":0,"delta":{"content":"ld"}}]}` + "\n\n" +
 			"data: [DONE]\n\n",
-		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "Hello world", "Goodbye")}, Estimated: true,
+		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "Hello world", "Goodbye")}, Estimated: true, OutputEstimated: true,
 			Events: 3, OutputTextRunes: runes("Hello world", "Goodbye")},
 	}, {
 		name: "chat stream error chunk", opts: chat, complete: true,
 		body: "data: " + `{"error":{"message":"boom","type":"server_error","code":null}}` + "\n\n",
-		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, Events: 1, ProviderError: "server_error"},
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, Events: 1, ProviderError: "server_error"},
 	}, {
 		name: "chat JSON without usage counts the message", opts: chatJSON, complete: true,
 		body: `{"choices":[{"index":0,"message":{"role":"assistant","content":"Bonjour 🙂","tool_calls":[{"function":{"arguments":"{}"}}]}}]}`,
-		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "Bonjour 🙂", "{}")}, Estimated: true,
+		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "Bonjour 🙂", "{}")}, Estimated: true, OutputEstimated: true,
 			OutputTextRunes: runes("Bonjour 🙂", "{}")},
 	}, {
 		name: "chat JSON with array content", opts: chatJSON, complete: true,
 		body: `{"choices":[{"index":0,"message":{"content":[{"type":"text","text":"x"}],"refusal":"no way"}}]}`,
-		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "no way")}, Estimated: true, OutputTextRunes: 6},
+		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "no way")}, Estimated: true, OutputEstimated: true, OutputTextRunes: 6},
 	}, {
 		name: "chat JSON cached more than prompt is clamped", opts: chatJSON, complete: true,
 		body: `{"usage":{"prompt_tokens":10,"completion_tokens":-5,"prompt_tokens_details":{"cached_tokens":20},"completion_tokens_details":{"reasoning_tokens":3}}}`,
@@ -170,7 +170,7 @@ func TestSchemas(t *testing.T) {
 	}, {
 		name: "chat JSON float counts are not usage", opts: chatJSON, complete: true,
 		body: `{"usage":{"prompt_tokens":1.5}}`,
-		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true},
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true},
 	}, {
 		name: "stream although stream was false", opts: chatJSON, complete: true, body: openAIStreamUsage,
 		want: Result{Usage: Usage{InputTokens: 1200, CachedInputTokens: 1024, OutputTokens: 40, ReasoningTokens: 16},
@@ -178,18 +178,18 @@ func TestSchemas(t *testing.T) {
 	}, {
 		name: "JSON error although a stream was asked", opts: chat, complete: true,
 		body: `{"error":{"message":"Rate limit","type":"requests","code":"rate_limit_exceeded"}}`,
-		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, ProviderError: "requests"},
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, ProviderError: "requests"},
 	}, {
 		name: "JSON error with a string", opts: chatJSON, complete: true, body: `{"error":"Internal Server Error"}`,
-		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, ProviderError: "error"},
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, ProviderError: "error"},
 	}, {
 		name: "JSON error with a numeric code and odd characters", opts: chatJSON, complete: true,
 		body: `{"error":{"code":429,"message":"x"}}`,
-		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, ProviderError: "429"},
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, ProviderError: "429"},
 	}, {
 		name: "JSON error type is sanitised", opts: chatJSON, complete: true,
 		body: `{"error":{"type":"Bad Thing!\"<script>"}}`,
-		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, ProviderError: "bad_thingscript"},
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, ProviderError: "bad_thingscript"},
 	}, {
 		name: "embeddings total_tokens only", opts: emb, complete: true,
 		body: `{"object":"list","data":[],"usage":{"total_tokens":12}}`,
@@ -197,7 +197,7 @@ func TestSchemas(t *testing.T) {
 	}, {
 		name: "usage nested below the top level is not the response's", opts: chatJSON, complete: true,
 		body: `{"choices":[{"index":0,"message":{"content":"hi","usage":{"prompt_tokens":5}}}]}`,
-		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: 1}, Estimated: true, OutputTextRunes: 2},
+		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: 1}, Estimated: true, OutputEstimated: true, OutputTextRunes: 2},
 	}, {
 		name: "unknown endpoint reads OpenAI-compatible usage", complete: true,
 		opts: Options{ContentType: "application/json"},

@@ -35,6 +35,10 @@ type Result struct {
 	// Estimated: some counts were computed by Sluice — the input from the
 	// caller's fallback, the output from the tokenizer. See the package doc.
 	Estimated bool
+	// OutputEstimated: the output count is Sluice's (the tokenizer's count
+	// of the text seen, or Anthropic's provisional message_start count),
+	// not the provider's final one. It implies Estimated.
+	OutputEstimated bool
 	// Unparsed: the body was not what the endpoint returns (HTML, garbage,
 	// empty, not JSON, too large with no usage found): nothing was read.
 	Unparsed bool
@@ -440,7 +444,7 @@ func (m *Meter) result(fallbackInput int64) Result {
 		r.ReasoningTokens = c.reasoning
 	} else {
 		r.OutputTokens = max(c.provisionalOut, m.text.tokens())
-		r.Estimated = true
+		r.Estimated, r.OutputEstimated = true, true
 	}
 	r.CachedInputTokens = min(r.CachedInputTokens, r.InputTokens)
 	r.CacheCreationTokens = min(r.CacheCreationTokens, r.InputTokens-r.CachedInputTokens)
