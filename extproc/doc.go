@@ -9,7 +9,8 @@
 // the only place that re-routes), rewrites the request for the provider
 // (model name, credential, path, anthropic-version) and forces streaming
 // usage on, admits the request (admission), meters the streamed response
-// (usage), and on the final chunk — or on cancellation — settles: the
+// (usage), and on the final chunk (or the response trailers, when the
+// response ends in them) — or on cancellation — settles: the
 // spend record is durable in the ledger before the final reply, which
 // carries the usage as dynamic metadata in namespace "sluice".
 //
@@ -36,8 +37,9 @@
 // ImmediateResponse in one function (denial); the packages it calls
 // refuse with the same *apierr.Error.
 // Settling applies the charging rules as a pure function (charge: status,
-// completeness and the meter's result in, the charged usage, outcome and
-// estimated flag out) before pricing, the ledger, admission and metrics.
+// completeness, the meter's result and the request's output cap in, the
+// charged usage, outcome and estimated flag out) before pricing, the
+// ledger, admission and metrics.
 // docs/architecture.md describes the state machine.
 //
 // Processor and UpstreamProcessor are transport-free (ProcessingRequest in,

@@ -121,6 +121,8 @@ func (p *Processor) Handle(ctx context.Context, m *extprocsvc.ProcessingRequest)
 		return p.responseHeaders(ctx, r.ResponseHeaders)
 	case *extprocsvc.ProcessingRequest_ResponseBody:
 		return p.responseBody(ctx, r.ResponseBody)
+	case *extprocsvc.ProcessingRequest_ResponseTrailers:
+		return p.responseTrailers(ctx)
 	}
 	return continueReply(m)
 }
@@ -432,6 +434,18 @@ func (p *Processor) responseBody(ctx context.Context, b *extprocsvc.HttpBody) *e
 		p.meter.Write(b.GetBody())
 	}
 	if b.GetEndOfStream() {
+		resp.DynamicMetadata = p.settle(ctx, true)
+	}
+	return resp
+}
+
+// responseTrailers ends a response that ended in trailers: Envoy then
+// sends no body chunk with end_of_stream (envoy-protocol.md §4), and the
+// trailers come after every chunk was answered, so the request is settled
+// here, complete, and this reply — the last — carries the usage metadata.
+func (p *Processor) responseTrailers(ctx context.Context) *extprocsvc.ProcessingResponse {
+	resp := &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocsvc.TrailersResponse{}}}
+	if p.state == streamingResponse {
 		resp.DynamicMetadata = p.settle(ctx, true)
 	}
 	return resp

@@ -230,3 +230,46 @@ func TestCancelledOutputCapped(t *testing.T) {
 		t.Errorf("record %+v; want cancelled, estimated, 6 output tokens (3 × 2 choices)", r)
 	}
 }
+
+func respTrailers() *extprocsvc.ProcessingRequest {
+	return &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocsvc.HttpTrailers{Trailers: hdrs("x-t", "v")}}}
+}
+
+// TestTrailersEndTheResponse: a response that ends in trailers (no body
+// chunk with end_of_stream) is settled on the trailers, complete, once;
+// the trailers reply carries the usage metadata, and a later Cancel
+// changes nothing. Trailers of an unmetered request are just answered.
+func TestTrailersEndTheResponse(t *testing.T) {
+	ctx := context.Background()
+	d, led := newDeps(t)
+	p := NewProcessor(d)
+	p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
+	p.Handle(ctx, reqBody(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
+	p.Handle(ctx, respHeaders("200", "application/json"))
+	p.Handle(ctx, respBody(chatJSON, false))
+	if len(led.records) != 0 {
+		t.Fatalf("settled before the response ended: %+v", led.records)
+	}
+	resp := p.Handle(ctx, respTrailers())
+	if resp.GetResponseTrailers() == nil {
+		t.Fatalf("reply %v, want a trailers reply", resp)
+	}
+	if md := resp.GetDynamicMetadata().GetFields()["sluice"].GetStructValue().GetFields(); md["outcome"].GetStringValue() != "ok" || md["output_tokens"].GetNumberValue() != 200 {
+		t.Errorf("trailers reply metadata %v, want outcome ok and the reported 200 output tokens", md)
+	}
+	p.Handle(ctx, respTrailers())
+	p.Cancel(ctx)
+	if len(led.records) != 1 || led.records[0].Outcome != "ok" || led.records[0].InputTokens != 1000 || led.records[0].OutputTokens != 200 || led.records[0].Estimated {
+		t.Errorf("records %+v, want one, ok, with the reported usage", led.records)
+	}
+
+	d, led = newDeps(t)
+	p = NewProcessor(d)
+	p.Handle(ctx, reqHeaders("/v1/models", false, authzMeta("config:k")))
+	if resp := p.Handle(ctx, respTrailers()); resp.GetResponseTrailers() == nil || resp.GetDynamicMetadata() != nil {
+		t.Errorf("trailers of a refused request answered %v", resp)
+	}
+	if len(led.records) != 0 {
+		t.Errorf("records %+v for a request never admitted", led.records)
+	}
+}

@@ -122,7 +122,12 @@ func Authz(o Options) *extauthzv3.ExtAuthz {
 //     the body is metered;
 //   - response body STREAMED: each chunk is metered and answered at once,
 //     and the final reply carries the usage metadata;
-//   - trailers SKIP.
+//   - response trailers SEND: a response that ends in trailers delivers no
+//     body chunk with end_of_stream (envoy-protocol.md §4), so its end is
+//     the trailers message, sent only when trailers arrive (no round trip
+//     for any other response) and after every chunk was answered; the
+//     request is settled there and that reply carries the usage metadata;
+//   - request trailers SKIP (the body is read whole before them).
 func ExtProc(o Options) *extprocv3.ExternalProcessor {
 	return &extprocv3.ExternalProcessor{
 		GrpcService:      grpcService(o.Cluster, 0),
@@ -133,7 +138,7 @@ func ExtProc(o Options) *extprocv3.ExternalProcessor {
 			RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
 			ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
 			ResponseBodyMode:    extprocv3.ProcessingMode_STREAMED,
-			ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+			ResponseTrailerMode: extprocv3.ProcessingMode_SEND,
 		},
 		MessageTimeout: durationpb.New(ExtProcTimeout),
 		MetadataOptions: &extprocv3.MetadataOptions{

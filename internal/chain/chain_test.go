@@ -26,8 +26,14 @@ func TestConfigsValidate(t *testing.T) {
 		}
 	}
 	pm := ExtProc(o).GetProcessingMode()
-	if pm.GetRequestBodyMode() != extprocv3.ProcessingMode_BUFFERED || pm.GetResponseBodyMode() != extprocv3.ProcessingMode_STREAMED {
-		t.Errorf("modes %v", pm)
+	want := &extprocv3.ProcessingMode{
+		RequestHeaderMode: extprocv3.ProcessingMode_SEND, RequestBodyMode: extprocv3.ProcessingMode_BUFFERED, RequestTrailerMode: extprocv3.ProcessingMode_SKIP,
+		// Response trailers SEND: a response that ends in trailers has no
+		// body chunk with end_of_stream; the trailers message ends it.
+		ResponseHeaderMode: extprocv3.ProcessingMode_SEND, ResponseBodyMode: extprocv3.ProcessingMode_STREAMED, ResponseTrailerMode: extprocv3.ProcessingMode_SEND,
+	}
+	if !proto.Equal(pm, want) {
+		t.Errorf("modes %v, want %v", pm, want)
 	}
 	if Authz(Options{Cluster: "x", FailOpen: true}).GetFailureModeAllow() != true {
 		t.Error("FailOpen")
