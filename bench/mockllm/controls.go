@@ -32,6 +32,7 @@ const (
 	HeaderCacheWriteTokens = "X-Mock-Cache-Write-Tokens"
 	HeaderReasoningTokens  = "X-Mock-Reasoning-Tokens"
 	HeaderDimensions       = "X-Mock-Dimensions"
+	HeaderTrailer          = "X-Mock-Trailer"
 )
 
 // controls is the behaviour of one request: Options overlaid with the
@@ -52,6 +53,8 @@ type controls struct {
 
 	cachedTokens, cacheWriteTokens, reasoningTokens int64
 	dimensions                                      int // 0: not set by a header
+
+	trailerName, trailerValue string // trailerName "": no trailer
 }
 
 // controls resolves the behaviour of the request with header h. A
@@ -185,6 +188,14 @@ func (s *Server) controls(h http.Header) (controls, error) {
 			default:
 				c.reasoningTokens = n
 			}
+		case HeaderTrailer:
+			tn, tv, ok := strings.Cut(v, "=")
+			tn = http.CanonicalHeaderKey(strings.TrimSpace(tn))
+			if !ok || !trailerAllowed(tn) || !validValue(tv) {
+				bad(name, v, "name=value, a trailer field (a token, not a framing, routing or x-mock- header) and a visible ASCII value")
+				continue
+			}
+			c.trailerName, c.trailerValue = tn, strings.TrimSpace(tv)
 		case HeaderDimensions:
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > maxDimensions {
@@ -249,6 +260,39 @@ func acceptsGzip(h http.Header) bool {
 		}
 	}
 	return false
+}
+
+// trailerAllowed reports whether name may be a trailer field the mock
+// sends: a token (RFC 9110 §5.6.2), not one of the fields that frame,
+// route or describe the message (RFC 9110 §6.5.1, which net/http drops
+// or a proxy refuses in trailers), and not a control.
+func trailerAllowed(name string) bool {
+	if name == "" || strings.HasPrefix(name, ControlPrefix) {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
+			return false
+		}
+	}
+	switch name {
+	case "Content-Length", "Content-Type", "Content-Encoding", "Content-Range", "Transfer-Encoding",
+		"Trailer", "Te", "Connection", "Host", "Keep-Alive", "Upgrade", "Authorization", "Set-Cookie",
+		"Cache-Control", "Expect", "Max-Forwards", "Pragma", "Range":
+		return false
+	}
+	return true
+}
+
+// validValue reports whether v is a field value of visible ASCII and
+// spaces.
+func validValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 || c > 0x7e) && c != '\t' {
+			return false
+		}
+	}
+	return true
 }
 
 func parseBool(v string) (b, ok bool) {

@@ -480,3 +480,41 @@ func TestShutdown(t *testing.T) {
 		t.Error("the stuck response completed")
 	}
 }
+
+// TestTrailer: x-mock-trailer ends a clean response, JSON or stream, over
+// HTTP/1.1 (chunked) and HTTP/2, with the trailer field; a bad one is a
+// control error.
+func TestTrailer(t *testing.T) {
+	_, base := start(t, Options{})
+	for _, h2c := range []bool{false, true} {
+		c := client(t, h2c)
+		for _, tc := range []struct{ name, body string }{{"json", withStream(chatBody, "")}, {"stream", streamChat}} {
+			t.Run(fmt.Sprintf("%s/h2c=%v", tc.name, h2c), func(t *testing.T) {
+				req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(tc.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("x-mock-trailer", "x-upstream-done=ok 1")
+				req.Header.Set("x-mock-gzip", "1")
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				if _, err := io.ReadAll(resp.Body); err != nil {
+					t.Fatal(err)
+				}
+				// HTTP/1.1 has trailers only in a chunked body: no length.
+				if resp.StatusCode != 200 || resp.Trailer.Get("X-Upstream-Done") != "ok 1" || (!h2c && resp.ContentLength != -1) {
+					t.Errorf("status %d, trailer %v, content-length %d", resp.StatusCode, resp.Trailer, resp.ContentLength)
+				}
+			})
+		}
+	}
+	c := client(t, false)
+	for _, bad := range []string{"", "x-t", "=v", "content-length=1", "trailer=x", "x-mock-words=1", "bad name=v"} {
+		if r := post(t, c, base+"/v1/chat/completions", withStream(chatBody, ""), "x-mock-trailer", bad); r.status != 400 || !strings.Contains(string(r.body), "x-mock-trailer") {
+			t.Errorf("x-mock-trailer %q: %d %s", bad, r.status, r.body)
+		}
+	}
+}

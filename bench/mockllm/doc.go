@@ -126,6 +126,11 @@
 //	x-mock-cache-write-tokens: X  prompt tokens reported as cache writes (Anthropic)
 //	x-mock-reasoning-tokens: R reasoning tokens, added to the output tokens
 //	x-mock-dimensions: D       embedding length (over the request's "dimensions" and Options)
+//	x-mock-trailer: name=value end the response with this trailer field, announced in a
+//	                           Trailer header (JSON and streams; set on a clean end only, not
+//	                           after an abort): HTTP/1.1 sends the body chunked with a trailer
+//	                           section, HTTP/2 a trailing HEADERS frame.
+//	                           The name is a token, not a framing, routing or x-mock- field.
 //
 // Order of handling: record and count the request; path, method and
 // controls; latency; credentials; x-mock-status; cassette replay;

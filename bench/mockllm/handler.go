@@ -369,6 +369,11 @@ func (o *out) begin(status, contentLength int) error {
 	if contentLength >= 0 {
 		h.Set("Content-Length", strconv.Itoa(contentLength))
 	}
+	if o.c.trailerName != "" {
+		// Announced, so that net/http sends the body chunked even when it
+		// would know its length (HTTP/1.1 has trailers only there).
+		h.Set("Trailer", o.c.trailerName)
+	}
 	o.w.WriteHeader(status)
 	if o.c.firstByte > 0 {
 		if err := o.rc.Flush(); err != nil {
@@ -426,11 +431,19 @@ func (o *out) flush() error {
 	return o.rc.Flush()
 }
 
+// finish ends a body that ends cleanly: it closes the compressor and sets
+// the trailer the request asked for (announced in begin; net/http sends
+// it after the body: the chunked encoding's trailer section on HTTP/1.1,
+// a HEADERS frame ending the stream on HTTP/2).
 func (o *out) finish() error {
+	var err error
 	if o.gz != nil {
-		return o.gz.Close()
+		err = o.gz.Close()
 	}
-	return nil
+	if o.c.trailerName != "" {
+		o.w.Header().Set(o.c.trailerName, o.c.trailerValue)
+	}
+	return err
 }
 
 // abort delivers what was written and then resets the connection (HTTP/1:
