@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,9 +13,11 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/ledger"
 )
 
 const (
@@ -406,6 +409,72 @@ func TestGatewayMeteringEdges(t *testing.T) {
 		rec := s.awaitRecord(t, cut)
 		if rec.Outcome != "cancelled" || rec.InputTokens == 0 || rec.OutputTokens >= a.OutputTokens+20 {
 			t.Errorf("abandoned stream settled as %+v", rec)
+		}
+	})
+}
+
+// TestResponseTrailersSettle: a provider response that ends in trailers
+// (no body chunk with end_of_stream reaches ext_proc) is settled on the
+// trailers, before they reach the client: the record is in the ledger the
+// moment the client has read the whole response, with outcome ok and the
+// usage the provider reported — the same as without trailers — and the
+// trailers reply carries the usage metadata.
+func TestResponseTrailersSettle(t *testing.T) {
+	_, mockAddr := mockProvider(t, mockllm.Options{APIKey: openaiKey})
+	s := startSluice(t, gatewayConfig)
+	_, key := s.createKey(t, "apps")
+	eachProxy(t, gatewayBootstrap(t, s.grpcAddr, mockAddr), func(t *testing.T, p proxy) {
+		for _, tc := range []struct{ name, body string }{
+			{"stream", `{"model":"gpt-5-nano","stream":true,"messages":[{"role":"user","content":"Count to ten"}]}`},
+			{"json", `{"model":"gpt-5-nano","messages":[{"role":"user","content":"Count to ten"}]}`},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				plain, trailed := "plain-"+tc.name+"-"+p.name(), "trailers-"+tc.name+"-"+p.name()
+				if st, _, b := (call{path: "/v1/chat/completions", body: tc.body, headers: map[string]string{"x-request-id": plain}}).do(t, p.url, key); st != 200 {
+					t.Fatalf("%d %s", st, b)
+				}
+				req, _ := http.NewRequest("POST", p.url+"/v1/chat/completions", strings.NewReader(tc.body))
+				req.Header.Set("authorization", "Bearer "+key)
+				req.Header.Set("x-request-id", trailed)
+				req.Header.Set("x-mock-trailer", "x-upstream-done=1")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || resp.Trailer.Get("X-Upstream-Done") != "1" {
+					t.Fatalf("status %d, trailers %v, read %v", resp.StatusCode, resp.Trailer, err)
+				}
+				// Read once, not awaited: durable before the final reply.
+				var got *ledger.Record
+				for _, r := range s.records(t) {
+					if r.RequestID == trailed {
+						got = &r
+					}
+				}
+				if got == nil {
+					t.Fatal("no spend record once the client had the whole response")
+				}
+				want := s.record(t, plain)
+				if got.Outcome != "ok" || got.Estimated || got.InputTokens != want.InputTokens || got.OutputTokens != want.OutputTokens || got.OutputTokens == 0 || got.CostMicros != want.CostMicros {
+					t.Errorf("settled %+v; want ok with the reported usage of %+v", *got, want)
+				}
+				if p.emu == nil {
+					return
+				}
+				var md *structpb.Struct
+				for _, x := range p.emu.Exchanges() {
+					for _, e := range x.ExtProc {
+						if e.Received.GetResponseTrailers() != nil {
+							md = e.Received.GetDynamicMetadata()
+						}
+					}
+				}
+				if f := md.GetFields()[chain.UsageNamespace].GetStructValue().GetFields(); f["outcome"].GetStringValue() != "ok" || f["output_tokens"].GetNumberValue() != float64(want.OutputTokens) {
+					t.Errorf("trailers reply metadata %v; want outcome ok and %d output tokens", md, want.OutputTokens)
+				}
+			})
 		}
 	})
 }

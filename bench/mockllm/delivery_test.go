@@ -488,14 +488,17 @@ func TestTrailer(t *testing.T) {
 	_, base := start(t, Options{})
 	for _, h2c := range []bool{false, true} {
 		c := client(t, h2c)
-		for _, tc := range []struct{ name, body string }{{"json", withStream(chatBody, "")}, {"stream", streamChat}} {
+		for _, tc := range []struct{ name, body, gzip string }{
+			{"json", withStream(chatBody, ""), "0"}, {"json-gzip", withStream(chatBody, ""), "1"},
+			{"stream", streamChat, "0"}, {"stream-gzip", streamChat, "1"},
+		} {
 			t.Run(fmt.Sprintf("%s/h2c=%v", tc.name, h2c), func(t *testing.T) {
 				req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(tc.body))
 				if err != nil {
 					t.Fatal(err)
 				}
 				req.Header.Set("x-mock-trailer", "x-upstream-done=ok 1")
-				req.Header.Set("x-mock-gzip", "1")
+				req.Header.Set("x-mock-gzip", tc.gzip)
 				resp, err := c.Do(req)
 				if err != nil {
 					t.Fatal(err)

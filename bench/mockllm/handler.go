@@ -325,6 +325,9 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *controls, rep r
 		if c.abortAfter >= 0 {
 			cl = -1 // chunked, so a reset cannot be mistaken for a short body
 		}
+		if c.trailerName != "" {
+			cl = -1 // HTTP/1.1 has trailers only in a chunked body
+		}
 		if o.begin(rep.status, cl) != nil {
 			o.abort() // cut short (shutdown, client gone): never a clean end
 		}
