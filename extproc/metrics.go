@@ -50,9 +50,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) observe(r ledger.Record) {
 	m.requests.WithLabelValues(r.Endpoint, r.Outcome).Inc()
-	m.tokens.WithLabelValues(r.Model, "input").Add(float64(r.InputTokens))
-	m.tokens.WithLabelValues(r.Model, "cached_input").Add(float64(r.CachedInputTokens))
-	m.tokens.WithLabelValues(r.Model, "output").Add(float64(r.OutputTokens))
-	m.tokens.WithLabelValues(r.Model, "reasoning").Add(float64(r.ReasoningTokens))
-	m.cost.WithLabelValues(r.Model).Add(float64(r.CostMicros))
+	addCount(m.tokens.WithLabelValues(r.Model, "input"), r.InputTokens)
+	addCount(m.tokens.WithLabelValues(r.Model, "cached_input"), r.CachedInputTokens)
+	addCount(m.tokens.WithLabelValues(r.Model, "output"), r.OutputTokens)
+	addCount(m.tokens.WithLabelValues(r.Model, "reasoning"), r.ReasoningTokens)
+	addCount(m.cost.WithLabelValues(r.Model), r.CostMicros)
+}
+
+// addCount adds a token count or a cost to a counter. A Prometheus counter
+// panics on a negative Add; the accounting is saturating and never
+// negative (internal/sat), and this is the one place that makes sure of it
+// for every series.
+func addCount(c prometheus.Counter, v int64) {
+	if v > 0 {
+		c.Add(float64(v))
+	}
 }

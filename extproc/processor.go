@@ -20,6 +20,7 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/payload"
+	"github.com/sluicegw/sluice/internal/sat"
 	"github.com/sluicegw/sluice/internal/usage"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -329,8 +330,12 @@ func (p *Processor) reserve(ctx context.Context, r resolved) (admission.Grant, *
 		maxOut = route.MaxOutputTokens
 	}
 	if req.N > 1 && p.ep != llmapi.Embeddings {
-		maxOut *= req.N // every choice may be that long
+		maxOut = sat.Mul(maxOut, req.N) // every choice may be that long
 	}
+	// Saturating (internal/sat): a worst case too large for an int64 is
+	// math.MaxInt64, more than any limit or budget allows at all, which
+	// admission refuses as such.
+	maxOut = max(maxOut, 0)
 	var worst int64
 	if route.Priced {
 		worst = route.Price.CostMicros(req.InputTokens, 0, maxOut)

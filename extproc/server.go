@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/grpcguard"
 )
 
 // Server is the envoy.service.ext_proc.v3.ExternalProcessor gRPC service:
@@ -40,7 +42,11 @@ func NewServer(d *Deps) *Server { return &Server{deps: d} }
 
 // Process runs one stream. Envoy half-closes and resets the stream when it
 // is done (envoy-protocol.md §1.9); a stream that ends before the final
-// response chunk is a cancellation, settled for what was delivered.
+// response chunk is a cancellation, settled for what was delivered. A
+// panic while handling a message is recovered by the gRPC server's
+// interceptor (internal/grpcguard): the stream fails with Internal, Envoy
+// applies the filter's failure mode, and the request's reservation, never
+// settled, is released after gateway.reservation_ttl.
 func (s *Server) Process(stream extprocsvc.ExternalProcessor_ProcessServer) error {
 	ctx := stream.Context()
 	s.deps.Metrics.streams.Inc()
@@ -51,7 +57,7 @@ func (s *Server) Process(stream extprocsvc.ExternalProcessor_ProcessServer) erro
 	} else {
 		p = NewProcessor(s.deps)
 	}
-	for {
+	for first := true; ; first = false {
 		m, err := stream.Recv()
 		if err != nil {
 			p.Cancel(ctx)
@@ -60,10 +66,31 @@ func (s *Server) Process(stream extprocsvc.ExternalProcessor_ProcessServer) erro
 			}
 			return err
 		}
+		if first {
+			identify(ctx, m)
+		}
 		resp := p.Handle(ctx, m)
 		if err := stream.Send(resp); err != nil {
 			p.Cancel(ctx)
 			return err
 		}
+	}
+}
+
+// identify names the stream, for the log line of a panic recovered in it
+// (internal/grpcguard): the request's x-request-id and path, without its
+// query (which may carry a credential).
+func identify(ctx context.Context, m *extprocsvc.ProcessingRequest) {
+	var id, path string
+	for _, h := range m.GetRequestHeaders().GetHeaders().GetHeaders() {
+		switch h.GetKey() {
+		case "x-request-id":
+			id = string(h.GetRawValue())
+		case ":path":
+			path = pathOnly(string(h.GetRawValue()))
+		}
+	}
+	if id != "" || path != "" {
+		grpcguard.Identify(ctx, slog.String("request_id", id), slog.String("path", path))
 	}
 }

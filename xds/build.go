@@ -520,7 +520,7 @@ func (b *builder) listener() (*listenerv3.Listener, error) {
 	}
 	// ext_proc buffers the request body in Envoy: the connection buffer
 	// must hold the largest body Sluice accepts.
-	limit := b.snap.Gateway().MaxRequestBodyBytes + 64<<10
+	limit := b.snap.Gateway().BodyBufferBytes()
 	return &listenerv3.Listener{
 		Name:                          ListenerName,
 		Address:                       addr,

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/sat"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -262,8 +263,10 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	if c.Principal == nil {
 		return Grant{}, fmt.Errorf("admission: claim without a principal")
 	}
+	// Amounts saturate (internal/sat): a claim too large for an int64 is
+	// math.MaxInt64, more than any limit allows at all.
 	input, output := max(c.InputTokens, 0), max(c.MaxOutputTokens, 0)
-	amount := [4]int64{inputTokens: input, outputTokens: output, totalTokens: input + output, costMicros: max(c.CostMicros, 0)}
+	amount := [4]int64{inputTokens: input, outputTokens: output, totalTokens: sat.Add(input, output), costMicros: max(c.CostMicros, 0)}
 
 	scs := scopes(c.Principal, c.Model)
 	var rbuf [16]reservation
@@ -288,12 +291,12 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 				continue
 			}
 			st := l.budget(s, b, c.At)
-			left := b.MicroUSD - st.spent - st.reserved
+			left := sat.Sub(sat.Sub(b.MicroUSD, st.spent), st.reserved)
 			// A request that costs nothing (an unpriced model) is
 			// invisible to budgets, as it is to a rolling one.
 			if cost := amount[costMicros]; cost > 0 && (left <= 0 || cost > left) {
 				l.uncount(c)
-				return Grant{}, l.budgetDenial(s, b, st, c.At, left)
+				return Grant{}, l.budgetDenial(s, b, st, c.At, left, cost)
 			}
 			rem.budget(b.MicroUSD, left-amount[costMicros])
 			bh = append(bh, st)
@@ -306,7 +309,7 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 		return Grant{}, denial(rs[dec.Denied], dec)
 	}
 	for _, st := range bh {
-		st.reserved += amount[costMicros]
+		st.reserved = sat.Add(st.reserved, amount[costMicros])
 	}
 	h := &hold{at: c.At, budgets: bh, amount: amount}
 	for i, r := range rs {
@@ -382,7 +385,7 @@ func (l *Local) budget(s scope, b policies.Budget, at time.Time) *budgetState {
 func (l *Local) spend(bs budgetScope, h *hold, at time.Time, cost int64) {
 	for _, st := range l.budgets[bs] {
 		if st.covers(at) || slices.Contains(h.budgets, st) {
-			st.spent += cost
+			st.spent = sat.Add(st.spent, cost)
 		}
 	}
 }
@@ -430,12 +433,12 @@ func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
 		now = g.Claim.At
 	}
 	in, out := max(a.InputTokens, 0), max(a.OutputTokens, 0)
-	used := [4]int64{inputTokens: in, outputTokens: out, totalTokens: in + out, costMicros: max(a.CostMicros, 0)}
+	used := [4]int64{inputTokens: in, outputTokens: out, totalTokens: sat.Add(in, out), costMicros: max(a.CostMicros, 0)}
 	for _, t := range h.tokens {
 		l.counters.Adjust(h.at, now, t.key, t.period, used[t.kind]-h.amount[t.kind])
 	}
 	for _, st := range h.budgets {
-		st.reserved -= h.amount[costMicros]
+		st.reserved = sat.Sub(st.reserved, h.amount[costMicros])
 	}
 	cost := used[costMicros]
 	if cost == 0 {
@@ -485,7 +488,7 @@ func (l *Local) ExpireBefore(now, cutoff time.Time) int {
 			l.counters.Adjust(h.at, now, t.key, t.period, -h.amount[t.kind])
 		}
 		for _, st := range h.budgets {
-			st.reserved -= h.amount[costMicros]
+			st.reserved = sat.Sub(st.reserved, h.amount[costMicros])
 		}
 		h.amount, h.expired = [4]int64{}, true
 		l.expiredHeld++
@@ -600,8 +603,15 @@ func denial(r reservation, dec limits.Decision) *apierr.Error {
 	return e
 }
 
-func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at time.Time, left int64) *apierr.Error {
-	what := map[string]string{policies.PeriodDay: "daily", policies.PeriodWeek: "weekly", policies.PeriodMonth: "monthly"}[b.Period]
+func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at time.Time, left, cost int64) *apierr.Error {
+	what := map[string]string{policies.PeriodDay: "daily", policies.PeriodWeek: "weekly", policies.PeriodMonth: "monthly", policies.PeriodLifetime: "lifetime"}[b.Period]
+	if cost > b.MicroUSD {
+		// No period will ever have room: no retry-after (a saturated
+		// worst case, math.MaxInt64, always lands here).
+		return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeInsufficientQuota,
+			Message: fmt.Sprintf("budget exceeded: this request may cost up to %s, more than the %s budget of %s (%s) allows at all; lower max_tokens",
+				usd(cost), what, s.describe(), usd(b.MicroUSD))}
+	}
 	if b.Period == policies.PeriodLifetime {
 		return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeInsufficientQuota,
 			Message: fmt.Sprintf("budget exhausted: the lifetime budget of %s (%s) has %s left, not enough for this request", s.describe(), usd(b.MicroUSD), usd(max(left, 0)))}
@@ -659,7 +669,7 @@ func (l *Local) Budgets(p *keyring.Principal, at time.Time) []BudgetStatus {
 			} else {
 				st := l.budget(s, b, at)
 				bs.Spent, bs.Reserved = st.spent, st.reserved
-				bs.Remaining = max(b.MicroUSD-st.spent-st.reserved, 0)
+				bs.Remaining = sat.Sub(sat.Sub(b.MicroUSD, st.spent), st.reserved)
 				bs.Resets = st.end
 			}
 			out = append(out, bs)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/sat"
 )
 
 // SpendIndex answers "what did this scope spend since then", from memory:
@@ -31,10 +32,12 @@ const retention = 40 * 24 * time.Hour
 func NewSpendIndex(buckets, lifetime []ledger.Aggregate) *SpendIndex {
 	x := &SpendIndex{buckets: map[who]map[string]map[int64]int64{}, lifetime: map[who]map[string]int64{}}
 	for _, a := range buckets {
-		x.bucket(who{string(a.Scope), a.ID}, a.Model)[a.Bucket.Unix()] += a.CostMicros
+		bs, b := x.bucket(who{string(a.Scope), a.ID}, a.Model), a.Bucket.Unix()
+		bs[b] = sat.Add(bs[b], a.CostMicros)
 	}
 	for _, a := range lifetime {
-		x.life(who{string(a.Scope), a.ID})[a.Model] += a.CostMicros
+		lt := x.life(who{string(a.Scope), a.ID})
+		lt[a.Model] = sat.Add(lt[a.Model], a.CostMicros)
 	}
 	return x
 }
@@ -73,7 +76,7 @@ func (x *SpendIndex) Spent(kind, id, model string, since time.Time) int64 {
 	if since.IsZero() {
 		for m, c := range x.lifetime[w] {
 			if model == "" || m == model {
-				sum += c
+				sum = sat.Add(sum, c)
 			}
 		}
 		return sum
@@ -85,7 +88,7 @@ func (x *SpendIndex) Spent(kind, id, model string, since time.Time) int64 {
 		}
 		for b, c := range bs {
 			if b >= from {
-				sum += c
+				sum = sat.Add(sum, c)
 			}
 		}
 	}
@@ -102,8 +105,10 @@ func (x *SpendIndex) Add(kind, id, model string, at time.Time, cost int64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	w := who{kind, id}
-	x.bucket(w, model)[ledger.BucketOf(at).Unix()] += cost
-	x.life(w)[model] += cost
+	bs, b := x.bucket(w, model), ledger.BucketOf(at).Unix()
+	bs[b] = sat.Add(bs[b], cost)
+	lt := x.life(w)
+	lt[model] = sat.Add(lt[model], cost)
 	if at.Sub(x.lastPrune) > 24*time.Hour {
 		x.prune(at.Add(-retention))
 		x.lastPrune = at

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/sluicegw/sluice/extproc"
 	"github.com/sluicegw/sluice/internal/admin"
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/grpcguard"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
@@ -78,6 +80,9 @@ type components struct {
 	watcher *policies.Watcher
 	snap    *policies.Snapshot // the config loaded at start-up
 	bound   policies.Listen    // its listen addresses, which a reload cannot change
+	// grpcRecv is the gRPC server's receive limit, set from the body
+	// limit at start-up; a reload cannot change it.
+	grpcRecv int
 
 	ring     *keyring.Ring
 	store    store.Store
@@ -171,7 +176,14 @@ func (c *components) loadConfig(env Env) error {
 		return err
 	}
 	c.snap, c.bound = snap, snap.Listen()
+	c.grpcRecv = grpcRecvBytes(snap.Gateway())
 	return nil
+}
+
+// grpcRecvBytes is the gRPC server's receive limit for gateway g
+// (policies.Gateway.GRPCRecvBytes), as grpc-go takes it.
+func grpcRecvBytes(g policies.Gateway) int {
+	return int(min(g.GRPCRecvBytes(), math.MaxInt32))
 }
 
 // reloaded applies a config reload reported by the watcher: the key ring
@@ -185,6 +197,13 @@ func (c *components) reloaded(s *policies.Snapshot, err error) {
 	c.metrics.reloads.WithLabelValues("ok").Inc()
 	if s.Listen() != c.bound {
 		c.log.Warn("listen addresses changed in the config; restart sluice to apply them")
+	}
+	// grpc-go fixes a server's receive limit when the server is made: a
+	// raised body limit reaches Envoy's listener now, but bodies the
+	// running gRPC server cannot receive fail until a restart.
+	if g := s.Gateway(); grpcRecvBytes(g) > c.grpcRecv {
+		c.log.Warn("gateway.max_request_body_bytes was raised above what the running gRPC server can receive; restart sluice to apply it",
+			"max_request_body_bytes", g.MaxRequestBodyBytes, "grpc_max_recv_bytes", c.grpcRecv)
 	}
 	c.ring.SetPolicy(s)
 	// Update has counted the failure; Envoy keeps the previous resources.
@@ -337,12 +356,15 @@ func (c *components) servers() error {
 		Log:      c.log.With("component", "extproc"),
 		Now:      time.Now,
 	})
-	c.grpc = grpc.NewServer()
+	// One panicking request fails its own call or stream, never the
+	// process (internal/grpcguard); both servers are guarded.
+	guard := grpcguard.New(c.log.With("component", "grpc"), c.reg)
+	c.grpc = grpc.NewServer(append(guard.ServerOptions(), grpc.MaxRecvMsgSize(c.grpcRecv))...)
 	authv3.RegisterAuthorizationServer(c.grpc, authz.NewServer(checker, authz.NewMetrics(c.reg), c.log))
 	extprocsvc.RegisterExternalProcessorServer(c.grpc, extprocServer)
 	c.health = health.NewServer()
 	healthpb.RegisterHealthServer(c.grpc, c.health)
-	c.xdsGRPC = grpc.NewServer()
+	c.xdsGRPC = grpc.NewServer(guard.ServerOptions()...)
 
 	var err error
 	c.admin, err = admin.New(admin.Deps{

@@ -3,6 +3,8 @@ package limits
 import (
 	"sync"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/sat"
 )
 
 // slot is one bucket of a ring: the bucket index it holds and the amount
@@ -58,13 +60,27 @@ func (ct *counter) advance(idx int64) int64 {
 	}
 	n := int64(len(ct.slots))
 	from := max(ct.head+1, idx-n+1) // a jump of n or more rewrites every slot
+	saturated := ct.total == sat.Max
 	for j := from; j <= idx; j++ {
 		s := ct.slot(j)
 		ct.total -= s.amt
 		s.amt, s.idx = 0, j
 	}
+	if saturated {
+		ct.recount()
+	}
 	ct.head = idx
 	return idx
+}
+
+// recount sets total from the slots. A saturated total is below the
+// slots' true sum, so taking an amount out of it must recount what is left
+// rather than forget more than left.
+func (ct *counter) recount() {
+	ct.total = 0
+	for i := range ct.slots {
+		ct.total = sat.Add(ct.total, ct.slots[i].amt)
+	}
 }
 
 // sumAt returns what the window would count at bucket index idx, without
@@ -77,16 +93,18 @@ func (ct *counter) sumAt(idx int64) int64 {
 	var sum int64
 	for i := range ct.slots {
 		if ct.slots[i].idx >= oldest {
-			sum += ct.slots[i].amt
+			sum = sat.Add(sum, ct.slots[i].amt)
 		}
 	}
 	return sum
 }
 
-// add counts amt in the newest bucket.
+// add counts amt in the newest bucket, saturating (internal/sat): a use
+// reported far beyond any limit fills the window, never wraps it.
 func (ct *counter) add(amt int64) {
-	ct.slot(ct.head).amt += amt
-	ct.total += amt
+	s := ct.slot(ct.head)
+	s.amt = sat.Add(s.amt, amt)
+	ct.total = sat.Add(ct.total, amt)
 }
 
 // retryAfter returns how long after nowNs enough of the oldest buckets will
@@ -96,7 +114,7 @@ func (ct *counter) retryAfter(excess, nowNs int64) time.Duration {
 	b := ct.buckets()
 	var freed int64
 	for j := ct.head - b; j <= ct.head; j++ {
-		freed += ct.slot(j).amt
+		freed = sat.Add(freed, ct.slot(j).amt)
 		if freed >= excess {
 			return time.Duration((j+b+1)*ct.width - nowNs)
 		}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/sat"
 )
 
 // DefaultBuckets is the number of buckets per window when Options.Buckets is 0.
@@ -180,7 +182,7 @@ func (c *Counters) AdmitInto(now time.Time, demands []Demand, remaining []int64)
 		dm, ct := &demands[i], cs[i]
 		room := dm.Limit - ct.total // may be negative if the limit was lowered
 		fits := ct.pend <= room && dm.Amount <= room-ct.pend
-		ct.pend += dm.Amount
+		ct.pend = sat.Add(ct.pend, dm.Amount)
 		if fits {
 			continue
 		}
@@ -195,7 +197,7 @@ func (c *Counters) AdmitInto(now time.Time, demands []Demand, remaining []int64)
 		case d.Impossible:
 		default:
 			// pend <= Limit, so excess <= total: room will come.
-			ra := ct.retryAfter(ct.total+ct.pend-dm.Limit, nowNs)
+			ra := ct.retryAfter(sat.Sub(sat.Add(ct.total, ct.pend), dm.Limit), nowNs)
 			if first || ra > d.RetryAfter {
 				d.Denied, d.RetryAfter = i, ra
 			}
@@ -417,9 +419,13 @@ func (c *Counters) Adjust(at, now time.Time, key string, period time.Duration, d
 			ct.add(delta)
 		} else if j := floorDiv(at.UnixNano(), w); j >= head-ct.buckets() && j <= head {
 			s := ct.slot(j)
-			take := min(-delta, s.amt)
+			take := min(-max(delta, -sat.Max), s.amt)
+			saturated := ct.total == sat.Max
 			s.amt -= take
 			ct.total -= take
+			if saturated {
+				ct.recount()
+			}
 		}
 		ct.mu.Unlock()
 		return

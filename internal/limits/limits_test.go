@@ -461,3 +461,42 @@ func TestAdjust(t *testing.T) {
 		t.Fatalf("remaining %d, want 95 (only the +5 bucket is left)", rem)
 	}
 }
+
+// TestHugeAmountsSaturate: uses reported far beyond any limit (a provider
+// claiming 2^62 tokens, twice) fill the window instead of wrapping it to a
+// negative count that admits everything; demands that sum past int64 on
+// one key are impossible, not admitted.
+func TestHugeAmountsSaturate(t *testing.T) {
+	const maxInt = 1<<63 - 1
+	c := New(Options{})
+	t0 := time.Unix(1_800_000_000, 0)
+	key := "k/tokens/1m"
+	for _, delta := range []int64{1 << 62, 1 << 62} { // 2^63 wraps to MinInt64
+		c.Adjust(t0, t0, key, time.Minute, delta)
+	}
+	if dec := c.Admit(t0.Add(time.Second), []Demand{dm(key, time.Minute, 100, 1)}); dec.Admitted || dec.Remaining[0] != 0 {
+		t.Fatalf("after 2·2^62 tokens, a 1-token request: %+v, want denied with 0 left", dec)
+	}
+	// Taking back part of a saturated bucket leaves the rest counted.
+	c.Adjust(t0, t0.Add(2*time.Second), key, time.Minute, -(1 << 62))
+	if dec := c.Admit(t0.Add(3*time.Second), []Demand{dm(key, time.Minute, 100, 1)}); dec.Admitted {
+		t.Fatalf("part of a saturated window released, a request admitted: %+v", dec)
+	}
+	// Releasing more than int64 can say releases the bucket, no more.
+	c.Adjust(t0, t0.Add(2*time.Second), key, time.Minute, -maxInt-1) // MinInt64
+	if dec := c.Admit(t0.Add(3*time.Second), []Demand{dm(key, time.Minute, 100, 1)}); !dec.Admitted || dec.Remaining[0] != 99 {
+		t.Fatalf("after releasing everything: %+v, want admitted with 99 left", dec)
+	}
+	// Once the window has moved past the bucket, it is empty again.
+	c.Adjust(t0.Add(4*time.Second), t0.Add(4*time.Second), key, time.Minute, maxInt)
+	if dec := c.Admit(t0.Add(3*time.Minute), []Demand{dm(key, time.Minute, 100, 1)}); !dec.Admitted || dec.Remaining[0] != 99 {
+		t.Fatalf("three minutes later: %+v, want admitted with 99 left", dec)
+	}
+
+	// Two demands on one key whose amounts overflow together.
+	other := "k2/tokens/1m"
+	dec := c.Admit(t0, []Demand{dm(other, time.Minute, 100, maxInt), dm(other, time.Minute, 100, maxInt)})
+	if dec.Admitted || !dec.Impossible {
+		t.Fatalf("max + max tokens on one key: %+v, want impossible", dec)
+	}
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/jsonlex"
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/sat"
 )
 
 // Usage is the token usage of one response. Tokens are int64, never floats.
@@ -397,8 +398,8 @@ func (m *Meter) finish() {
 	m.done = true
 }
 
-// maxCount bounds each reported count (a trillion tokens): sums of
-// provider numbers cannot overflow.
+// maxCount bounds each reported count (a trillion tokens); sums of
+// provider numbers saturate (internal/sat) all the same.
 const maxCount = 1 << 40
 
 func clampCount(v int64) int64 { return min(max(v, 0), maxCount) }
@@ -431,7 +432,7 @@ func (m *Meter) result(fallbackInput int64) Result {
 	if c.haveIn {
 		r.InputTokens = c.input
 		if m.schema == anthropic {
-			r.InputTokens += c.cacheRead + c.cacheCreate
+			r.InputTokens = sat.Add(r.InputTokens, sat.Add(c.cacheRead, c.cacheCreate))
 		}
 		r.CachedInputTokens = c.cacheRead
 		r.CacheCreationTokens = c.cacheCreate

@@ -1,0 +1,148 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sluicegw/sluice/authz"
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/apikey"
+	"github.com/sluicegw/sluice/internal/keyring"
+	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/policies"
+)
+
+// reserveConfig prices a model at o1-pro's $600 per 1M output tokens, with
+// a $1 daily budget on the team.
+const reserveConfig = `
+providers:
+  - {name: openai, kind: openai, base_url: "https://api.openai.com", api_key: "sk-upstream"}
+models:
+  - {name: pro, provider: openai}
+pricing:
+  pro: {input: 150000000, output: 600000000, per_request: 5}
+teams:
+  - {name: t, models: [pro], limits: {budgets: [{micro_usd: 1000000, period: day}]}}
+keys:
+  - {name: k, team: t, sha256: %s}
+`
+
+// spyAdmitter records the claims it is asked to admit and hands them to a
+// real admission.Local.
+type spyAdmitter struct {
+	claims []admission.Claim
+	next   Admitter
+}
+
+func (s *spyAdmitter) Admit(ctx context.Context, c admission.Claim) (admission.Grant, error) {
+	s.claims = append(s.claims, c)
+	return s.next.Admit(ctx, c)
+}
+
+func (s *spyAdmitter) Settle(ctx context.Context, g admission.Grant, a admission.Actual) {
+	s.next.Settle(ctx, g, a)
+}
+
+func reserveDeps(t *testing.T) (*Deps, *spyAdmitter, *recordingLedger) {
+	t.Helper()
+	cfg, err := policies.Parse(fmt.Appendf(nil, reserveConfig, apikey.HashHex(testKey)), "sluice.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := policies.Compile(cfg, filepath.Join(t.TempDir(), "sluice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	ring := keyring.New(log)
+	ring.SetPolicy(snap)
+	counters := limits.New(limits.Options{})
+	spy := &spyAdmitter{next: admission.NewLocal(counters, admission.LocalOptions{})}
+	led := &recordingLedger{}
+	return &Deps{
+		Policy:   func() *policies.Snapshot { return snap },
+		Ring:     ring,
+		Auth:     authz.NewChecker(ring, counters, func() time.Time { return t0 }),
+		Admitter: spy,
+		Ledger:   led,
+		Metrics:  NewMetrics(prometheus.NewRegistry()),
+		Log:      log,
+		Now:      func() time.Time { return t0 },
+	}, spy, led
+}
+
+// TestReserveNeverWraps: max_tokens × n × price overflowed int64 and the
+// negative worst case reserved $0, so a $1 budget admitted a request that
+// could cost $42 million. The worst case is now exact (or saturated): the
+// claim holds max_tokens × n output tokens and their whole cost, and the
+// budget refuses it as more than it allows at all.
+func TestReserveNeverWraps(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name          string
+		maxTokens, n  int64
+		wantOut       int64
+		wantCostAbove int64
+	}{
+		{"max_tokens 2^32-1 × n 128", 1<<32 - 1, 128, (1<<32 - 1) * 128, 329_853_488_256_000},
+		{"max_tokens 1e9 × n 100", 1_000_000_000, 100, 100_000_000_000, 60_000_000_000_000},
+		{"n 1", 1_000_000, 1, 1_000_000, 600_000_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, spy, led := reserveDeps(t)
+			p := NewProcessor(d)
+			p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
+			resp := p.Handle(ctx, reqBody(fmt.Sprintf(`{"model":"pro","max_tokens":%d,"n":%d,"messages":[{"role":"user","content":"hi"}]}`, tc.maxTokens, tc.n)))
+			if len(spy.claims) != 1 {
+				t.Fatalf("%d claims, want 1", len(spy.claims))
+			}
+			c := spy.claims[0]
+			if c.MaxOutputTokens != tc.wantOut {
+				t.Errorf("reserved %d output tokens, want %d (max_tokens × n)", c.MaxOutputTokens, tc.wantOut)
+			}
+			if c.CostMicros < tc.wantCostAbove || c.CostMicros < 0 {
+				t.Errorf("reserved cost %d µ$, want at least %d µ$ (the output alone)", c.CostMicros, tc.wantCostAbove)
+			}
+			im := resp.GetImmediateResponse()
+			if im == nil || im.GetStatus().GetCode() != 429 || !strings.Contains(string(im.GetBody()), "insufficient_quota") || !strings.Contains(string(im.GetBody()), "at all") {
+				t.Fatalf("a request whose worst case exceeds the $1 budget: %v, want 429 insufficient_quota \"at all\"", resp)
+			}
+			if len(led.records) != 0 {
+				t.Errorf("a refused request left records: %+v", led.records)
+			}
+		})
+	}
+}
+
+// TestMetricsNeverAddNegative: a record with negative or saturated counts
+// (a cost that can no longer be negative, but guarded in one place) is
+// observed without panicking, and only non-negative amounts are counted.
+func TestMetricsNeverAddNegative(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	m.observe(ledger.Record{Model: "m", Endpoint: "chat", Outcome: "ok", InputTokens: -1, OutputTokens: math.MaxInt64, CachedInputTokens: math.MinInt64, CostMicros: -5})
+	if got := counterValue(t, m.cost.WithLabelValues("m")); got != 0 {
+		t.Errorf("cost counter %v after a negative cost, want 0", got)
+	}
+	if got := counterValue(t, m.tokens.WithLabelValues("m", "output")); got != math.MaxInt64 {
+		t.Errorf("output tokens counter %v, want %v", got, float64(math.MaxInt64))
+	}
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
