@@ -52,6 +52,8 @@ func (c *clientRequest) targetRewrite(snap *policies.Snapshot, t policies.Target
 		AnthropicVersion: pr.AnthropicVersion,
 		PathPrefix:       snap.PathPrefix(pr.Name),
 		Upstream:         t.Upstream,
+		// the account headers the client may still send (Configure'd)
+		ForwardClientHeaders: pr.ForwardClientHeaders,
 	}, provider.Request{Path: c.path, Endpoint: c.ep, Model: model, AnthropicVersion: c.clientAnthropicVersion})
 	hm := &extprocsvc.HeaderMutation{RemoveHeaders: rw.Remove}
 	for _, h := range rw.Set {

@@ -113,7 +113,7 @@ func TestServerUpstreamStream(t *testing.T) {
 		t.Errorf("request headers (-want +got):\n%s", diff)
 	}
 	r = exchange(up, reqBody(`{"model":"fb","messages":[]}`))
-	want := mutation{Set: []string{"authorization: Bearer sk-compat", ":path: /api/v1/chat/completions", contentLength(`{"model":"local-fb","messages":[]}`)}, Remove: otherCredentials}
+	want := mutation{Set: []string{"authorization: Bearer sk-compat", ":path: /api/v1/chat/completions", contentLength(`{"model":"local-fb","messages":[]}`)}, Remove: append([]string{"openai-organization", "openai-project"}, otherCredentials...)}
 	if diff := cmp.Diff(want, flatten(r.GetRequestBody().GetResponse().GetHeaderMutation())); diff != "" {
 		t.Errorf("request body (-want +got):\n%s", diff)
 	}

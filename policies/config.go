@@ -101,6 +101,12 @@ type Provider struct {
 	// AnthropicVersion is the anthropic-version header sent when the client
 	// sent none (anthropic only; default provider.DefaultAnthropicVersion).
 	AnthropicVersion string `yaml:"anthropic_version"`
+	// ForwardClientHeaders lists the account headers of the provider's kind
+	// (provider.AccountHeaders: openai-organization, openai-project, …)
+	// that still reach the provider from the client when Sluice injects the
+	// provider's credential. Default none: the gateway's credential is
+	// never sent with an account the client chose.
+	ForwardClientHeaders []string `yaml:"forward_client_headers"`
 
 	// Impl is the kind's implementation, resolved once by Compile (nil in
 	// a Config that was not compiled): the request path calls it and never

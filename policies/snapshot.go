@@ -180,6 +180,7 @@ func Compile(cfg *Config, file string) (*Snapshot, error) {
 		p.Impl, _ = provider.For(p.Kind) // validated already: never nil
 		set, _ := p.Impl.Configure(p.settings())
 		p.AnthropicVersion = set.AnthropicVersion
+		p.ForwardClientHeaders = set.ForwardClientHeaders
 		p.applyDefaults()
 		s.providers[p.Name] = &p
 		if u, err := url.Parse(p.BaseURL); err == nil { // validated already
@@ -490,7 +491,8 @@ var DefaultRetryOn = []string{"connect-failure", "reset", "5xx"}
 // settings are the provider's kind-specific fields, for its kind to check
 // and complete.
 func (p *Provider) settings() provider.Settings {
-	return provider.Settings{HasAPIKey: p.APIKey != "", APIVersion: p.APIVersion, AnthropicVersion: p.AnthropicVersion}
+	return provider.Settings{HasAPIKey: p.APIKey != "", APIVersion: p.APIVersion, AnthropicVersion: p.AnthropicVersion,
+		ForwardClientHeaders: p.ForwardClientHeaders}
 }
 
 func (p *Provider) applyDefaults() {

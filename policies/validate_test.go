@@ -103,6 +103,15 @@ func TestValidate(t *testing.T) {
 			`providers[1].api_version: only allowed for kind "azure-openai"`,
 			`providers[2].api_version: required for kind "azure-openai"`,
 		}},
+		{"forward_client_headers", func(c *Config) {
+			c.Providers[0].ForwardClientHeaders = []string{"OpenAI-Project", "authorization", "openai-project"}
+			c.Providers[1].ForwardClientHeaders = []string{"openai-organization"}
+			c.Providers[2].ForwardClientHeaders = []string{"ocp-apim-subscription-key"} // valid for azure-openai
+		}, []string{
+			`providers[0].forward_client_headers[1]: "authorization" is a credential header: the caller's credential never reaches a provider`,
+			`providers[0].forward_client_headers[2]: "openai-project" is listed twice`,
+			`providers[1].forward_client_headers[0]: "openai-organization" is not an account header of kind "anthropic" (one of anthropic-organization-id, anthropic-workspace-id); other client headers are forwarded already`,
+		}},
 		{"base urls", func(c *Config) {
 			c.Providers[0].BaseURL = "api.openai.com"
 			c.Providers[1].BaseURL = "https://api.anthropic.com/?x=1"

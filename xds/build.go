@@ -441,9 +441,15 @@ func (b *builder) routeConfig() *routev3.RouteConfiguration {
 // route that skips Sluice), or it names no configured provider.
 const noRouteBody = `{"error":{"message":"no provider route: this request was not routed by Sluice (it is not an LLM API path Sluice handles, or names no configured provider)","type":"invalid_request_error","code":"no_route"}}` + "\n"
 
+// headerRoute routes requests whose routing header names name to cluster.
+// The router removes the routing header once it has routed on it
+// (request_headers_to_remove applies when the router forwards, after the
+// route is chosen and before any upstream filter), so no provider sees
+// Sluice's internal header.
 func headerRoute(name, cluster string, timeout, idle time.Duration, rp *routev3.RetryPolicy) *routev3.Route {
 	return &routev3.Route{
-		Name: name,
+		Name:                   name,
+		RequestHeadersToRemove: []string{chain.RoutingHeader},
 		Match: &routev3.RouteMatch{
 			PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"},
 			Headers: []*routev3.HeaderMatcher{{

@@ -162,6 +162,13 @@ func TestBuild(t *testing.T) {
 	if fb.GetTimeout().AsDuration() != 0 {
 		t.Errorf("fallback timeout %v: a member without a timeout makes it unbounded", fb.GetTimeout().AsDuration())
 	}
+	// Every route that matches on the routing header removes it before
+	// the request goes upstream: no provider sees Sluice's internal header.
+	for _, rt := range routes[:len(routes)-1] {
+		if diff := cmp.Diff([]string{chain.RoutingHeader}, rt.GetRequestHeadersToRemove()); diff != "" {
+			t.Errorf("route %s request_headers_to_remove (-want +got):\n%s", rt.GetName(), diff)
+		}
+	}
 	if dr := byName["no-provider"].GetDirectResponse(); dr.GetStatus() != 404 || !strings.Contains(dr.GetBody().GetInlineString(), "no_route") {
 		t.Errorf("catch-all = %v", dr)
 	}

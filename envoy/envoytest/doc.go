@@ -86,6 +86,15 @@
 //     for an HTTP/1 connection closed, "remote reset" for HTTP/2) and body
 //     ("retried and the latest reset reason: …" after retries). Every
 //     attempt is recorded in Exchange.Attempts.
+//   - request_headers_to_remove of the route, the virtual host and the
+//     route configuration (TestRouterRemovesRequestHeaders): removed from
+//     the request the router forwards, after the route was chosen (a route
+//     may match on a header it removes) and before the host rewrite and the
+//     upstream filters, as RouteEntryImplBase::finalizeRequestHeaders does;
+//     ":"-prefixed names and host are refused at load, as Envoy's
+//     HeaderParser refuses them. (Envoy removes them from the downstream
+//     header map itself; the emulator from the router's copy, so the
+//     downstream filters' view is unchanged.)
 //   - x-envoy-attempt-count in the request (virtual host
 //     include_request_attempt_count) and in the response, including the
 //     router's replies after the first attempt
@@ -186,7 +195,9 @@
 // split_external_local_origin_errors and detect_degraded_hosts. TLS on
 // the listener is refused (TLS to real providers is Envoy's job).
 // Not emulated, and not refused: request trailers are not forwarded
-// upstream; the x-envoy-retry-on / x-envoy-max-retries / … request headers
+// upstream; request_headers_to_add, response_headers_to_add and
+// response_headers_to_remove (route, virtual host, route configuration)
+// are ignored; the x-envoy-retry-on / x-envoy-max-retries / … request headers
 // are neither honoured nor removed; the connection manager's
 // stream_idle_timeout (only the route's idle_timeout is emulated, timed
 // from when the router receives the request headers and reset by

@@ -111,6 +111,12 @@ func (r *router) run(hf frame, in <-chan frame) {
 	r.cl = cl
 	// A copy: the downstream filters may still read the stream's map.
 	r.base = hf.headers.Clone()
+	// finalizeRequestHeaders: the route's, virtual host's and route
+	// configuration's request_headers_to_remove, after the route was
+	// chosen and before the host rewrite and any upstream filter.
+	for _, k := range r.act.removeHeaders {
+		r.base.Del(k)
+	}
 	if r.act.hostRewrite != "" {
 		updateAuthority(r.base, r.act.hostRewrite, r.act.appendXFH)
 	}

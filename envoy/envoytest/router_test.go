@@ -109,6 +109,64 @@ func TestRouterMatching(t *testing.T) {
 	}
 }
 
+// TestRouterRemovesRequestHeaders: request_headers_to_remove of the route,
+// its virtual host and the route configuration are removed when the router
+// forwards the request — after routing, so a route can match on a header it
+// removes (Envoy's RouteEntryImplBase::finalizeRequestHeaders) — and
+// pseudo-headers or host are refused at load, as Envoy's HeaderParser
+// refuses them.
+func TestRouterRemovesRequestHeaders(t *testing.T) {
+	up := &echoUpstream{}
+	addr := startHTTP(t, up)
+	rc := &routev3.RouteConfiguration{Name: "r", RequestHeadersToRemove: []string{"x-rc"}, VirtualHosts: []*routev3.VirtualHost{{
+		Name: "all", Domains: []string{"*"}, RequestHeadersToRemove: []string{"x-vh"},
+		Routes: []*routev3.Route{{
+			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}, Headers: []*routev3.HeaderMatcher{{
+				Name: "x-sluice-provider", HeaderMatchSpecifier: &routev3.HeaderMatcher_ExactMatch{ExactMatch: "up"},
+			}}},
+			Action:                 &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "up"}}},
+			RequestHeadersToRemove: []string{"X-Sluice-Provider", "x-route"},
+		}},
+	}}}
+	e, base := startEmulator(t, testBootstrap(t, rc, []*clusterv3.Cluster{testCluster(t, "up", addr, false)}), Options{})
+	req, _ := http.NewRequest("GET", base+"/v1/models", nil)
+	for _, h := range []string{"x-sluice-provider", "x-route", "x-vh", "x-rc", "x-keep"} {
+		req.Header.Set(h, "up")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: the route must match on the header it removes", resp.StatusCode)
+	}
+	got := up.received()
+	if len(got) != 1 {
+		t.Fatalf("upstream saw %d requests", len(got))
+	}
+	for _, h := range []string{"x-sluice-provider", "x-route", "x-vh", "x-rc"} {
+		if v := got[0].Header.Values(h); len(v) != 0 {
+			t.Errorf("upstream received %s: %q", h, v)
+		}
+	}
+	if got[0].Header.Get("x-keep") != "up" {
+		t.Error("a header nobody removes was lost")
+	}
+	if x := waitExchanges(t, e, 1)[0]; x.Cluster != "up" {
+		t.Errorf("cluster %q", x.Cluster)
+	}
+
+	for _, bad := range []string{":path", "Host", ":authority"} {
+		rc := routeAll("up")
+		rc.VirtualHosts[0].Routes[0].RequestHeadersToRemove = []string{bad}
+		_, err := New(testBootstrap(t, rc, []*clusterv3.Cluster{testCluster(t, "up", addr, false)}), Options{})
+		if err == nil || !strings.Contains(err.Error(), ":-prefixed or host headers may not be removed") {
+			t.Errorf("removing %s: %v", bad, err)
+		}
+	}
+}
+
 // TestRouterStreamsChunkByChunk proves the response is streamed: the
 // client reads the first chunk while the upstream is still holding back
 // the second.

@@ -2,6 +2,7 @@ package envoytest
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -50,6 +51,10 @@ type routeAction struct {
 	// include_attempt_count_in_response.
 	attemptCountRequest, attemptCountResponse bool
 	clusterNotFoundCode                       int
+	// removeHeaders are request_headers_to_remove of the route, its
+	// virtual host and the route configuration, lower-case: the router
+	// removes them from the request when it forwards it.
+	removeHeaders []string
 }
 
 // matchedRoute is the outcome of matching a request.
@@ -70,9 +75,17 @@ type matchedRoute struct {
 
 func newRouteTable(rc *routev3.RouteConfiguration) (*routeTable, error) {
 	t := &routeTable{name: rc.GetName()}
+	rcRemove, err := headersToRemove(rc.GetRequestHeadersToRemove())
+	if err != nil {
+		return nil, fmt.Errorf("route_config %q request_headers_to_remove: %w", rc.GetName(), err)
+	}
 	for _, vh := range rc.GetVirtualHosts() {
 		if err := checkVirtualHost(vh); err != nil {
 			return nil, fmt.Errorf("route_config %q virtual_host %q: %w", rc.GetName(), vh.GetName(), err)
+		}
+		vhRemove, err := headersToRemove(vh.GetRequestHeadersToRemove())
+		if err != nil {
+			return nil, fmt.Errorf("route_config %q virtual_host %q request_headers_to_remove: %w", rc.GetName(), vh.GetName(), err)
 		}
 		var vhRetry *retryPolicy
 		if rp := vh.GetRetryPolicy(); rp != nil {
@@ -90,11 +103,32 @@ func newRouteTable(rc *routev3.RouteConfiguration) (*routeTable, error) {
 			if err != nil {
 				return nil, fmt.Errorf("route_config %q virtual_host %q routes[%d]: %w", rc.GetName(), vh.GetName(), i, err)
 			}
+			rRemove, err := headersToRemove(r.GetRequestHeadersToRemove())
+			if err != nil {
+				return nil, fmt.Errorf("route_config %q virtual_host %q routes[%d] request_headers_to_remove: %w", rc.GetName(), vh.GetName(), i, err)
+			}
+			if a != nil {
+				a.removeHeaders = slices.Concat(rRemove, vhRemove, rcRemove)
+			}
 			v.actions = append(v.actions, a)
 		}
 		t.vhosts = append(t.vhosts, v)
 	}
 	return t, nil
+}
+
+// headersToRemove checks a request_headers_to_remove list as Envoy's
+// HeaderParser::configure does (":-prefixed or host headers may not be
+// removed") and returns it lower-cased.
+func headersToRemove(hs []string) ([]string, error) {
+	out := make([]string, 0, len(hs))
+	for _, h := range hs {
+		if strings.HasPrefix(h, ":") || strings.EqualFold(h, "host") {
+			return nil, fmt.Errorf("%q: :-prefixed or host headers may not be removed", h)
+		}
+		out = append(out, strings.ToLower(h))
+	}
+	return out, nil
 }
 
 // checkVirtualHost refuses the VirtualHost fields that change routing and

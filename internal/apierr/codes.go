@@ -19,17 +19,20 @@ const (
 	CodeUnknownTeam            = "unknown_team"            // 403: the key's team is gone
 
 	// The request line and body.
-	CodeUnknownPath      = "unknown_path"       // 404: not an API the gateway serves
-	CodeMethodNotAllowed = "method_not_allowed" // 405
-	CodeBodyTooLarge     = "body_too_large"     // 413
-	CodeEmptyBody        = "empty_body"         // 400
-	CodeInvalidJSON      = "invalid_json"       // 400
-	CodeNotAnObject      = "not_an_object"      // 400: the body is JSON but not an object
-	CodeMissingModel     = "missing_model"      // 400
-	CodeInvalidModel     = "invalid_model"      // 400: model is not a usable string
-	CodeInvalidField     = "invalid_field"      // 400: a field Sluice reads has a bad value
-	CodeInvalidUTF8      = "invalid_utf8"       // 400
-	CodeInvalidRequest   = "invalid_request"    // 400: anything else wrong with the body
+	CodeUnknownPath      = "unknown_path"            // 404: not an API the gateway serves
+	CodeMethodNotAllowed = "method_not_allowed"      // 405
+	CodeBodyTooLarge     = "body_too_large"          // 413
+	CodeEmptyBody        = "empty_body"              // 400
+	CodeInvalidJSON      = "invalid_json"            // 400
+	CodeNotAnObject      = "not_an_object"           // 400: the body is JSON but not an object
+	CodeMissingModel     = "missing_model"           // 400
+	CodeInvalidModel     = "invalid_model"           // 400: model is not a usable string
+	CodeInvalidField     = "invalid_field"           // 400: a field Sluice reads has a bad value
+	CodeIntegerBelowMin  = "integer_below_min_value" // 400: an integer field below its minimum (OpenAI's code)
+	CodeIntegerAboveMax  = "integer_above_max_value" // 400: an integer field above its maximum (OpenAI's code)
+	CodeDuplicateField   = "duplicate_field"         // 400: a field Sluice reads occurs twice
+	CodeInvalidUTF8      = "invalid_utf8"            // 400
+	CodeInvalidRequest   = "invalid_request"         // 400: anything else wrong with the body
 
 	// The model and where it goes.
 	CodeModelNotFound         = "model_not_found"         // 404

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -37,15 +38,19 @@ var fuzzSeeds = []string{
 	`{"model":"x","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:,"}}]}]}`,
 	`{"model":"x","x":` + strings.Repeat("[", 127) + strings.Repeat("]", 127) + `}`,
 	"{\n  \"model\": \"gpt\",\n  \"stream\": true\n}",
+	`{"model":"c","messages":[{"role":"user","content":[{"type":"document","source":{"data":"plain text","media_type":"text/plain","type":"text"}},{"type":"input_audio","input_audio":{"data":"UklG","format":"w\u0061v"}},{"type":"file","file":{"file_data":"data\u003aimage\/png;base64,AAAA"}}]}]}`,
+	`{"model":"a","stream_options":{"include_usage":true,"include_usage":false},"n":128}`,
 }
 
 // FuzzParse feeds any bytes to Parse for every endpoint. Invariants: no
 // panic and the body is not modified; a body encoding/json calls invalid is
 // an error, and one it calls valid (UTF-8, nesting within the limit) is not
 // a syntax error; an error is an *apierr.Error with a known code quoting at most 64
-// bytes of the body; on success encoding/json decodes the same model,
-// stream, max output tokens, n and include_usage, and the estimate is not
-// negative.
+// bytes of the body; a body refused as duplicate_field has that field twice
+// and one accepted has no field Parse reads twice (both checked against
+// encoding/json's member list, duplicateRead); on success encoding/json
+// decodes the same model, stream, max output tokens, n and include_usage,
+// and the estimate is not negative.
 func FuzzParse(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add(uint8(llmapi.ChatCompletions), []byte(s))
@@ -71,7 +76,13 @@ func FuzzParse(f *testing.F) {
 			switch e.Code {
 			case apierr.CodeEmptyBody, apierr.CodeInvalidJSON, apierr.CodeInvalidUTF8:
 				syntax = true
-			case apierr.CodeNotAnObject, apierr.CodeMissingModel, apierr.CodeInvalidModel, apierr.CodeInvalidField:
+			case apierr.CodeNotAnObject, apierr.CodeMissingModel, apierr.CodeInvalidModel, apierr.CodeInvalidField,
+				apierr.CodeIntegerBelowMin, apierr.CodeIntegerAboveMax:
+			case apierr.CodeDuplicateField:
+				dups, derr := duplicateRead(ep, body)
+				if derr != nil || !slices.Contains(dups, e.Param) {
+					t.Fatalf("refused as duplicate %q, but encoding/json finds duplicates %q (%v)", e.Param, dups, derr)
+				}
 			default:
 				t.Fatalf("unknown code %q", e.Code)
 			}
@@ -91,6 +102,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if req.InputTokens < 0 {
 			t.Fatalf("InputTokens = %d", req.InputTokens)
+		}
+		if dups, err := duplicateRead(ep, body); err != nil || len(dups) > 0 {
+			t.Fatalf("Parse accepted a body with %q twice (%v)", dups, err)
 		}
 		est, err := referenceEstimate(ep, body)
 		if err != nil {
@@ -176,6 +190,43 @@ func FuzzApply(f *testing.F) {
 			t.Fatalf("Parse(Apply(%q, %+v)) (-want +got):\n%s", body, rw, diff)
 		}
 	})
+}
+
+// duplicateRead lists, by encoding/json's reading of body, the fields Parse
+// reads on ep that occur more than once: top-level keys (fieldOf) and
+// include_usage inside a top-level stream_options object.
+func duplicateRead(ep llmapi.Endpoint, body []byte) ([]string, error) {
+	ms, err := members(body)
+	if err != nil {
+		return nil, err
+	}
+	var dups []string
+	count := map[string]int{}
+	for _, m := range ms {
+		f := fieldOf(ep, []byte(m.key))
+		if f == fNone {
+			continue
+		}
+		if count[m.key]++; count[m.key] == 2 {
+			dups = append(dups, m.key)
+		}
+		if f == fStreamOptions && strings.HasPrefix(m.raw, "{") {
+			inner, err := members([]byte(m.raw))
+			if err != nil {
+				return nil, err
+			}
+			n := 0
+			for _, im := range inner {
+				if im.key == "include_usage" {
+					n++
+				}
+			}
+			if n > 1 {
+				dups = append(dups, "stream_options.include_usage")
+			}
+		}
+	}
+	return dups, nil
 }
 
 // depthOf is the deepest nesting of objects and arrays in valid JSON.

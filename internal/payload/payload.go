@@ -38,20 +38,55 @@ type Request struct {
 
 // Limits on the values Parse accepts: large enough for every real request
 // (providers refuse far smaller values), small enough that
-// MaxOutputTokens × N stays below 2^42.
+// MaxOutputTokens × N stays below 2^39.
 const (
 	MaxTokensLimit = 1<<32 - 1 // largest max_tokens / max_output_tokens accepted
-	MaxN           = 1024      // largest "n" accepted
+	MaxN           = 128       // largest "n" accepted: OpenAI's own bound (1–128)
 	MaxModelLen    = 256       // longest model name accepted, in bytes (decoded)
 )
 
 // invalid is a client error in a request body: an *apierr.Error with
 // status 400 and one of apierr's body codes (empty_body, invalid_json,
 // not_an_object, missing_model, invalid_model, invalid_field,
+// integer_below_min_value, integer_above_max_value, duplicate_field,
 // invalid_utf8). The message says what is wrong and where, and quotes at
 // most 64 bytes of the body; it is formatted only when args are given.
 func invalid(code, format string, args ...any) *apierr.Error {
 	return apierr.New(http.StatusBadRequest, code, format, args...)
+}
+
+// invalidParam is invalid naming the field at fault (OpenAI's "param").
+func invalidParam(param, code, format string, args ...any) *apierr.Error {
+	e := invalid(code, format, args...)
+	e.Param = param
+	return e
+}
+
+// readKeys are the top-level keys whose value Parse reads on some
+// endpoint (decoded, or measured for the estimate), each with its bit in
+// the duplicate check (keyBit).
+var readKeys = [...]string{
+	"model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream_options",
+	"messages", "input", "prompt", "suffix", "system", "instructions", "tools", "functions", "response_format", "text",
+}
+
+// keyBit is the bit of a key of readKeys, 0 for any other key.
+func keyBit(key []byte) uint32 {
+	for i, k := range readKeys {
+		if string(key) == k {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+// duplicate is the refusal of a body in which a field Parse reads occurs
+// twice: JSON parsers disagree on which occurrence wins (the last for
+// encoding/json and Python, the first for others, an error for some), so
+// a provider could run or bill another value than the one Sluice metered.
+func duplicate(name string) *apierr.Error {
+	return invalidParam(name, apierr.CodeDuplicateField,
+		"%s occurs more than once in the request body; send it once", strconv.Quote(name))
 }
 
 // fields Parse reads, found by top-level key.
@@ -200,6 +235,7 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 			bad = e
 		}
 	}
+	var seen uint32 // keyBit of every field read so far
 	for more := s.firstMember(); more; more = s.nextMember() {
 		key, ok := s.memberKey()
 		if !ok {
@@ -208,9 +244,13 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 		f := fieldOf(ep, key)
 		if f == fNone {
 			if g, folded := foldedField(ep, key); folded {
-				noteBad(invalid(apierr.CodeInvalidField,
+				noteBad(invalidParam(string(key), apierr.CodeInvalidField,
 					"top-level key %s differs from %q only in case; send %q", quoteKey(key), fieldNames[g], fieldNames[g]))
 			}
+		} else if bit := keyBit(key); seen&bit != 0 {
+			noteBad(duplicate(string(key)))
+		} else {
+			seen |= bit
 		}
 		start := s.pos
 		switch f {
@@ -220,7 +260,7 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 				if !s.value(1, modeSkip) {
 					break
 				}
-				noteBad(invalid(apierr.CodeInvalidModel, `"model" must be a string, got `+kindOf(body[start])))
+				noteBad(invalidParam("model", apierr.CodeInvalidModel, `"model" must be a string, got `+kindOf(body[start])))
 				break
 			}
 			_, esc, ok := s.str()
@@ -229,10 +269,10 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 			}
 			modelStart, modelEnd, modelEsc = start+1, s.pos-1, esc
 			if modelStart == modelEnd {
-				noteBad(invalid(apierr.CodeInvalidModel, `"model" must not be empty`))
+				noteBad(invalidParam("model", apierr.CodeInvalidModel, `"model" must not be empty`))
 			}
 		case fStream:
-			v, e, ok := s.boolValue(`"stream"`)
+			v, e, ok := s.boolValue("stream")
 			if !ok {
 				break
 			}
@@ -297,7 +337,7 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 		return Request{}, bad
 	}
 	if !haveModel {
-		return Request{}, invalid(apierr.CodeMissingModel, `the request body has no "model" field`)
+		return Request{}, invalid(apierr.CodeMissingModel, `the request body has no "model" field`) // OpenAI: param null
 	}
 	model, err := decodeModel(body[modelStart:modelEnd], modelEsc)
 	if err != nil {
@@ -321,25 +361,26 @@ func decodeModel(raw []byte, esc bool) (string, error) {
 		var buf [MaxModelLen]byte
 		d, ok := jsonlex.Unescape(buf[:0], raw, MaxModelLen)
 		if !ok {
-			return "", invalid(apierr.CodeInvalidModel, `"model" is longer than %d bytes`, MaxModelLen)
+			return "", invalidParam("model", apierr.CodeInvalidModel, `"model" is longer than %d bytes`, MaxModelLen)
 		}
 		m = string(d)
 	} else {
 		if len(raw) > MaxModelLen {
-			return "", invalid(apierr.CodeInvalidModel, `"model" is longer than %d bytes`, MaxModelLen)
+			return "", invalidParam("model", apierr.CodeInvalidModel, `"model" is longer than %d bytes`, MaxModelLen)
 		}
 		m = string(raw)
 	}
 	for i := 0; i < len(m); i++ {
 		if c := m[i]; c < 0x20 || c == 0x7f {
-			return "", invalid(apierr.CodeInvalidModel, `"model" contains a control character (U+%04X)`, c)
+			return "", invalidParam("model", apierr.CodeInvalidModel, `"model" contains a control character (U+%04X)`, c)
 		}
 	}
 	return m, nil
 }
 
-// boolValue reads true, false or null (false) at s.pos. e reports any other
-// value; ok is false on a syntax error.
+// boolValue reads true, false or null (false) at s.pos for the field name
+// (its path: "stream_options.include_usage"). e reports any other value;
+// ok is false on a syntax error.
 func (s *scanner) boolValue(name string) (v bool, e *apierr.Error, ok bool) {
 	start := s.pos
 	switch s.peek() {
@@ -351,11 +392,14 @@ func (s *scanner) boolValue(name string) (v bool, e *apierr.Error, ok bool) {
 	if !s.value(1, modeSkip) {
 		return false, nil, false
 	}
-	return false, invalid(apierr.CodeInvalidField, name+" must be a boolean, got "+kindOf(s.buf[start])), true
+	return false, invalidParam(name, apierr.CodeInvalidField, strconv.Quote(name)+" must be a boolean, got "+kindOf(s.buf[start])), true
 }
 
 // intValue reads an integer in [lo, hi] at s.pos, or null (absent). e
-// reports any other value; ok is false on a syntax error.
+// reports any other value, with Param name and, as OpenAI answers, code
+// integer_below_min_value or integer_above_max_value for an integer out of
+// range (one too large for int64 included) and invalid_field for anything
+// that is not an integer; ok is false on a syntax error.
 func (s *scanner) intValue(name string, lo, hi, absent int64) (v int64, e *apierr.Error, ok bool) {
 	start := s.pos
 	if !s.value(1, modeSkip) {
@@ -365,19 +409,24 @@ func (s *scanner) intValue(name string, lo, hi, absent int64) (v int64, e *apier
 	if lit[0] == 'n' {
 		return absent, nil, true
 	}
-	bad := func(got string) *apierr.Error {
+	bad := func(code, got string) *apierr.Error {
 		want := fmt.Sprintf("%q must be an integer from %d to %d", name, lo, hi)
 		if lo == 0 {
 			want = fmt.Sprintf("%q must be a non-negative integer (at most %d)", name, hi)
 		}
-		return invalid(apierr.CodeInvalidField, want+", got "+got)
+		return invalidParam(name, code, want+", got "+got)
 	}
 	if c := lit[0]; c != '-' && (c < '0' || c > '9') {
-		return 0, bad(kindOf(c)), true
+		return 0, bad(apierr.CodeInvalidField, kindOf(c)), true
 	}
-	n, overflow, isInt := jsonlex.ParseInt(lit)
-	if !isInt || overflow || n < lo || n > hi {
-		return 0, bad(clip(lit, 32)), true
+	n, _, isInt := jsonlex.ParseInt(lit)
+	switch {
+	case !isInt:
+		return 0, bad(apierr.CodeInvalidField, clip(lit, 32)), true
+	case n < lo: // ParseInt saturates: an overflow is below or above
+		return 0, bad(apierr.CodeIntegerBelowMin, clip(lit, 32)), true
+	case n > hi:
+		return 0, bad(apierr.CodeIntegerAboveMax, clip(lit, 32)), true
 	}
 	return n, nil, true
 }
@@ -394,9 +443,10 @@ func (s *scanner) streamOptions() (usage bool, e *apierr.Error, ok bool) {
 		if !s.value(1, modeSkip) {
 			return false, nil, false
 		}
-		return false, invalid(apierr.CodeInvalidField, `"stream_options" must be an object, got `+kindOf(s.buf[start])), true
+		return false, invalidParam("stream_options", apierr.CodeInvalidField, `"stream_options" must be an object, got `+kindOf(s.buf[start])), true
 	}
 	s.pos++ // '{'
+	seen := false
 	for more := s.firstMember(); more; more = s.nextMember() {
 		key, ok := s.memberKey()
 		if !ok {
@@ -408,13 +458,17 @@ func (s *scanner) streamOptions() (usage bool, e *apierr.Error, ok bool) {
 			}
 			continue
 		}
-		v, ve, ok := s.boolValue(`"stream_options.include_usage"`)
+		v, ve, ok := s.boolValue("stream_options.include_usage")
 		if !ok {
 			return false, nil, false
+		}
+		if seen && e == nil {
+			e = duplicate("stream_options.include_usage")
 		}
 		if ve != nil && e == nil {
 			e = ve
 		}
+		seen = true
 		usage = v
 	}
 	return usage, e, s.err == nil

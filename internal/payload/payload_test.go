@@ -160,9 +160,10 @@ func TestParse(t *testing.T) {
 		body: `{"model":"m","prompt":"abcd","input":"efgh","system":"ijkl","max_output_tokens":9,"max_tokens":3,"n":4,"stream":true,"stream_options":{"include_usage":true}}`,
 		want: Request{Model: "m", Stream: true, MaxOutputTokens: 9, InputTokens: 3, IncludeUsage: true, N: 4},
 	}, {
-		name: "duplicate keys: the last wins", ep: llmapi.ChatCompletions,
-		body: `{"model":"a","stream":true,"model":"b","stream":false,"max_tokens":5,"max_tokens":null,"stream_options":{"include_usage":true},"stream_options":{}}`,
-		want: Request{Model: "b", MaxOutputTokens: -1, InputTokens: 3, N: 1},
+		// keys Parse does not read on the endpoint may repeat
+		name: "duplicate keys Parse does not read", ep: llmapi.Embeddings,
+		body: `{"model":"a","user":"x","user":"y","stream":1,"stream":2,"messages":[],"messages":[],"metadata":{"model":1,"model":2}}`,
+		want: Request{Model: "a", MaxOutputTokens: -1, N: 1},
 	}, {
 		name: "escaped keys and values", ep: llmapi.ChatCompletions,
 		body: `{"mod\u0065l":"gpt\u002d4o\u00e9\ud83d\ude00","str\u0065am":true,"\u006e":3}`,
@@ -173,8 +174,8 @@ func TestParse(t *testing.T) {
 		want: Request{Model: "a", MaxOutputTokens: -1, InputTokens: 3, N: 1},
 	}, {
 		name: "negative zero, limits, nested model", ep: llmapi.ChatCompletions,
-		body: "\t{ \"metadata\" : {\"model\":5}, \"model\" :\n\"a\", \"max_tokens\": -0, \"max_completion_tokens\": 4294967295, \"n\": 1024 }\r\n",
-		want: Request{Model: "a", MaxOutputTokens: 4294967295, InputTokens: 3, N: 1024},
+		body: "\t{ \"metadata\" : {\"model\":5}, \"model\" :\n\"a\", \"max_tokens\": -0, \"max_completion_tokens\": 4294967295, \"n\": 128 }\r\n",
+		want: Request{Model: "a", MaxOutputTokens: 4294967295, InputTokens: 3, N: 128},
 	}, {
 		name: "lone surrogates decode to U+FFFD", ep: llmapi.Completions,
 		body: `{"model":"m\ud800x\udc00","prompt":"\ud800"}`,
@@ -258,7 +259,7 @@ func TestParseErrors(t *testing.T) {
 		{0, `{"model":["a"]}`, apierr.CodeInvalidModel, `"model" must be a string, got an array`},
 		{0, `{"model":""}`, apierr.CodeInvalidModel, `"model" must not be empty`},
 		{0, `{"model":"","model":"a"}`, apierr.CodeInvalidModel, `"model" must not be empty`},
-		{0, `{"model":"a","model":false}`, apierr.CodeInvalidModel, `"model" must be a string, got a boolean`},
+		{0, `{"model":"a","model":false}`, apierr.CodeDuplicateField, `"model" occurs more than once in the request body; send it once`},
 		{0, `{"model":"` + strings.Repeat("m", 257) + `"}`, apierr.CodeInvalidModel, `"model" is longer than 256 bytes`},
 		{0, `{"model":"` + strings.Repeat(`\u006d`, 257) + `"}`, apierr.CodeInvalidModel, `"model" is longer than 256 bytes`},
 		{0, `{"model":"a\nb"}`, apierr.CodeInvalidModel, `"model" contains a control character (U+000A)`},
@@ -266,17 +267,17 @@ func TestParseErrors(t *testing.T) {
 
 		{llmapi.ChatCompletions, `{"model":"a","stream":"yes"}`, apierr.CodeInvalidField, `"stream" must be a boolean, got a string`},
 		{llmapi.Messages, `{"model":"a","stream":1}`, apierr.CodeInvalidField, `"stream" must be a boolean, got a number`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":-1}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got -1`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":-1}`, apierr.CodeIntegerBelowMin, `"max_tokens" must be a non-negative integer (at most 4294967295), got -1`},
 		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1.5}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1.5`},
 		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1e3}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1e3`},
 		{llmapi.ChatCompletions, `{"model":"a","max_tokens":"10"}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got a string`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":4294967296}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 4294967296`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":123456789012345678901234567890123456789}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 12345678901234567890123456789012…`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":4294967296}`, apierr.CodeIntegerAboveMax, `"max_tokens" must be a non-negative integer (at most 4294967295), got 4294967296`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":123456789012345678901234567890123456789}`, apierr.CodeIntegerAboveMax, `"max_tokens" must be a non-negative integer (at most 4294967295), got 12345678901234567890123456789012…`},
 		{llmapi.Completions, `{"model":"a","max_completion_tokens":true}`, apierr.CodeInvalidField, `"max_completion_tokens" must be a non-negative integer (at most 4294967295), got a boolean`},
 		{llmapi.Responses, `{"model":"a","max_output_tokens":[]}`, apierr.CodeInvalidField, `"max_output_tokens" must be a non-negative integer (at most 4294967295), got an array`},
 		{llmapi.Messages, `{"model":"a","max_tokens":{}}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got an object`},
-		{llmapi.ChatCompletions, `{"model":"a","n":0}`, apierr.CodeInvalidField, `"n" must be an integer from 1 to 1024, got 0`},
-		{llmapi.Completions, `{"model":"a","n":1025}`, apierr.CodeInvalidField, `"n" must be an integer from 1 to 1024, got 1025`},
+		{llmapi.ChatCompletions, `{"model":"a","n":0}`, apierr.CodeIntegerBelowMin, `"n" must be an integer from 1 to 128, got 0`},
+		{llmapi.Completions, `{"model":"a","n":129}`, apierr.CodeIntegerAboveMax, `"n" must be an integer from 1 to 128, got 129`},
 		{llmapi.ChatCompletions, `{"model":"a","stream_options":"x"}`, apierr.CodeInvalidField, `"stream_options" must be an object, got a string`},
 		{llmapi.ChatCompletions, `{"model":"a","stream_options":{"include_usage":1}}`, apierr.CodeInvalidField, `"stream_options.include_usage" must be a boolean, got a number`},
 		{llmapi.ChatCompletions, `{"Model":"a","model":"b"}`, apierr.CodeInvalidField, `top-level key "Model" differs from "model" only in case; send "model"`},
@@ -284,7 +285,7 @@ func TestParseErrors(t *testing.T) {
 		{llmapi.Messages, `{"model":"b","max_to\u212aens":9}`, apierr.CodeInvalidField, "top-level key \"max_to\u212aens\" differs from \"max_tokens\" only in case; send \"max_tokens\""},
 		{llmapi.Completions, `{"model":"b","N":2}`, apierr.CodeInvalidField, `top-level key "N" differs from "n" only in case; send "n"`},
 		// the first bad field is reported
-		{llmapi.ChatCompletions, `{"model":"a","n":0,"stream":0}`, apierr.CodeInvalidField, `"n" must be an integer from 1 to 1024, got 0`},
+		{llmapi.ChatCompletions, `{"model":"a","n":0,"stream":0}`, apierr.CodeIntegerBelowMin, `"n" must be an integer from 1 to 128, got 0`},
 		{llmapi.ChatCompletions, `{"stream":0}`, apierr.CodeInvalidField, `"stream" must be a boolean, got a number`},
 	} {
 		t.Run(tc.code+"/"+clip([]byte(tc.body), 40), func(t *testing.T) {
@@ -303,6 +304,84 @@ func TestParseErrors(t *testing.T) {
 	}
 	if _, err := Parse(0, []byte(`{"model":"m","x":`+strings.Repeat("[", 127)+strings.Repeat("]", 127)+"}")); err != nil {
 		t.Errorf("128 levels of nesting: %v", err)
+	}
+}
+
+// TestParseRefusesBadIntegersAndDuplicates: n outside OpenAI's 1–128, the
+// output caps below 0, non-integers, and any field Parse reads given twice
+// (top level, or include_usage inside stream_options) are refused with 400
+// in OpenAI's shape: the field in Param, OpenAI's codes for a bound.
+func TestParseRefusesBadIntegersAndDuplicates(t *testing.T) {
+	const (
+		below = apierr.CodeIntegerBelowMin
+		above = apierr.CodeIntegerAboveMax
+		typ   = apierr.CodeInvalidField
+		dup   = apierr.CodeDuplicateField
+	)
+	for _, tc := range []struct {
+		ep          llmapi.Endpoint
+		body        string
+		code, param string
+	}{
+		{llmapi.ChatCompletions, `{"model":"a","n":0}`, below, "n"},
+		{llmapi.ChatCompletions, `{"model":"a","n":-1}`, below, "n"},
+		{llmapi.ChatCompletions, `{"model":"a","n":-9223372036854775809}`, below, "n"},
+		{llmapi.ChatCompletions, `{"model":"a","n":129}`, above, "n"},
+		{llmapi.Completions, `{"model":"a","n":1000}`, above, "n"},
+		{llmapi.ChatCompletions, `{"model":"a","n":9223372036854775808}`, above, "n"}, // 2^63
+		{llmapi.Unknown, `{"model":"a","n":99999999999999999999999}`, above, "n"},
+		{llmapi.ChatCompletions, `{"model":"a","n":1.5}`, typ, "n"},
+		{llmapi.ChatCompletions, `{"model":"a","n":1e2}`, typ, "n"},
+		{llmapi.ChatCompletions, `{"model":"a","n":"2"}`, typ, "n"},
+		{llmapi.ChatCompletions, `{"model":"a","n":2,"n":1}`, dup, "n"},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":-1}`, below, "max_tokens"},
+		{llmapi.Messages, `{"model":"a","max_tokens":-9223372036854775808}`, below, "max_tokens"},
+		{llmapi.ChatCompletions, `{"model":"a","max_completion_tokens":-5}`, below, "max_completion_tokens"},
+		{llmapi.Responses, `{"model":"a","max_output_tokens":-1}`, below, "max_output_tokens"},
+		{llmapi.Responses, `{"model":"a","max_output_tokens":9223372036854775808}`, above, "max_output_tokens"},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":"1"}`, typ, "max_tokens"},
+		{llmapi.ChatCompletions, `{"model":"a","stream":"yes"}`, typ, "stream"},
+		{llmapi.ChatCompletions, `{"model":"a","stream_options":{"include_usage":1}}`, typ, "stream_options.include_usage"},
+		{llmapi.ChatCompletions, `{"model":5}`, apierr.CodeInvalidModel, "model"},
+		{llmapi.ChatCompletions, `{}`, apierr.CodeMissingModel, ""}, // as OpenAI: param null
+		// two models: the provider may run the one Sluice did not meter
+		{llmapi.ChatCompletions, `{"model":"cheap","model":"expensive"}`, dup, "model"},
+		{llmapi.ChatCompletions, `{"model":"cheap","mod\u0065l":"expensive"}`, dup, "model"},
+		{llmapi.Messages, `{"model":"a","stream":false,"stream":true}`, dup, "stream"},
+		{llmapi.ChatCompletions, `{"model":"a","stream":null,"stream":true}`, dup, "stream"},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":5,"max_tokens":null}`, dup, "max_tokens"},
+		{llmapi.Completions, `{"model":"a","max_completion_tokens":5,"max_completion_tokens":6}`, dup, "max_completion_tokens"},
+		{llmapi.Responses, `{"model":"a","max_output_tokens":5,"max_output_tokens":6}`, dup, "max_output_tokens"},
+		{llmapi.ChatCompletions, `{"model":"a","stream_options":{},"stream_options":{"include_usage":true}}`, dup, "stream_options"},
+		{llmapi.ChatCompletions, `{"model":"a","stream_options":{"include_usage":true,"include_usage":false}}`, dup, "stream_options.include_usage"},
+		// the fields the estimate measures
+		{llmapi.ChatCompletions, `{"model":"a","messages":[],"messages":[{"role":"user","content":"long"}]}`, dup, "messages"},
+		{llmapi.Messages, `{"model":"a","system":"x","system":"y"}`, dup, "system"},
+		{llmapi.Responses, `{"model":"a","input":"x","instructions":"i","input":"y"}`, dup, "input"},
+		{llmapi.Completions, `{"model":"a","prompt":"x","suffix":"s","prompt":"y"}`, dup, "prompt"},
+		{llmapi.ChatCompletions, `{"model":"a","tools":[],"tools":[]}`, dup, "tools"},
+		{llmapi.Embeddings, `{"model":"a","input":"x","input":"y"}`, dup, "input"},
+		// the first problem wins: a bad value before the duplicate
+		{llmapi.ChatCompletions, `{"model":"a","n":0,"model":"b"}`, below, "n"},
+	} {
+		t.Run(clip([]byte(tc.body), 60), func(t *testing.T) {
+			_, err := Parse(tc.ep, []byte(tc.body))
+			e, ok := apierr.As(err)
+			if !ok {
+				t.Fatalf("Parse(%v, %s) = %v, want an *apierr.Error", tc.ep, tc.body, err)
+			}
+			if e.Status != 400 || e.Code != tc.code || e.Param != tc.param {
+				t.Errorf("Parse(%v, %s) = %d %s param %q (%s); want 400 %s param %q", tc.ep, tc.body, e.Status, e.Code, e.Param, e.Message, tc.code, tc.param)
+			}
+			if !strings.Contains(e.Message, tc.param[strings.LastIndexByte(tc.param, '.')+1:]) {
+				t.Errorf("message %q does not name %s", e.Message, tc.param)
+			}
+		})
+	}
+	for _, ok := range []string{`{"model":"a","n":1}`, `{"model":"a","n":128}`, `{"model":"a","n":null}`, `{"model":"a","max_tokens":0}`} {
+		if _, err := Parse(llmapi.ChatCompletions, []byte(ok)); err != nil {
+			t.Errorf("Parse(%s): %v", ok, err)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
@@ -249,23 +250,16 @@ func referenceEstimate(ep llmapi.Endpoint, body []byte) (int64, error) {
 }
 
 // refValue costs the value that starts with tok in mode m; perItem adds
-// perItemTokens for each object directly inside an array.
+// perItemTokens for each object directly inside an array. Media strings
+// are classified from their decoded value (doc.go, "Media").
 func refValue(dec *json.Decoder, tok json.Token, m mode, perItem bool) (int64, error) {
 	switch v := tok.(type) {
 	case string:
 		switch m {
 		case modeText:
-			var units int64
-			for _, r := range v {
-				if r < 0x800 {
-					units++
-				} else {
-					units += 4
-				}
-			}
-			return (units + 3) / 4, nil
+			return (refUnits(v) + 3) / 4, nil
 		case modeMedia:
-			return mediaTokens, nil
+			return dataTokens(refUnits(v)), nil
 		}
 		return 0, nil
 	case json.Number:
@@ -276,15 +270,19 @@ func refValue(dec *json.Decoder, tok json.Token, m mode, perItem bool) (int64, e
 	case json.Delim:
 		var total int64
 		cm := childMode(m)
+		var raw []int64 // units of the raw media strings of this object
+		hint := ""
 		for dec.More() {
 			vm := cm
+			key := ""
 			if v == '{' {
 				k, err := dec.Token()
 				if err != nil {
 					return 0, err
 				}
+				key = k.(string)
 				if cm == modeText {
-					vm = keyMode([]byte(k.(string)))
+					vm = keyMode([]byte(key))
 				}
 			}
 			next, err := dec.Token()
@@ -294,14 +292,71 @@ func refValue(dec *json.Decoder, tok json.Token, m mode, perItem bool) (int64, e
 			if v == '[' && perItem && next == json.Delim('{') {
 				total += perItemTokens
 			}
+			if str, ok := next.(string); ok && v == '{' && cm == modeText {
+				if vm == modeMedia {
+					u := refUnits(str)
+					switch {
+					case key == "file_id", strings.HasPrefix(str, "https://"), strings.HasPrefix(str, "http://"), strings.HasPrefix(str, "data:image/"):
+						total += mediaTokens
+					case strings.HasPrefix(str, "data:"):
+						total += dataTokens(u)
+					default:
+						raw = append(raw, u)
+					}
+					continue
+				}
+				if key == "media_type" || key == "mime_type" || key == "format" {
+					c := "data"
+					switch {
+					case key == "format":
+						if isAudioFormat([]byte(str)) {
+							c = "audio"
+						}
+					case strings.HasPrefix(str, "image/"):
+						c = "image"
+					}
+					if hint != "" && hint != c {
+						c = "data"
+					}
+					hint = c
+				}
+			}
 			n, err := refValue(dec, next, vm, false)
 			if err != nil {
 				return 0, err
 			}
 			total += n
 		}
+		var units int64
+		for _, u := range raw {
+			units += u
+			switch hint {
+			case "image":
+				total += mediaTokens
+			case "audio":
+			default:
+				total += dataTokens(u)
+			}
+		}
+		if hint == "audio" && len(raw) > 0 {
+			total += (units + audioUnitsPerToken - 1) / audioUnitsPerToken
+		}
 		_, err := dec.Token() // the closing delimiter
 		return total, err
 	}
 	return 0, nil // bool, nil
+}
+
+// refUnits is doc.go's units of a decoded string: 1 per rune below U+0800,
+// 4 per rune at or above it.
+func refUnits(v string) int64 {
+	var units int64
+	for _, r := range v {
+		if r < 0x800 {
+			units++
+		} else {
+			units += 4
+		}
+	}
+	return units
 }

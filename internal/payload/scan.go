@@ -1,6 +1,7 @@
 package payload
 
 import (
+	"bytes"
 	"fmt"
 	"unicode/utf8"
 
@@ -29,7 +30,7 @@ type mode uint8
 const (
 	modeSkip  mode = iota // costs nothing (validated only)
 	modeText              // prompt text: strings ceil(units/4), numbers 1
-	modeMedia             // a string costs mediaTokens flat
+	modeMedia             // a string is media: mediaString
 	modeMeta              // a string costs nothing
 )
 
@@ -184,7 +185,8 @@ func (s *scanner) value(depth int, m mode) bool {
 		case modeText:
 			s.tokens += (u + 3) / 4
 		case modeMedia:
-			s.tokens += mediaTokens
+			// reached only outside an object (object calls mediaString)
+			s.tokens += dataTokens(u)
 		}
 		return ok
 	case '{':
@@ -212,6 +214,7 @@ func (s *scanner) object(depth int, m mode) bool {
 	}
 	s.pos++ // '{'
 	cm := childMode(m)
+	var med media // this object's media strings whose class its siblings decide
 	for more := s.firstMember(); more; more = s.nextMember() {
 		key, ok := s.memberKey()
 		if !ok {
@@ -220,12 +223,185 @@ func (s *scanner) object(depth int, m mode) bool {
 		vm := cm
 		if cm == modeText {
 			vm = keyMode(key)
+			if s.peek() == '"' {
+				if vm == modeMedia {
+					if !s.mediaString(key, &med) {
+						return false
+					}
+					continue
+				}
+				if isHintKey(key) {
+					start := s.pos
+					if !s.value(depth, vm) {
+						return false
+					}
+					med.hint(key, s.buf[start+1:s.pos-1])
+					continue
+				}
+			}
 		}
 		if !s.value(depth, vm) {
 			return false
 		}
 	}
-	return s.err == nil
+	if s.err != nil {
+		return false
+	}
+	s.tokens += med.cost()
+	return true
+}
+
+// mediaString scans the string under the media key key (doc.go, "Media"):
+// a URL or file id, or an inline image, costs mediaTokens; other inline
+// data marked by its own data: URL costs mediaTokens or its length as
+// text, whichever is more; a string nothing marks is left to med, which
+// its object's media_type, mime_type or format decides.
+func (s *scanner) mediaString(key []byte, med *media) bool {
+	start := s.pos
+	u, _, ok := s.str()
+	if !ok {
+		return false
+	}
+	var buf [16]byte
+	p, _ := decodedPrefix(buf[:], s.buf[start+1:s.pos-1])
+	switch mediaClassOf(key, p) {
+	case mediaRef, mediaImage:
+		s.tokens += mediaTokens
+	case mediaData:
+		s.tokens += dataTokens(u)
+	default:
+		med.add(u)
+	}
+	return true
+}
+
+// mediaClass is what a media string is, for the estimate.
+type mediaClass uint8
+
+const (
+	mediaRaw   mediaClass = iota // nothing in the string says: its object decides
+	mediaRef                     // a URL or a file id: the content is elsewhere
+	mediaImage                   // an inline image
+	mediaAudio                   // inline audio (only by its object's format)
+	mediaData                    // any other inline data: documents, text, PDFs, unknown
+)
+
+// mediaClassOf classifies the string under media key key by the first
+// bytes p of its decoded content.
+func mediaClassOf(key, p []byte) mediaClass {
+	switch {
+	case string(key) == "file_id":
+		return mediaRef
+	case bytes.HasPrefix(p, []byte("https://")), bytes.HasPrefix(p, []byte("http://")):
+		return mediaRef
+	case bytes.HasPrefix(p, []byte("data:image/")):
+		return mediaImage
+	case bytes.HasPrefix(p, []byte("data:")):
+		return mediaData
+	}
+	return mediaRaw
+}
+
+// isHintKey reports the keys whose string value tells what a raw media
+// string beside them is.
+func isHintKey(key []byte) bool {
+	switch string(key) {
+	case "media_type", "mime_type", "format":
+		return true
+	}
+	return false
+}
+
+// audioFormats are the "format" values that make a raw media string audio
+// (OpenAI's input_audio: {"data": base64, "format": "wav"}).
+func isAudioFormat(v []byte) bool {
+	switch string(v) {
+	case "wav", "mp3", "flac", "opus", "ogg", "aac", "m4a", "webm", "pcm16":
+		return true
+	}
+	return false
+}
+
+// Media estimate constants (doc.go).
+const (
+	// audioUnitsPerToken: base64 audio at 8 kbit/s is 1,333 characters a
+	// second; providers charge at most ~20 audio tokens a second.
+	audioUnitsPerToken = 64
+)
+
+// dataTokens is the cost of inline data of u units: its length as text,
+// at least one image's worth.
+func dataTokens(u int64) int64 { return max(mediaTokens, (u+3)/4) }
+
+// media collects the raw media strings of one object and the hints its
+// siblings give, to cost them when the object ends.
+type media struct {
+	n, units, data int64 // raw strings: count, units, Σ dataTokens
+	class          mediaClass
+	hinted         bool
+}
+
+func (m *media) add(u int64) {
+	m.n++
+	m.units += u
+	m.data += dataTokens(u)
+}
+
+// hint notes the value raw (undecoded content) of the hint key key: an
+// image media type, or an audio format; any other value, or hints that
+// disagree, make the raw strings data.
+func (m *media) hint(key, raw []byte) {
+	var buf [16]byte
+	p, whole := decodedPrefix(buf[:], raw)
+	c := mediaData
+	switch {
+	case string(key) == "format":
+		if whole && isAudioFormat(p) {
+			c = mediaAudio
+		}
+	case bytes.HasPrefix(p, []byte("image/")):
+		c = mediaImage
+	}
+	if m.hinted && m.class != c {
+		c = mediaData
+	}
+	m.class, m.hinted = c, true
+}
+
+// cost is what the raw strings cost: an image each, audio by length, or
+// else data.
+func (m *media) cost() int64 {
+	switch {
+	case m.n == 0:
+		return 0
+	case m.hinted && m.class == mediaImage:
+		return m.n * mediaTokens
+	case m.hinted && m.class == mediaAudio:
+		return (m.units + audioUnitsPerToken - 1) / audioUnitsPerToken
+	}
+	return m.data
+}
+
+// decodedPrefix decodes the start of the string content raw (escapes
+// resolved) into dst, up to len(dst) bytes or the first escape of a
+// non-ASCII rune; whole reports that all of raw was decoded.
+func decodedPrefix(dst, raw []byte) (p []byte, whole bool) {
+	n, i := 0, 0
+	for i < len(raw) && n < len(dst) {
+		c := raw[i]
+		if c != '\\' {
+			dst[n] = c
+			n, i = n+1, i+1
+			continue
+		}
+		end, r, prob := jsonlex.Escape(raw, i)
+		if prob != jsonlex.OK || r >= utf8.RuneSelf {
+			return dst[:n], false
+		}
+		dst[n] = byte(r)
+		n, i = n+1, end
+	}
+	return dst[:n], i == len(raw)
 }
 
 // array scans an array; with perItem each object element adds

@@ -24,21 +24,25 @@ func (Anthropic) Unsupported(ep llmapi.Endpoint, name string) string {
 	return ""
 }
 
-// Configure requires api_key, refuses api_version, and defaults
-// anthropic_version to DefaultAnthropicVersion.
+// Configure requires api_key, refuses api_version, defaults
+// anthropic_version to DefaultAnthropicVersion, and checks
+// forward_client_headers.
 func (Anthropic) Configure(s Settings) (Settings, []Problem) {
 	ps := append(keyRequired(KindAnthropic, s), onlyFor(KindAnthropic, s)...)
 	if s.AnthropicVersion == "" {
 		s.AnthropicVersion = DefaultAnthropicVersion
 	}
-	return s, ps
+	fwd, fps := forwardable(KindAnthropic, s)
+	s.ForwardClientHeaders = fwd
+	return s, append(ps, fps...)
 }
 
-// Rewrite sets x-api-key, anthropic-version unless the client sent one,
-// and the base URL's path prefix.
+// Rewrite sets x-api-key (removing the client's account headers unless
+// forwarded), anthropic-version unless the client sent one, and the base
+// URL's path prefix.
 func (Anthropic) Rewrite(t Target, r Request) Rewrite {
 	rw := base(t, r)
-	rw.set("x-api-key", t.APIKey)
+	rw.credential(KindAnthropic, t, "x-api-key", t.APIKey)
 	if !r.AnthropicVersion {
 		rw.set("anthropic-version", t.AnthropicVersion)
 	}

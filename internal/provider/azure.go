@@ -29,14 +29,17 @@ func (AzureOpenAI) Unsupported(ep llmapi.Endpoint, name string) string {
 	return ""
 }
 
-// Configure requires api_key and api_version, and refuses
-// anthropic_version.
+// Configure requires api_key and api_version, refuses anthropic_version,
+// and checks forward_client_headers.
 func (AzureOpenAI) Configure(s Settings) (Settings, []Problem) {
 	ps := keyRequired(KindAzureOpenAI, s)
 	if s.APIVersion == "" {
 		ps = append(ps, Problem{"api_version", fmt.Sprintf("required for kind %q", KindAzureOpenAI)})
 	}
-	return s, append(ps, onlyFor(KindAzureOpenAI, s)...)
+	ps = append(ps, onlyFor(KindAzureOpenAI, s)...)
+	fwd, fps := forwardable(KindAzureOpenAI, s)
+	s.ForwardClientHeaders = fwd
+	return s, append(ps, fps...)
 }
 
 // azureOperation is the operation in a deployment's path, per endpoint.
@@ -46,12 +49,13 @@ var azureOperation = map[llmapi.Endpoint]string{
 	llmapi.Embeddings:      "embeddings",
 }
 
-// Rewrite sets api-key and the path
+// Rewrite sets api-key (removing the client's account headers unless
+// forwarded) and the path
 // <prefix>/openai/deployments/<upstream>/<operation>?api-version=<v>, and
 // drops the model from the body: Azure takes the deployment from the path.
 func (AzureOpenAI) Rewrite(t Target, r Request) Rewrite {
 	var rw Rewrite
-	rw.set("api-key", t.APIKey)
+	rw.credential(KindAzureOpenAI, t, "api-key", t.APIKey)
 	rw.set(":path", t.PathPrefix+"/openai/deployments/"+url.PathEscape(t.Upstream)+"/"+azureOperation[r.Endpoint]+"?api-version="+url.QueryEscape(t.APIVersion))
 	rw.Body.DropModel = true
 	return rw.done()

@@ -17,11 +17,16 @@ func (Compatible) Unsupported(ep llmapi.Endpoint, name string) string {
 	return openAIFamily(ep, name)
 }
 
-// Configure refuses the other kinds' version fields; api_key is optional.
+// Configure refuses the other kinds' version fields and checks
+// forward_client_headers; api_key is optional.
 func (Compatible) Configure(s Settings) (Settings, []Problem) {
-	return s, onlyFor(KindOpenAICompatible, s)
+	fwd, ps := forwardable(KindOpenAICompatible, s)
+	s.ForwardClientHeaders = fwd
+	return s, append(onlyFor(KindOpenAICompatible, s), ps...)
 }
 
-// Rewrite sets authorization: Bearer <key> when there is a key, and the
-// base URL's path prefix.
-func (Compatible) Rewrite(t Target, r Request) Rewrite { return bearer(t, r) }
+// Rewrite sets authorization: Bearer <key> when there is a key — and then
+// removes the client's openai-organization and openai-project unless
+// forwarded; without a key Sluice injects no credential and they pass —
+// and the base URL's path prefix.
+func (Compatible) Rewrite(t Target, r Request) Rewrite { return bearer(KindOpenAICompatible, t, r) }

@@ -4,7 +4,9 @@
 // it serves (and the message when it does not), how a request is rewritten
 // for it — credential header, path (base-URL prefix; Azure's deployment
 // path with api-version), anthropic-version, the model name in the body,
-// the caller's credential headers removed — and the validation and
+// the caller's credential headers removed, and, when Sluice injects the
+// credential, the client's account headers (AccountHeaders) removed but
+// those forward_client_headers keeps — and the validation and
 // defaults of its configuration fields. Kind is the YAML name; For is the
 // one switch from a Kind to its Provider, resolved once when the policy
 // compiles (policies.Provider.Impl), so the request path never switches

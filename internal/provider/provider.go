@@ -27,6 +27,35 @@ func Kinds() []Kind {
 // the provider's anthropic_version sets one.
 const DefaultAnthropicVersion = "2023-06-01"
 
+// AccountHeaders are the request headers with which a client of kind k's
+// API selects the account, organization or project its request is billed
+// to, lower-case: sent next to the gateway's own credential they would
+// spend on whatever account the client names. Every kind's Rewrite
+// removes them when it injects a credential, but those a provider's
+// forward_client_headers keeps.
+//
+//   - openai, openai-compatible: OpenAI-Organization and OpenAI-Project
+//     (OpenAI's "Organizations and projects" request headers).
+//   - azure-openai: the same two, and Ocp-Apim-Subscription-Key and
+//     Ocp-Apim-Subscription-Region, the Azure AI services resource-key
+//     headers (an alternative credential, and the region it bills).
+//   - anthropic: Anthropic's API selects the organization and workspace
+//     by the key alone and documents no request header for either; the
+//     names of its account identifiers, anthropic-organization-id (a
+//     response header) and anthropic-workspace-id, are removed all the
+//     same so that a client-sent one never travels with the gateway's key.
+func AccountHeaders(k Kind) []string {
+	switch k {
+	case KindOpenAI, KindOpenAICompatible:
+		return []string{"openai-organization", "openai-project"}
+	case KindAzureOpenAI:
+		return []string{"openai-organization", "openai-project", "ocp-apim-subscription-key", "ocp-apim-subscription-region"}
+	case KindAnthropic:
+		return []string{"anthropic-organization-id", "anthropic-workspace-id"}
+	}
+	return nil
+}
+
 // For returns the implementation of kind k, or false for a kind Sluice does
 // not know. It is the one place a kind is mapped to behaviour: callers
 // resolve it once, when the configuration compiles, and keep the Provider.
@@ -60,8 +89,9 @@ type Provider interface {
 	Configure(s Settings) (Settings, []Problem)
 	// Rewrite is the provider-specific rewrite of request r for target t:
 	// its credential, path and version headers, the caller's credential
-	// headers removed (but the one the credential is set in), and the
-	// model name in the body.
+	// headers removed (but the one the credential is set in), the client's
+	// account headers removed when the credential is injected (but those
+	// t.ForwardClientHeaders keeps), and the model name in the body.
 	Rewrite(t Target, r Request) Rewrite
 }
 
@@ -70,6 +100,10 @@ type Settings struct {
 	HasAPIKey        bool   // api_key is set
 	APIVersion       string // api_version
 	AnthropicVersion string // anthropic_version
+	// ForwardClientHeaders (forward_client_headers) are the kind's account
+	// headers (AccountHeaders) a client may still send next to the
+	// provider credential Sluice injects; Configure lower-cases them.
+	ForwardClientHeaders []string
 }
 
 // Problem is a problem of a provider's Settings.
@@ -85,6 +119,10 @@ type Target struct {
 	AnthropicVersion string // defaults applied (Configure)
 	PathPrefix       string // base_url's path, no trailing slash
 	Upstream         string // the model's name at the provider (Azure: the deployment)
+	// ForwardClientHeaders are the account headers kept from the client
+	// when the credential is injected (Settings.ForwardClientHeaders, as
+	// Configure returned them).
+	ForwardClientHeaders []string
 }
 
 // String keeps the credential out of fmt's output.

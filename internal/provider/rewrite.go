@@ -2,6 +2,8 @@ package provider
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/llmapi"
@@ -27,6 +29,40 @@ func (rw *Rewrite) prefixed(t Target, r Request) {
 }
 
 func (rw *Rewrite) set(k, v string) { rw.Set = append(rw.Set, Header{k, v}) }
+
+// credential sets the provider credential k: v and removes the client's
+// account headers of kind, but those t forwards.
+func (rw *Rewrite) credential(kind Kind, t Target, k, v string) {
+	rw.set(k, v)
+	for _, h := range AccountHeaders(kind) {
+		if !slices.Contains(t.ForwardClientHeaders, h) {
+			rw.Remove = append(rw.Remove, h)
+		}
+	}
+}
+
+// forwardable checks forward_client_headers for kind: each one of its
+// AccountHeaders (case-insensitive), once; it returns them lower-cased.
+func forwardable(kind Kind, s Settings) ([]string, []Problem) {
+	var ps []Problem
+	var out []string
+	allowed := AccountHeaders(kind)
+	for i, h := range s.ForwardClientHeaders {
+		field := fmt.Sprintf("forward_client_headers[%d]", i)
+		lh := strings.ToLower(strings.TrimSpace(h))
+		switch {
+		case slices.Contains(apikey.CredentialHeaders, lh):
+			ps = append(ps, Problem{field, fmt.Sprintf("%q is a credential header: the caller's credential never reaches a provider", h)})
+		case !slices.Contains(allowed, lh):
+			ps = append(ps, Problem{field, fmt.Sprintf("%q is not an account header of kind %q (one of %s); other client headers are forwarded already", h, kind, strings.Join(allowed, ", "))})
+		case slices.Contains(out, lh):
+			ps = append(ps, Problem{field, fmt.Sprintf("%q is listed twice", h)})
+		default:
+			out = append(out, lh)
+		}
+	}
+	return out, ps
+}
 
 // done removes the caller's credential headers, except the one the
 // provider's credential is set in (a set overwrites it), and returns rw.
