@@ -245,6 +245,9 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) (int, any, *a
 			ps = append(ps, problem{"expires_at", fmt.Sprintf("want an RFC 3339 time such as 2027-01-31T00:00:00Z, got %q", req.ExpiresAt)})
 		case !t.After(now):
 			ps = append(ps, problem{"expires_at", fmt.Sprintf("%s is not in the future", req.ExpiresAt)})
+		case t.After(store.LatestTime()):
+			ps = append(ps, problem{"expires_at", fmt.Sprintf("must be no later than %s (the latest time the key store holds), got %s",
+				store.LatestTime().Format(time.RFC3339), req.ExpiresAt)})
 		default:
 			expires = t.UTC()
 		}
