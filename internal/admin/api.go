@@ -148,9 +148,13 @@ func (s *Server) authorize(r *http.Request) *apiError {
 		return errorf(http.StatusForbidden, "admin_api_disabled",
 			"the admin API is off: set admin.token in sluice.yaml (e.g. token: ${SLUICE_ADMIN_TOKEN}, a random string of at least 16 characters) and send it as Authorization: Bearer <token>; a config reload applies it without a restart")
 	}
-	scheme, cred, ok := strings.Cut(r.Header.Get("authorization"), " ")
-	cred = strings.TrimSpace(cred)
-	if !ok || !strings.EqualFold(scheme, "bearer") || cred == "" {
+	// The scheme ends at the first space or tab, as for gateway keys
+	// (apikey.FromHeaders).
+	scheme, cred := strings.Trim(r.Header.Get("authorization"), " \t"), ""
+	if i := strings.IndexAny(scheme, " \t"); i >= 0 {
+		scheme, cred = scheme[:i], strings.TrimLeft(scheme[i:], " \t")
+	}
+	if !strings.EqualFold(scheme, "bearer") || cred == "" {
 		return errorf(http.StatusUnauthorized, "unauthorized", "missing admin token: send Authorization: Bearer <admin.token>")
 	}
 	got, want := sha256.Sum256([]byte(cred)), sha256.Sum256([]byte(token))

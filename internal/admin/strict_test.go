@@ -115,3 +115,25 @@ func TestExpiresAtRange(t *testing.T) {
 		t.Errorf("expires_at = %v, want 2262-04-11T23:47:16Z", k.ExpiresAt)
 	}
 }
+
+// TestAuthWhitespace: the admin token may follow "Bearer" after any run of
+// spaces and tabs, as a gateway key may; no token after it is "missing".
+func TestAuthWhitespace(t *testing.T) {
+	h := start(t, withToken)
+	for _, auth := range []string{"Bearer " + token, "Bearer\t" + token, "bearer \t " + token} {
+		h.doAuth("GET", "/v1/keys", auth, nil).want(t, http.StatusOK, nil)
+	}
+	for _, tt := range []struct{ auth, msg string }{
+		{"Bearer\t", "missing admin token: send Authorization: Bearer <admin.token>"},
+		{"Basic\t" + token, "missing admin token: send Authorization: Bearer <admin.token>"},
+		{"Bearer\twrong-token-0123456789", "wrong admin token"},
+	} {
+		res := h.doAuth("GET", "/v1/keys", tt.auth, nil)
+		if res.status != http.StatusUnauthorized {
+			t.Fatalf("%q: status %d, want 401", tt.auth, res.status)
+		}
+		if e := res.apiError(t); e.Error.Message != tt.msg {
+			t.Errorf("%q: message %q, want %q", tt.auth, e.Error.Message, tt.msg)
+		}
+	}
+}
