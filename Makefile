@@ -5,7 +5,7 @@ BIN      := bin/sluice
 DEV_BIN  := bin/sluice-dev
 PKGS     := ./...
 
-.PHONY: all build build-dev run test lint vet fmt-check bench fuzz clean check-go
+.PHONY: all build build-dev run test lint vet fmt-check bench fuzz mutation clean check-go
 
 all: build
 
@@ -55,6 +55,24 @@ fuzz: check-go
 		echo "== $$pkg $$fn ($(FUZZTIME))"; \
 		$(GO) test -run='^$$' -fuzz="^$$fn$$" -fuzztime=$(FUZZTIME) ./$$pkg || exit 1; \
 	done
+
+# Mutation testing of the accounting packages with gremlins (fetched
+# through the module proxy by go run; not part of make test: every mutant
+# reruns its package's tests). One line per package with its efficacy
+# (mutants killed / mutants covered); fails below MUTATION_THRESHOLD.
+# MUTATION_PKGS=internal/limits make mutation runs one. GOFLAGS=-count=1:
+# gremlins times each mutant against its coverage run, which must not be
+# a cached test result. See docs/testing.md.
+GREMLINS           ?= $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
+MUTATION_PKGS      ?= extproc policies internal/admission internal/ledger/sqlite internal/limits internal/usage internal/payload
+MUTATION_THRESHOLD ?= 90
+MUTATION_WORKERS   ?= 1
+mutation: check-go
+	@fail=0; for p in $(MUTATION_PKGS); do \
+		echo "== $$p"; \
+		GOFLAGS=-count=1 $(GREMLINS) unleash --workers=$(MUTATION_WORKERS) --timeout-coefficient=10 \
+			--threshold-efficacy=$(MUTATION_THRESHOLD) -S lct ./$$p || fail=1; \
+	done; exit $$fail
 
 clean:
 	rm -rf bin examples/quickstart.db examples/quickstart.db-wal examples/quickstart.db-shm

@@ -372,7 +372,7 @@ func replay(t *testing.T, g *goldenFile) goldenRun {
 			if strings.HasPrefix(s.stream, "upstream") {
 				md.Append("x-sluice-upstream", "fallback")
 			}
-			ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(t.Context(), md))
+			ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(deadline(t), md))
 			ps, err := client.Process(ctx)
 			if err != nil {
 				cancel()

@@ -148,9 +148,13 @@ func (s *Server) authorize(r *http.Request) *apiError {
 		return errorf(http.StatusForbidden, "admin_api_disabled",
 			"the admin API is off: set admin.token in sluice.yaml (e.g. token: ${SLUICE_ADMIN_TOKEN}, a random string of at least 16 characters) and send it as Authorization: Bearer <token>; a config reload applies it without a restart")
 	}
-	scheme, cred, ok := strings.Cut(r.Header.Get("authorization"), " ")
-	cred = strings.TrimSpace(cred)
-	if !ok || !strings.EqualFold(scheme, "bearer") || cred == "" {
+	// The scheme ends at the first space or tab, as for gateway keys
+	// (apikey.FromHeaders).
+	scheme, cred := strings.Trim(r.Header.Get("authorization"), " \t"), ""
+	if i := strings.IndexAny(scheme, " \t"); i >= 0 {
+		scheme, cred = scheme[:i], strings.TrimLeft(scheme[i:], " \t")
+	}
+	if !strings.EqualFold(scheme, "bearer") || cred == "" {
 		return errorf(http.StatusUnauthorized, "unauthorized", "missing admin token: send Authorization: Bearer <admin.token>")
 	}
 	got, want := sha256.Sum256([]byte(cred)), sha256.Sum256([]byte(token))
@@ -245,6 +249,9 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) (int, any, *a
 			ps = append(ps, problem{"expires_at", fmt.Sprintf("want an RFC 3339 time such as 2027-01-31T00:00:00Z, got %q", req.ExpiresAt)})
 		case !t.After(now):
 			ps = append(ps, problem{"expires_at", fmt.Sprintf("%s is not in the future", req.ExpiresAt)})
+		case t.After(store.LatestTime()):
+			ps = append(ps, problem{"expires_at", fmt.Sprintf("must be no later than %s (the latest time the key store holds), got %s",
+				store.LatestTime().Format(time.RFC3339), req.ExpiresAt)})
 		default:
 			expires = t.UTC()
 		}

@@ -674,7 +674,7 @@ func TestErrors(t *testing.T) {
 		}},
 		{"two budgets of a period", "POST", "/v1/keys", `{"team": "red", "limits": {"budgets": [{"micro_usd": 1, "period": "day"}, {"micro_usd": 2, "period": "day"}]}}`, 400, "invalid_request",
 			[]problem{{"limits.budgets[1]", "a second day budget (first at limits.budgets[0]): one budget per period"}}},
-		{"unknown field", "POST", "/v1/keys", `{"team": "red", "colour": "blue"}`, 400, "invalid_request", []problem{{"body", `unknown field "colour"`}}},
+		{"unknown field", "POST", "/v1/keys", `{"team": "red", "colour": "blue"}`, 400, "invalid_request", []problem{{"colour", "unknown field (fields: team, name, models, limits, expires_at)"}}},
 		{"wrong type", "POST", "/v1/keys", `{"team": "red", "limits": {"requests": {"per_minute": "ten"}}}`, 400, "invalid_request",
 			[]problem{{"limits.requests.per_minute", "want an integer, got string"}}},
 		{"bad JSON", "POST", "/v1/keys", `{"team":`, 400, "invalid_json", nil},

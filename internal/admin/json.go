@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -298,26 +299,40 @@ func fromPolicies(ps policies.Problems, trim string) []problem {
 // maxBody bounds a request body; a limits document is a few KiB.
 const maxBody = 1 << 20
 
-// decode reads the body, one JSON value, into v: unknown fields, trailing
-// data and wrong types are refused with the field's path.
+// decode reads the body, one JSON value, into v: field names that are not
+// exactly one of v's (encoding/json alone matches them case-insensitively),
+// a field given twice (encoding/json keeps the last), trailing data and
+// wrong types are refused with the field's path.
 func decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+		return errorf(http.StatusRequestEntityTooLarge, "body_too_large", "body: larger than %d bytes", maxBody)
+	}
+	if err != nil {
+		return errorf(http.StatusBadRequest, "invalid_json", "body: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	err = dec.Decode(v)
 	if err == nil {
 		if _, extra := dec.Token(); extra != io.EOF {
 			return errorf(http.StatusBadRequest, "invalid_json", "body: want one JSON object, got more after it")
 		}
-		return nil
 	}
 	var (
-		tooBig *http.MaxBytesError
-		syn    *json.SyntaxError
-		typ    *json.UnmarshalTypeError
+		syn *json.SyntaxError
+		typ *json.UnmarshalTypeError
 	)
 	switch {
-	case errors.As(err, &tooBig):
-		return errorf(http.StatusRequestEntityTooLarge, "body_too_large", "body: larger than %d bytes", maxBody)
+	case err == nil, strings.HasPrefix(err.Error(), "json: unknown field "):
+		// The JSON is well formed: check every name, with its path.
+		if ps := checkNames(json.NewDecoder(bytes.NewReader(data)), reflect.TypeOf(v), ""); len(ps) > 0 {
+			return invalid(ps)
+		}
+		if err == nil {
+			return nil
+		}
+		return invalid([]problem{{"body", strings.TrimPrefix(err.Error(), "json: ")}})
 	case errors.Is(err, io.EOF):
 		return errorf(http.StatusBadRequest, "invalid_json", "body: required (a JSON object)")
 	case errors.As(err, &syn):
@@ -330,10 +345,134 @@ func decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
 			path = "body"
 		}
 		return invalid([]problem{{path, fmt.Sprintf("want %s, got %s", jsonKind(typ.Type.Kind()), typ.Value)}})
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return invalid([]problem{{"body", strings.TrimPrefix(err.Error(), "json: ")}})
 	}
 	return errorf(http.StatusBadRequest, "invalid_json", "body: %v", err)
+}
+
+// checkNames walks one well-formed JSON value from dec's token stream
+// against t, the Go type it decodes into, and reports at its path every
+// object member whose name is not exactly one of the struct's JSON names
+// and every name given twice in one object (a map's keys included).
+// encoding/json matches names case-insensitively and keeps the last of a
+// duplicate, so a body could say one thing to a reader and another to the
+// server.
+func checkNames(dec *json.Decoder, t reflect.Type, path string) []problem {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		// decode has already checked the JSON is well formed.
+		return []problem{{pathOr(path), "invalid JSON"}}
+	}
+	var ps []problem
+	switch tok {
+	case json.Delim('['):
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for i := 0; dec.More(); i++ {
+			ps = append(ps, checkNames(dec, elem, fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	case json.Delim('{'):
+		var fields map[string]reflect.Type
+		var names []string
+		var elem reflect.Type
+		switch {
+		case t == nil:
+		case t.Kind() == reflect.Struct:
+			fields, names = jsonFields(t)
+		case t.Kind() == reflect.Map:
+			elem = t.Elem()
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			keyTok, err := dec.Token()
+			if err != nil {
+				return append(ps, problem{pathOr(path), "invalid JSON"})
+			}
+			name, _ := keyTok.(string)
+			fieldPath := name
+			if path != "" {
+				fieldPath = path + "." + name
+			}
+			if seen[name] {
+				ps = append(ps, problem{fieldPath, "given more than once"})
+			}
+			seen[name] = true
+			ft := elem
+			if fields != nil {
+				var ok bool
+				if ft, ok = fields[name]; !ok {
+					ps = append(ps, problem{fieldPath, unknownField(name, names)})
+				}
+			}
+			ps = append(ps, checkNames(dec, ft, fieldPath)...)
+		}
+	default:
+		return nil // a scalar
+	}
+	if _, err := dec.Token(); err != nil { // the closing ] or }
+		return append(ps, problem{pathOr(path), "invalid JSON"})
+	}
+	return ps
+}
+
+func pathOr(path string) string {
+	if path == "" {
+		return "body"
+	}
+	return path
+}
+
+func unknownField(name string, names []string) string {
+	for _, n := range names {
+		if strings.EqualFold(n, name) {
+			return fmt.Sprintf("unknown field (names are case-sensitive: did you mean %q?)", n)
+		}
+	}
+	return "unknown field (fields: " + strings.Join(names, ", ") + ")"
+}
+
+// jsonFields is the JSON name of every field encoding/json decodes into a
+// struct of type t (embedded structs' fields promoted), with its type, and
+// the names in declaration order.
+func jsonFields(t reflect.Type) (map[string]reflect.Type, []string) {
+	fields := map[string]reflect.Type{}
+	var names []string
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for f := range t.Fields() {
+			tag := f.Tag.Get("json")
+			if tag == "-" {
+				continue
+			}
+			name, _, _ := strings.Cut(tag, ",")
+			ft := f.Type
+			if f.Anonymous && name == "" {
+				for ft.Kind() == reflect.Pointer {
+					ft = ft.Elem()
+				}
+				if ft.Kind() == reflect.Struct {
+					walk(ft)
+					continue
+				}
+			}
+			if !f.IsExported() {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			if _, dup := fields[name]; !dup {
+				names = append(names, name)
+			}
+			fields[name] = f.Type
+		}
+	}
+	walk(t)
+	return fields, names
 }
 
 // jsonKind names a Go kind as JSON calls it.

@@ -22,6 +22,12 @@ func FuzzFromHeaders(f *testing.F) {
 	f.Add("Bearer sk-sluice-ééééééééééééééééééééééééééééééééééé", "", "")
 	f.Add("bearer\t"+good, good, "")
 	f.Add("Bearer "+good, good[:len(good)-2]+"zz", "")
+	f.Add("Bearer\t"+good, "", "")
+	f.Add("\tBearer \t "+good+"\t", "", "")
+	f.Add("Bearer\t", "", "")
+	f.Add("Bearer\t\t", good, "")
+	f.Add("Bearer\v"+good, "", "")
+	f.Add("Bearer"+good, "", "")
 	f.Fuzz(func(t *testing.T, auth, xKey, azureKey string) {
 		m := map[string]string{}
 		if auth != "" {

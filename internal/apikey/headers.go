@@ -38,7 +38,8 @@ const maxHeaderLen = len("Bearer ") + len(Prefix) + MaxSecretLen + 64
 
 // FromHeaders extracts the caller's key from request headers. get returns a
 // header's value by lower-case name, with duplicates already comma-joined
-// (as Envoy builds a CheckRequest). It accepts `authorization: Bearer <key>`,
+// (as Envoy builds a CheckRequest). It accepts `authorization: Bearer <key>`
+// (the scheme case-insensitive, then any run of spaces and tabs),
 // `x-api-key: <key>` and `api-key: <key>`; if several are present they must
 // carry the same key. The returned secret has a valid format (see Validate);
 // errors are *apierr.Error (401, a credential code).
@@ -74,7 +75,13 @@ func parse(header, v string) (Secret, error) {
 		return "", malformed("more than one %s header (or a comma in it); send exactly one API key", header)
 	}
 	if header == HeaderAuthorization {
-		scheme, rest, _ := strings.Cut(v, " ")
+		// The scheme ends at the first space or tab (RFC 7235 writes one
+		// or more spaces; a tab is HTTP whitespace too, and a key holds
+		// neither, so both are taken as the separator).
+		scheme, rest := v, ""
+		if i := strings.IndexAny(v, " \t"); i >= 0 {
+			scheme, rest = v[:i], v[i:]
+		}
 		if !strings.EqualFold(scheme, "Bearer") {
 			if scheme == "" {
 				return "", malformed(`the authorization header is empty; send "Bearer sk-sluice-…"`)

@@ -197,8 +197,18 @@ func mintKey(team, name string, now time.Time) (store.Key, apikey.Secret, error)
 	}, secret, nil
 }
 
-// parseExpiry accepts a duration from now, a date, or an RFC 3339 time.
+// parseExpiry accepts a duration from now, a date, or an RFC 3339 time, in
+// the future and no later than the key store holds (store.LatestTime).
 func parseExpiry(s string, now time.Time) (time.Time, error) {
+	t, err := parseExpiryTime(s, now)
+	if err == nil && t.After(store.LatestTime()) {
+		return time.Time{}, fmt.Errorf("must be no later than %s (the latest time the key store holds), got %s",
+			store.LatestTime().Format(time.RFC3339), s)
+	}
+	return t, err
+}
+
+func parseExpiryTime(s string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(s); err == nil {
 		if d <= 0 {
 			return time.Time{}, fmt.Errorf("duration must be positive, got %s", s)

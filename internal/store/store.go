@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/sluicegw/sluice/policies"
@@ -15,6 +16,13 @@ var (
 	// ErrExists: a record with that id, name or hash already exists.
 	ErrExists = errors.New("already exists")
 )
+
+// LatestTime is the latest whole second every backend stores exactly
+// (2262-04-11T23:47:16Z: the last second of Unix nanoseconds in an int64,
+// SQLite's encoding). Writers refuse a later time as the caller's error, at
+// the field that holds it, before it reaches a backend, which would refuse
+// it as its own failure.
+func LatestTime() time.Time { return time.Unix(0, math.MaxInt64).UTC().Truncate(time.Second) }
 
 // Key is an API key managed at runtime. The secret is never stored: only its
 // SHA-256 hash and its public prefix.
