@@ -193,9 +193,7 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.downstream = peerOf(r)
 	s.reqHeaders = fromRequest(r, s.downstream.scheme)
 	// What Envoy's connection manager adds before any filter runs.
-	if _, ok := s.reqHeaders.Get("x-request-id"); !ok {
-		s.reqHeaders.Add("x-request-id", newUUID())
-	}
+	cfg.requestID.apply(s.reqHeaders, s.downstream.remoteIP)
 	s.reqHeaders.Set("x-forwarded-proto", s.downstream.scheme)
 	s.rec = &Exchange{StreamID: s.id, Method: r.Method, Path: r.URL.RequestURI()}
 
