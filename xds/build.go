@@ -521,8 +521,11 @@ func (b *builder) listener() (*listenerv3.Listener, error) {
 	// edge_request). Without it no request is an edge request and a
 	// client's id is kept. Sluice never trusts that id for identity (the
 	// spend record's id is its own) but logs and stores it for correlation;
-	// preserve_external_request_id stays false so it is Envoy's.
+	// preserve_external_request_id stays false so it is Envoy's, and the
+	// response carries it (always_set_request_id_in_response), so a client
+	// can quote the id its request is logged and recorded under.
 	hcm.UseRemoteAddress = wrapperspb.Bool(true)
+	hcm.AlwaysSetRequestIdInResponse = true
 	if path := b.snap.XDS().AccessLog; path != "off" {
 		hcm.AccessLog = []*accesslogv3.AccessLog{accessLog(path)}
 	}

@@ -388,6 +388,7 @@ func (d *downstreamWriter) write(f frame) bool {
 		s.freezeRoute()
 		s.respSent.Store(true)
 		status, _ := strconv.Atoi(f.headers.Value(":status"))
+		s.cfg.requestID.respond(f.headers, s.reqHeaders)
 		f.headers.toHTTP(w.Header())
 		if _, ok := f.headers.Get("content-length"); !ok && !f.end {
 			w.Header().Del("Content-Length")
@@ -438,6 +439,9 @@ func (e *Emulator) writeLocalReply(s *stream, w http.ResponseWriter, lr localRep
 	h := w.Header()
 	if lr.headers != nil {
 		lr.headers.toHTTP(h)
+	}
+	if id, ok := s.cfg.requestID.inResponse(s.reqHeaders); ok {
+		h.Set("X-Request-Id", id)
 	}
 	if len(lr.body) > 0 && h.Get("Content-Type") == "" {
 		h.Set("Content-Type", "text/plain")

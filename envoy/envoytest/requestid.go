@@ -21,13 +21,15 @@ import (
 //   - with generate_request_id (default true) an edge request gets a new
 //     x-request-id, whatever the client sent, unless
 //     preserve_external_request_id is set; any other request gets one only
-//     if it has none.
+//     if it has none;
+//   - with always_set_request_id_in_response the response (a local reply
+//     too) carries the request's x-request-id (mutateResponseHeaders).
 //
 // The rest of what use_remote_address changes (x-forwarded-for appending,
 // x-envoy-* sanitizing, x-envoy-external-address) is not emulated.
 type requestIDPolicy struct {
-	generate, useRemote, preserve bool
-	internal                      []netip.Prefix
+	generate, useRemote, preserve, inResp bool
+	internal                              []netip.Prefix
 }
 
 func newRequestIDPolicy(hcm *hcmv3.HttpConnectionManager) (requestIDPolicy, error) {
@@ -35,6 +37,7 @@ func newRequestIDPolicy(hcm *hcmv3.HttpConnectionManager) (requestIDPolicy, erro
 		generate:  hcm.GetGenerateRequestId() == nil || hcm.GetGenerateRequestId().GetValue(),
 		useRemote: hcm.GetUseRemoteAddress().GetValue(),
 		preserve:  hcm.GetPreserveExternalRequestId(),
+		inResp:    hcm.GetAlwaysSetRequestIdInResponse(),
 	}
 	for i, r := range hcm.GetInternalAddressConfig().GetCidrRanges() {
 		a, err := netip.ParseAddr(r.GetAddressPrefix())
@@ -75,4 +78,20 @@ func (p requestIDPolicy) isInternal(ip string) bool {
 		}
 	}
 	return false
+}
+
+// inResponse is the x-request-id a response to req carries, if any.
+func (p requestIDPolicy) inResponse(req *Headers) (string, bool) {
+	if !p.inResp {
+		return "", false
+	}
+	id, ok := req.Get("x-request-id")
+	return id, ok && id != ""
+}
+
+// respond sets the x-request-id of resp, a response to req.
+func (p requestIDPolicy) respond(resp, req *Headers) {
+	if id, ok := p.inResponse(req); ok {
+		resp.Set("x-request-id", id)
+	}
 }

@@ -57,6 +57,22 @@ func TestRequestIDPolicy(t *testing.T) {
 			}
 		})
 	}
+	// always_set_request_id_in_response: the response carries the id the
+	// request went upstream with; without it, none.
+	for _, always := range []bool{true, false} {
+		p, err := newRequestIDPolicy(&hcmv3.HttpConnectionManager{UseRemoteAddress: wrapperspb.Bool(true), AlwaysSetRequestIdInResponse: always})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, resp := &Headers{}, &Headers{}
+		req.Add("x-request-id", "client-chosen")
+		p.apply(req, "127.0.0.1")
+		p.respond(resp, req)
+		sent, _ := req.Get("x-request-id")
+		if got, ok := resp.Get("x-request-id"); ok != always || (always && got != sent) {
+			t.Errorf("always_set_request_id_in_response %v: response x-request-id %q (%v); request's %q", always, got, ok, sent)
+		}
+	}
 	if _, err := newRequestIDPolicy(&hcmv3.HttpConnectionManager{InternalAddressConfig: &hcmv3.HttpConnectionManager_InternalAddressConfig{
 		CidrRanges: []*corev3.CidrRange{{AddressPrefix: "not-an-ip"}}}}); err == nil {
 		t.Error("a bad CIDR range was accepted")
