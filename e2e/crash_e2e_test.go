@@ -170,6 +170,7 @@ func TestCrashSafety(t *testing.T) {
 				}
 				body, _ := io.ReadAll(bufio.NewReader(resp.Body))
 				resp.Body.Close()
+				id = resp.Header.Get("x-request-id") // what Sluice's listener replaced it with
 				done := resp.StatusCode == 200 && bytes.Contains(body, []byte("data: [DONE]"))
 				mu.Lock()
 				outcomes = append(outcomes, outcome{id: id, complete: done})
@@ -210,10 +211,8 @@ func TestCrashSafety(t *testing.T) {
 	records := map[string]int64{}
 	var charged int64
 	for _, r := range s2.records(t) {
-		if strings.HasPrefix(r.RequestID, "crash-") {
-			records[r.RequestID] = r.CostMicros
-			charged += r.CostMicros
-		}
+		records[r.ClientRequestID] = r.CostMicros
+		charged += r.CostMicros
 	}
 	completed := 0
 	for _, o := range outcomes {

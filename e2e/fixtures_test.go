@@ -64,14 +64,18 @@ func wantReasoning(body string) int64 {
 	return u.Usage.Details.Reasoning
 }
 
-// record reads the spend record of a request id through `sluice spend`.
+// record reads the spend record of a request through `sluice spend`:
+// the one whose client request id is requestID, the x-request-id that
+// reached Sluice (the client's own through a proxy that keeps it; through
+// Sluice's listener, Envoy's, which the response carries).
 func (p *sluiceProcess) record(t *testing.T, requestID string) ledger.Record {
 	t.Helper()
 	return p.awaitRecord(t, requestID)
 }
 
-// awaitRecord waits for a request's spend record: a cancelled stream is
-// settled when Envoy closes the ext_proc stream, after the client left.
+// awaitRecord waits for a request's spend record (see record): a
+// cancelled stream is settled when Envoy closes the ext_proc stream, after
+// the client left.
 func (p *sluiceProcess) awaitRecord(t *testing.T, requestID string) ledger.Record {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -79,7 +83,7 @@ func (p *sluiceProcess) awaitRecord(t *testing.T, requestID string) ledger.Recor
 		out := p.run(t, "spend", "--records", "--format", "json", "--limit", "0")
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			var r ledger.Record
-			if json.Unmarshal([]byte(line), &r) == nil && r.RequestID == requestID {
+			if json.Unmarshal([]byte(line), &r) == nil && r.ClientRequestID == requestID {
 				return r
 			}
 		}

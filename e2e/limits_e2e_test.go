@@ -102,9 +102,15 @@ func TestBudgetHoldsEndToEnd(t *testing.T) {
 		if got := mock.Requests(); got < affordable {
 			t.Errorf("the provider saw %d requests", got)
 		}
+		// Sluice's listener replaced each client's x-request-id; the
+		// response carries the one the record has.
+		mine := map[string]bool{}
+		for _, r := range results {
+			mine[r.requestID] = r.status == 200
+		}
 		var sum, n int64
 		for _, r := range s.records(t) {
-			if strings.HasPrefix(r.RequestID, "budget-"+p.name()) {
+			if mine[r.ClientRequestID] {
 				sum += r.CostMicros
 				n++
 			}
@@ -194,7 +200,7 @@ func TestAbortChargesReceivedChunks(t *testing.T) {
 		m := usage.NewMeter(usage.Options{Endpoint: llmapi.ChatCompletions, Stream: true, ContentType: "text/event-stream", Model: "m"})
 		m.Write(sent)
 		want := m.Close(false, 0)
-		rec := s.awaitRecord(t, rid)
+		rec := s.awaitRecord(t, resp.Header.Get("x-request-id"))
 		if rec.OutputTokens != want.OutputTokens || rec.OutputTokens == 0 || !rec.Estimated || rec.CostMicros != rec.OutputTokens {
 			t.Errorf("record: output %d (estimated %v, cost %d); the 3 chunks received carry %d tokens", rec.OutputTokens, rec.Estimated, rec.CostMicros, want.OutputTokens)
 		}
@@ -205,9 +211,10 @@ func TestAbortChargesReceivedChunks(t *testing.T) {
 }
 
 type result struct {
-	status int
-	body   string
-	err    error
+	status    int
+	body      string
+	requestID string // the response's x-request-id
+	err       error
 }
 
 // send posts one budget-test request; it is safe in a goroutine (no t).
@@ -223,5 +230,5 @@ func send(client *http.Client, url, key, id string) result {
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return result{status: resp.StatusCode, body: string(body), err: err}
+	return result{status: resp.StatusCode, body: string(body), requestID: resp.Header.Get("x-request-id"), err: err}
 }

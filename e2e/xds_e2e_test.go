@@ -48,9 +48,16 @@ func TestXDSEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	eachProxy(t, b, func(t *testing.T, p proxy) {
+		// ids maps the x-request-id a client sent to the one Sluice's
+		// listener replaced it with, which the response carries.
+		ids := map[string]string{}
 		chat := func(model, rid string) (int, string) {
-			st, _, body := call{path: "/v1/chat/completions", body: `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`,
+			st, h, body := call{path: "/v1/chat/completions", body: `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`,
 				headers: map[string]string{"x-request-id": rid}}.do(t, p.url, key)
+			if got := h.Get("x-request-id"); got == "" || got == rid {
+				t.Errorf("%s: response x-request-id %q; want Envoy's own, not the client's %q", model, got, rid)
+			}
+			ids[rid] = h.Get("x-request-id")
 			return st, body
 		}
 		down0, up0 := downMock.Requests(), upMock.Requests()
@@ -58,7 +65,7 @@ func TestXDSEndToEnd(t *testing.T) {
 		if st, body := chat("m-up", "up-1"); st != 200 {
 			t.Fatalf("m-up: %d %s", st, body)
 		}
-		if rec := s.awaitRecord(t, "up-1"); rec.Provider != "up" {
+		if rec := s.awaitRecord(t, ids["up-1"]); rec.Provider != "up" {
 			t.Errorf("m-up recorded provider %q", rec.Provider)
 		}
 		if got := upMock.Requests() - up0; got != 1 {
@@ -83,12 +90,12 @@ func TestXDSEndToEnd(t *testing.T) {
 		if downMock.Requests()-down1 != 1 || upMock.Requests()-up1 != 1 {
 			t.Errorf("m-ha: down saw %d, up saw %d requests; want 1 each", downMock.Requests()-down1, upMock.Requests()-up1)
 		}
-		rec := s.awaitRecord(t, "ha-1")
+		rec := s.awaitRecord(t, ids["ha-1"])
 		if rec.Provider != "up" || rec.Model != "m-ha" || rec.Status != 200 || rec.OutputTokens == 0 {
 			t.Errorf("m-ha spend record = %+v; want provider up, model m-ha, status 200, tokens", rec)
 		}
 		if p.emu != nil {
-			x := exchangeOf(t, p.emu, "ha-1")
+			x := exchangeOf(t, p.emu, ids["ha-1"])
 			var clusters []string
 			for _, a := range x.Attempts {
 				clusters = append(clusters, fmt.Sprintf("%s:%d", a.Cluster, a.Status))

@@ -17,6 +17,9 @@ type charged struct {
 	Usage     usage.Usage
 	Outcome   string
 	Estimated bool // Usage is Sluice's count, not the provider's
+	// ErrorType is the error the provider reported (res.ProviderError),
+	// "" if none.
+	ErrorType string
 }
 
 // charge applies the charging rules (docs/architecture.md, "Settling") to
@@ -30,8 +33,12 @@ type charged struct {
 //     the status;
 //   - a non-2xx is charged nothing unless the provider reported usage
 //     (upstream_error);
-//   - a 2xx body that cannot be read is charged what the provider
-//     reported, else the input estimate — never a silent zero (unparsed);
+//   - a 2xx that reports a provider error (an error event mid-stream, an
+//     error object in the body) is charged what was delivered, as metered
+//     (upstream_error);
+//   - a 2xx body that cannot be read, or whose usage is not believable, is
+//     charged what the provider reported, else the input estimate plus
+//     the output the tokenizer counted — never a silent zero (unparsed);
 //   - any other 2xx is charged what the provider reported, or the
 //     tokenizer's count when it reported nothing (ok; res.Estimated).
 //
@@ -43,7 +50,7 @@ type charged struct {
 //
 // It is pure: pricing, the ledger, admission and metrics are settle's.
 func charge(status int, complete bool, res usage.Result, inputEstimate, outputCap int64) charged {
-	c := charged{Usage: res.Usage, Outcome: outcomeOK, Estimated: res.Estimated}
+	c := charged{Usage: res.Usage, Outcome: outcomeOK, Estimated: res.Estimated, ErrorType: res.ProviderError}
 	switch {
 	case !complete:
 		c.Outcome = outcomeCancelled
@@ -52,10 +59,12 @@ func charge(status int, complete bool, res usage.Result, inputEstimate, outputCa
 		if !res.Reported {
 			c.Usage = usage.Usage{}
 		}
+	case res.ProviderError != "":
+		c.Outcome = outcomeUpstreamError
 	case res.Unparsed:
 		c.Outcome = outcomeUnparsed
 		if !res.Reported {
-			c.Usage = usage.Usage{InputTokens: inputEstimate}
+			c.Usage = usage.Usage{InputTokens: inputEstimate, OutputTokens: res.OutputTokens}
 			c.Estimated = true
 		}
 	}

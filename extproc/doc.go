@@ -12,7 +12,9 @@
 // (usage), and on the final chunk (or the response trailers, when the
 // response ends in them) — or on cancellation — settles: the
 // spend record is durable in the ledger before the final reply, which
-// carries the usage as dynamic metadata in namespace "sluice".
+// carries the usage as dynamic metadata in namespace "sluice". The
+// record's identity is generated here when the request is admitted (a
+// UUIDv7); the request's x-request-id is only stored beside it.
 //
 // A fallback model's request is rewritten for its provider not here but on
 // each attempt, by the UpstreamProcessor that serves the ext_proc of the

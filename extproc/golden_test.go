@@ -302,6 +302,7 @@ func replay(t *testing.T, g *goldenFile) goldenRun {
 			}
 			return g.rand[""]
 		},
+		NewID: sequentialIDs(),
 	}
 
 	var mu sync.Mutex
@@ -420,6 +421,19 @@ func replay(t *testing.T, g *goldenFile) goldenRun {
 	}
 	run.ledger, run.admit = led.all(), adm.all()
 	return run
+}
+
+// sequentialIDs numbers spend records rec-1, rec-2, … so that a replay
+// is deterministic.
+func sequentialIDs() func() (string, error) {
+	var mu sync.Mutex
+	n := 0
+	return func() (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		return fmt.Sprintf("rec-%d", n), nil
+	}
 }
 
 // goldenLedger records what the processor charged.

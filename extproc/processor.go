@@ -10,6 +10,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicegw/sluice/authz"
@@ -59,7 +60,26 @@ type Deps struct {
 	// provider of a weighted model. Nil means math/rand/v2, whose
 	// top-level source is per-thread in the runtime: fast and lock-free.
 	Rand func() uint64
+	// NewID returns the identity of a new spend record, unique and never
+	// empty. Nil means a UUIDv7 (unique, ordered by time).
+	NewID func() (string, error)
 }
+
+func (d *Deps) newID() (string, error) {
+	if d.NewID != nil {
+		return d.NewID()
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", err
+	}
+	return id.String(), nil
+}
+
+// maxClientRequestID bounds the client's x-request-id kept in the spend
+// record: a correlation field, so a client cannot grow every record by
+// the size of a header (Envoy's own ids are 36 bytes).
+const maxClientRequestID = 128
 
 func (d *Deps) random() uint64 {
 	if d.Rand != nil {
@@ -103,6 +123,12 @@ type Processor struct {
 	status             int
 	ttft               time.Duration
 	ended              bool // settled
+
+	// recordID is the spend record's identity, generated when the request
+	// is admitted, before the reservation: every Append of the record
+	// (a retry included) carries the same one, and no client header
+	// chooses it.
+	recordID string
 }
 
 // NewProcessor returns a processor for one request.
@@ -209,11 +235,16 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 	if err != nil {
 		return p.refuse(err)
 	}
+	id, idErr := p.d.newID()
+	if idErr != nil || id == "" {
+		p.d.Log.Error("no spend record id", "err", idErr)
+		return p.refuse(apierr.New(503, apierr.CodeAdmissionUnavailable, "the request cannot be accounted for right now; retry"))
+	}
 	grant, err := p.reserve(ctx, r)
 	if err != nil {
 		return p.refuse(err)
 	}
-	p.req, p.route, p.grant = r.req, r.route, grant
+	p.req, p.route, p.grant, p.recordID = r.req, r.route, grant, id
 	p.provider, p.upstream = dst.target.Provider.Name, dst.target.Upstream
 	p.state = awaitResponseHeaders
 	return resp
@@ -480,7 +511,7 @@ func (p *Processor) settle(ctx context.Context, complete bool) *structpb.Struct 
 	rec := p.record(c, cost, now)
 	if err := p.d.Ledger.Append(context.WithoutCancel(ctx), rec); err != nil {
 		p.d.Metrics.ledgerErrors.Inc()
-		p.d.Log.Error("spend record not written", "request_id", p.requestID, "key_id", p.principal.KeyID, "err", err)
+		p.d.Log.Error("spend record not written", "record_id", rec.RequestID, "client_request_id", rec.ClientRequestID, "key_id", p.principal.KeyID, "err", err)
 	}
 	p.d.Admitter.Settle(ctx, p.grant, admission.Actual{InputTokens: c.Usage.InputTokens, OutputTokens: c.Usage.OutputTokens, CostMicros: cost, At: now})
 	p.d.Metrics.observe(rec)
@@ -502,11 +533,12 @@ func (p *Processor) price(u usage.Usage) int64 {
 func (p *Processor) record(c charged, cost int64, now time.Time) ledger.Record {
 	u := c.Usage
 	return ledger.Record{
-		RequestID: p.requestID, KeyID: p.principal.KeyID, Team: p.principal.Team, Org: p.principal.Org,
+		RequestID: p.recordID, ClientRequestID: clip(p.requestID, maxClientRequestID),
+		KeyID: p.principal.KeyID, Team: p.principal.Team, Org: p.principal.Org,
 		Endpoint: p.ep.String(), Model: p.route.Name, Provider: p.provider, UpstreamModel: p.upstream,
 		InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens, CacheCreationTokens: u.CacheCreationTokens,
 		OutputTokens: u.OutputTokens, ReasoningTokens: u.ReasoningTokens,
-		CostMicros: cost, Priced: p.route.Priced, Status: p.status, Outcome: c.Outcome,
+		CostMicros: cost, Priced: p.route.Priced, Status: p.status, Outcome: c.Outcome, ErrorType: c.ErrorType,
 		Estimated: c.Estimated, Stream: p.req.Stream, StartedAt: p.start, FinishedAt: now, TTFT: p.ttft,
 	}
 }
@@ -563,6 +595,14 @@ func common(hm *extprocsvc.HeaderMutation) *extprocsvc.CommonResponse {
 		return nil
 	}
 	return &extprocsvc.CommonResponse{HeaderMutation: hm}
+}
+
+// clip is s cut to at most n bytes.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 func pathOnly(p string) string {

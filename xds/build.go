@@ -517,6 +517,21 @@ func (b *builder) listener() (*listenerv3.Listener, error) {
 		}, nil
 	}
 	hcm.HttpFilters = append(chain.HTTPFilters(b.opts), routerFilter())
+	// This listener is the edge: its peers are clients. With
+	// use_remote_address Envoy trusts the connection's address rather than
+	// a client's x-forwarded-for, and treats the request as an edge request
+	// unless that address is internal (internal_address_config; since Envoy
+	// 1.33 none is by default), so it replaces any x-request-id the client
+	// sent with one of its own (source/common/http/conn_manager_utility.cc,
+	// mutateRequestHeaders: force_set = !preserve_external_request_id &&
+	// edge_request). Without it no request is an edge request and a
+	// client's id is kept. Sluice never trusts that id for identity (the
+	// spend record's id is its own) but logs and stores it for correlation;
+	// preserve_external_request_id stays false so it is Envoy's, and the
+	// response carries it (always_set_request_id_in_response), so a client
+	// can quote the id its request is logged and recorded under.
+	hcm.UseRemoteAddress = wrapperspb.Bool(true)
+	hcm.AlwaysSetRequestIdInResponse = true
 	if path := b.snap.XDS().AccessLog; path != "off" {
 		hcm.AccessLog = []*accesslogv3.AccessLog{accessLog(path)}
 	}

@@ -181,6 +181,13 @@ func TestBuild(t *testing.T) {
 	if diff := cmp.Diff(append(chain.HTTPFilters(chain.Options{Cluster: SluiceCluster}), routerFilter()), hcm.GetHttpFilters(), protocmp.Transform()); diff != "" {
 		t.Errorf("listener filters (-want +got):\n%s", diff)
 	}
+	// The edge listener replaces a client's x-request-id with Envoy's own:
+	// use_remote_address makes every request from a client an edge request,
+	// and the external id is not preserved.
+	if !hcm.GetUseRemoteAddress().GetValue() || hcm.GetPreserveExternalRequestId() || hcm.GetInternalAddressConfig() != nil || !hcm.GetAlwaysSetRequestIdInResponse() {
+		t.Errorf("use_remote_address %v, preserve_external_request_id %v, internal_address_config %v, always_set_request_id_in_response %v; want true, false, unset, true",
+			hcm.GetUseRemoteAddress(), hcm.GetPreserveExternalRequestId(), hcm.GetInternalAddressConfig(), hcm.GetAlwaysSetRequestIdInResponse())
+	}
 	if r.Listeners[0].GetAddress().GetSocketAddress().GetPortValue() != 10000 || len(hcm.GetAccessLog()) != 1 {
 		t.Fatalf("listener address %v, access logs %d", r.Listeners[0].GetAddress(), len(hcm.GetAccessLog()))
 	}

@@ -53,6 +53,7 @@ type config struct {
 	filters     []httpFilter
 	routes      *routeTable
 	clusters    map[string]*cluster
+	requestID   requestIDPolicy
 }
 
 // httpFilter is one configured HTTP filter (the router excluded: it is
@@ -135,6 +136,9 @@ func (e *Emulator) build(l *listenerv3.Listener, rds map[string]*routev3.RouteCo
 	hcm, err := listenerHCM(l)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.requestID, err = newRequestIDPolicy(hcm); err != nil {
+		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
 	}
 	switch rs := hcm.GetRouteSpecifier().(type) {
 	case *hcmv3.HttpConnectionManager_RouteConfig:

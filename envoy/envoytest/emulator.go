@@ -193,9 +193,7 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.downstream = peerOf(r)
 	s.reqHeaders = fromRequest(r, s.downstream.scheme)
 	// What Envoy's connection manager adds before any filter runs.
-	if _, ok := s.reqHeaders.Get("x-request-id"); !ok {
-		s.reqHeaders.Add("x-request-id", newUUID())
-	}
+	cfg.requestID.apply(s.reqHeaders, s.downstream.remoteIP)
 	s.reqHeaders.Set("x-forwarded-proto", s.downstream.scheme)
 	s.rec = &Exchange{StreamID: s.id, Method: r.Method, Path: r.URL.RequestURI()}
 
@@ -390,6 +388,7 @@ func (d *downstreamWriter) write(f frame) bool {
 		s.freezeRoute()
 		s.respSent.Store(true)
 		status, _ := strconv.Atoi(f.headers.Value(":status"))
+		s.cfg.requestID.respond(f.headers, s.reqHeaders)
 		f.headers.toHTTP(w.Header())
 		if _, ok := f.headers.Get("content-length"); !ok && !f.end {
 			w.Header().Del("Content-Length")
@@ -440,6 +439,9 @@ func (e *Emulator) writeLocalReply(s *stream, w http.ResponseWriter, lr localRep
 	h := w.Header()
 	if lr.headers != nil {
 		lr.headers.toHTTP(h)
+	}
+	if id, ok := s.cfg.requestID.inResponse(s.reqHeaders); ok {
+		h.Set("X-Request-Id", id)
 	}
 	if len(lr.body) > 0 && h.Get("Content-Type") == "" {
 		h.Set("Content-Type", "text/plain")

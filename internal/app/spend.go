@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 	// The zone database, for --tz on machines without one installed
 	// (make run must work on a bare machine).
 	_ "time/tzdata"
@@ -239,9 +240,11 @@ type totalJSON struct {
 }
 
 func writeRecords(w io.Writer, format string, rs []ledger.Record) error {
-	header := []string{"started_at", "request_id", "key_id", "team", "model", "provider", "status", "outcome", "input", "cached", "output", "reasoning", "cost_usd", "estimated"}
+	// request_id is the record's own id; client_request_id the client's
+	// x-request-id, a correlation field that many records may share.
+	header := []string{"started_at", "request_id", "client_request_id", "key_id", "team", "model", "provider", "status", "outcome", "error_type", "input", "cached", "output", "reasoning", "cost_usd", "estimated"}
 	row := func(r ledger.Record) []string {
-		return []string{r.StartedAt.Format(time.RFC3339), r.RequestID, r.KeyID, r.Team, r.Model, r.Provider, strconv.Itoa(r.Status), r.Outcome,
+		return []string{r.StartedAt.Format(time.RFC3339), r.RequestID, r.ClientRequestID, r.KeyID, r.Team, r.Model, r.Provider, strconv.Itoa(r.Status), r.Outcome, r.ErrorType,
 			i64(r.InputTokens), i64(r.CachedInputTokens), i64(r.OutputTokens), i64(r.ReasoningTokens), dollars(r.CostMicros), strconv.FormatBool(r.Estimated)}
 	}
 	switch format {
@@ -269,7 +272,7 @@ func writeRecords(w io.Writer, format string, rs []ledger.Record) error {
 	fmt.Fprintln(tw)
 	for _, r := range rs {
 		for _, c := range row(r) {
-			fmt.Fprint(tw, c+"\t")
+			fmt.Fprint(tw, printable(c)+"\t")
 		}
 		fmt.Fprintln(tw)
 	}
@@ -277,3 +280,19 @@ func writeRecords(w io.Writer, format string, rs []ledger.Record) error {
 }
 
 func i64(v int64) string { return strconv.FormatInt(v, 10) }
+
+// printable is s for a terminal: a client's x-request-id may hold a tab or
+// an escape sequence, which would break the table or drive the terminal,
+// so control characters and invalid UTF-8 are shown as '?' and an empty
+// value as "-".
+func printable(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError || (r >= 0x80 && r < 0xa0) {
+			return '?'
+		}
+		return r
+	}, s)
+}

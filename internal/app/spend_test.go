@@ -148,3 +148,41 @@ func TestSpendCLI(t *testing.T) {
 		}
 	}
 }
+
+// TestSpendRecords lists records with their own ids beside the client's
+// x-request-id, which several share or is empty, and the provider's error
+// type; the table shows a hostile client id harmlessly.
+func TestSpendRecords(t *testing.T) {
+	config := quickstart(t)
+	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	rec := func(id, client string, i int) ledger.Record {
+		return ledger.Record{
+			RequestID: id, ClientRequestID: client, KeyID: "key_a", Team: "search", Model: "gpt-4o",
+			InputTokens: 100, OutputTokens: 10, CostMicros: 1000, Priced: true,
+			Status: 200, Outcome: "ok", StartedAt: at.Add(time.Duration(i) * time.Second),
+		}
+	}
+	failed := rec("rec-3", "", 3)
+	failed.Outcome, failed.ErrorType = "upstream_error", "overloaded_error"
+	spendLedger(t, config, rec("rec-1", "same", 1), rec("rec-2", "same", 2), failed, rec("rec-4", "a\tb\x1b[2J", 4))
+
+	out, _, err := run(t, "spend", "--config", config, "--records", "--format", "csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "started_at,request_id,client_request_id,key_id,team,model,provider,status,outcome,error_type,input,cached,output,reasoning,cost_usd,estimated\n" +
+		"2025-03-01T12:00:04Z,rec-4,a\tb\x1b[2J,key_a,search,gpt-4o,,200,ok,,100,0,10,0,0.001000,false\n" +
+		"2025-03-01T12:00:03Z,rec-3,,key_a,search,gpt-4o,,200,upstream_error,overloaded_error,100,0,10,0,0.001000,false\n" +
+		"2025-03-01T12:00:02Z,rec-2,same,key_a,search,gpt-4o,,200,ok,,100,0,10,0,0.001000,false\n" +
+		"2025-03-01T12:00:01Z,rec-1,same,key_a,search,gpt-4o,,200,ok,,100,0,10,0,0.001000,false\n"
+	if out != want {
+		t.Errorf("--records csv:\n%s\nwant:\n%s", out, want)
+	}
+	table, _, err := run(t, "spend", "--config", config, "--records")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(table, "\x1b") || !strings.Contains(table, "a?b?[2J") || !strings.Contains(table, "overloaded_error") {
+		t.Errorf("--records table:\n%s", table)
+	}
+}

@@ -17,17 +17,32 @@ type wireUsage struct {
 }
 
 // count is a token count as a provider wrote it: ok when it was present
-// and a whole number; see parseCount.
+// and a believable count, bad when it was a number that cannot be one;
+// see parseCount.
 type count struct {
-	v  int64
-	ok bool
+	v       int64
+	ok, bad bool
 }
 
 func firstOf(a, b count) count {
-	if a.ok {
+	if a.ok || a.bad {
 		return a
 	}
 	return b
+}
+
+// bad reports whether any count of u is a number that cannot be a token
+// count (negative, fractional, above maxCount).
+func (u *wireUsage) bad() bool {
+	for _, c := range [...]count{
+		u.PromptTokens, u.CompletionTokens, u.TotalTokens, u.InputTokens, u.OutputTokens,
+		u.CacheCreation, u.CacheRead, u.PromptCached, u.InputCached, u.CompletionReasoning, u.OutputReasoning,
+	} {
+		if c.bad {
+			return true
+		}
+	}
+	return false
 }
 
 // parseUsage reads a raw "usage" value; false unless it is an object.
@@ -124,10 +139,16 @@ func (m *Meter) applyAnthropic(u *wireUsage, outFinal bool) {
 	m.text.stopIfFinal(c)
 }
 
-// applyUsage records a raw usage value, if it is an object.
+// applyUsage records a raw usage value, if it is an object. A usage
+// object with a count that cannot be one (u.bad) discredits the
+// provider's usage for the whole response (distrustUsage).
 func (m *Meter) applyUsage(raw []byte, outFinal bool) {
 	u, ok := parseUsage(raw)
-	if !ok {
+	if !ok || m.badUsage {
+		return
+	}
+	if u.bad() {
+		m.distrustUsage()
 		return
 	}
 	if m.schema == anthropic {
@@ -135,6 +156,24 @@ func (m *Meter) applyUsage(raw []byte, outFinal bool) {
 	} else {
 		m.applyOpenAI(&u)
 	}
+}
+
+// distrustUsage forgets every count the provider reported and ignores the
+// ones it may still report: a provider that wrote a negative, fractional
+// or absurd count is not believed at all. Close then estimates both sides
+// and marks the result Unparsed (Err CodeBadUsage), so that it is charged
+// an estimate and counted, never a silent zero. An output count already
+// reported stays as a floor for the estimate (the text it covered may no
+// longer be kept).
+func (m *Meter) distrustUsage() {
+	c := &m.c
+	out := c.provisionalOut
+	if c.haveOut {
+		out = max(out, c.output)
+	}
+	*c = counts{provisionalOut: out}
+	m.badUsage = true
+	m.setErr(CodeBadUsage)
 }
 
 // setProviderError records the error type of a raw "error" value: an

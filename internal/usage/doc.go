@@ -26,11 +26,21 @@
 //     cumulative output_tokens; input counts it carries replace the start's,
 //     field by field). Anthropic's input_tokens excludes cached tokens, so
 //     InputTokens = input_tokens + cache_read + cache_creation.
-//   - Error bodies (any status) and SSE error events: their error type or
-//     code becomes Result.ProviderError; the body still counts as parsed.
+//   - Error bodies (any status) and SSE error events, mid-stream too
+//     (Anthropic's `event: error`, an OpenAI `data: {"error":{…}}`): their
+//     error type or code becomes Result.ProviderError; the body still
+//     counts as parsed, and what was reported and streamed before the
+//     error is kept.
 //
-// Counts are normalised: each is clamped to [0, 2^40];
-// CachedInputTokens+CacheCreationTokens ≤ InputTokens and
+// A count the provider reports must be a whole number in [0, 2^30] (a
+// billion tokens). One that is not — negative, fractional, larger,
+// overflowing int64 — discredits the provider's usage for the whole
+// response: every count it reported, before or after, is ignored, both
+// sides are estimated (see below; an output count already reported is a
+// floor for the output estimate) and the result is Unparsed with Err
+// "bad_usage", so that the caller charges an estimate and counts it, never
+// a silent zero. Counts are normalised: Sluice's own estimates are clamped
+// to [0, 2^30]; CachedInputTokens+CacheCreationTokens ≤ InputTokens and
 // ReasoningTokens ≤ OutputTokens.
 //
 // # Reported and Estimated
@@ -89,8 +99,8 @@
 // tokens (whitespace, strings, literals, numbers) and integer parsing come
 // from package jsonlex, shared with payload; the object/array structure,
 // the 10,000-level depth limit, tolerating invalid UTF-8 in strings (as
-// encoding/json does; payload refuses it) and clamping counts to
-// [0, 2^40] rather than refusing an overflow are this package's. An
+// encoding/json does; payload refuses it) and judging counts (see
+// above) are this package's. An
 // event counts as understood (see Unparsed) when its data is a JSON
 // object, or [DONE], or its name is one the schema defines.
 //

@@ -122,7 +122,7 @@ func checkMeter(t *testing.T, opts Options, body []byte, seed uint64) {
 	switch {
 	case r.Err == "", strings.HasPrefix(r.Err, "gzip: "):
 	case r.Err == CodeEmptyBody, r.Err == CodeNotJSON, r.Err == CodeNotSSE, r.Err == CodeBadJSON,
-		r.Err == CodeTruncatedJSON, r.Err == CodeBodyTooLarge, r.Err == CodeEventTooLarge:
+		r.Err == CodeTruncatedJSON, r.Err == CodeBodyTooLarge, r.Err == CodeEventTooLarge, r.Err == CodeBadUsage:
 	default:
 		t.Fatalf("unknown Err %q", r.Err)
 	}

@@ -2,6 +2,7 @@ package usage
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -227,21 +228,29 @@ func unescape(dst, raw []byte) []byte {
 	return dst
 }
 
-// parseCount reads a raw value as a token count: present when it is a
-// whole number (12, 12.0, 1.2e1), clamped to [0, maxCount]; null,
-// fractions, strings and anything else are absent.
+// parseCount reads a raw value as a token count: present (ok) when it is
+// a whole number in [0, maxCount] (12, 12.0, 1.2e1); bad when it is a
+// number that cannot be a count — negative, a fraction, above maxCount
+// (overflowing int64 or not); absent when it is null, a string or anything
+// else.
 func parseCount(raw []byte) count {
 	if len(raw) == 0 || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')) {
 		return count{}
 	}
-	if n, ok := parseDigits(raw); ok {
+	if n, overflow, ok := jsonlex.ParseInt(raw); ok {
+		if overflow || n < 0 || n > maxCount {
+			return count{bad: true}
+		}
 		return count{v: n, ok: true}
 	}
 	f, err := strconv.ParseFloat(string(raw), 64)
-	if err != nil || f != math.Trunc(f) {
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return count{}
 	}
-	return count{v: int64(min(max(f, 0), maxCount)), ok: true}
+	if err != nil || f != math.Trunc(f) || f < 0 || f > maxCount {
+		return count{bad: true}
+	}
+	return count{v: int64(f), ok: true}
 }
 
 // parseDigits parses an integer literal without allocating, clamped to

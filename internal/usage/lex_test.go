@@ -94,10 +94,15 @@ func FuzzLexer(f *testing.F) {
 }
 
 func TestParseCount(t *testing.T) {
+	bad := count{bad: true}
 	for in, want := range map[string]count{
-		"12": {12, true}, "0": {0, true}, "-5": {0, true}, "12.0": {12, true}, "1.2e1": {12, true},
-		"1.5": {}, "null": {}, `"12"`: {}, "true": {}, "{}": {}, "": {},
-		"9223372036854775808": {maxCount, true}, "1e300": {maxCount, true}, "-1e300": {0, true},
+		"12": {12, true, false}, "0": {0, true, false}, "12.0": {12, true, false}, "1.2e1": {12, true, false},
+		"1073741824": {maxCount, true, false}, "1.073741824e9": {maxCount, true, false},
+		"null": {}, `"12"`: {}, `"-5"`: {}, "true": {}, "{}": {}, "": {},
+		// Numbers that cannot be token counts.
+		"-5": bad, "-0.5": bad, "-1": bad, "1.5": bad, "1073741825": bad, "1099511627776": bad,
+		"9223372036854775807": bad, "9223372036854775808": bad, "-9223372036854775809": bad,
+		"1e300": bad, "-1e300": bad, "1e400": bad, "1.1e9": bad,
 	} {
 		if got := parseCount([]byte(in)); got != want {
 			t.Errorf("parseCount(%q) = %+v, want %+v", in, got, want)

@@ -161,16 +161,53 @@ func TestSchemas(t *testing.T) {
 		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "no way")}, Estimated: true, OutputEstimated: true, OutputTextRunes: 6},
 	}, {
 		name: "chat JSON cached more than prompt is clamped", opts: chatJSON, complete: true,
-		body: `{"usage":{"prompt_tokens":10,"completion_tokens":-5,"prompt_tokens_details":{"cached_tokens":20},"completion_tokens_details":{"reasoning_tokens":3}}}`,
-		want: Result{Usage: Usage{InputTokens: 10, CachedInputTokens: 10}, Reported: true},
+		body: `{"usage":{"prompt_tokens":10,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":20},"completion_tokens_details":{"reasoning_tokens":3}}}`,
+		want: Result{Usage: Usage{InputTokens: 10, CachedInputTokens: 10, OutputTokens: 2, ReasoningTokens: 2}, Reported: true},
 	}, {
-		name: "chat JSON huge counts are clamped", opts: chatJSON, complete: true,
+		name: "chat JSON negative count is not believed", opts: chatJSON, complete: true,
+		body: `{"choices":[{"index":0,"message":{"content":"hello there"}}],"usage":{"prompt_tokens":-5,"completion_tokens":20,"total_tokens":15}}`,
+		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "hello there")}, Estimated: true, OutputEstimated: true, Unparsed: true,
+			Err: CodeBadUsage, OutputTextRunes: 11},
+	}, {
+		name: "chat JSON negative detail discredits the whole usage", opts: chatJSON, complete: true,
+		body: `{"usage":{"prompt_tokens":10,"completion_tokens":5,"completion_tokens_details":{"reasoning_tokens":-3}}}`,
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, Unparsed: true, Err: CodeBadUsage},
+	}, {
+		name: "chat JSON huge counts are not believed", opts: chatJSON, complete: true,
 		body: `{"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":1}}`,
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, Unparsed: true, Err: CodeBadUsage},
+	}, {
+		name: "chat JSON count above the cap is not believed", opts: chatJSON, complete: true,
+		body: `{"usage":{"prompt_tokens":1073741825,"completion_tokens":1}}`,
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, Unparsed: true, Err: CodeBadUsage},
+	}, {
+		name: "chat JSON count at the cap is believed", opts: chatJSON, complete: true,
+		body: `{"usage":{"prompt_tokens":1073741824,"completion_tokens":1}}`,
 		want: Result{Usage: Usage{InputTokens: maxCount, OutputTokens: 1}, Reported: true},
 	}, {
-		name: "chat JSON float counts are not usage", opts: chatJSON, complete: true,
+		name: "chat JSON float counts are not believed", opts: chatJSON, complete: true,
 		body: `{"usage":{"prompt_tokens":1.5}}`,
-		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true},
+		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, Unparsed: true, Err: CodeBadUsage},
+	}, {
+		name: "chat stream: a bad usage chunk discredits a later good one", opts: chat, complete: true,
+		body: "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}],\"usage\":{\"prompt_tokens\":-1,\"completion_tokens\":-1}}\n\n" +
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n",
+		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "hi")}, Estimated: true, OutputEstimated: true, Unparsed: true,
+			Err: CodeBadUsage, Events: 3, OutputTextRunes: 2},
+	}, {
+		name: "chat stream: a bad usage chunk after a good one keeps its output as a floor", opts: chat, complete: true,
+		body: "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":30}}\n\n" +
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":-30}}\n\ndata: [DONE]\n\n",
+		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: 30}, Estimated: true, OutputEstimated: true, Unparsed: true,
+			Err: CodeBadUsage, Events: 3},
+	}, {
+		name: "anthropic stream: negative output in message_delta", opts: anth, complete: true,
+		body: "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":15,\"output_tokens\":1}}}\n\n" +
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi there\"}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":-5}}\n\n" +
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "Hi there")}, Estimated: true, OutputEstimated: true, Unparsed: true,
+			Err: CodeBadUsage, Events: 4, OutputTextRunes: 8},
 	}, {
 		name: "stream although stream was false", opts: chatJSON, complete: true, body: openAIStreamUsage,
 		want: Result{Usage: Usage{InputTokens: 1200, CachedInputTokens: 1024, OutputTokens: 40, ReasoningTokens: 16},

@@ -70,6 +70,10 @@ const (
 	CodeBodyTooLarge        = "body_too_large"
 	CodeEventTooLarge       = "event_too_large"
 	CodeUnsupportedEncoding = "unsupported_encoding"
+	// CodeBadUsage: the provider reported a count that cannot be one
+	// (negative, fractional, above a billion tokens); its usage is not
+	// believed and the result is Unparsed.
+	CodeBadUsage = "bad_usage"
 )
 
 // DefaultMaxJSONBytes bounds a buffered JSON body (and one SSE event's
@@ -146,6 +150,7 @@ type Meter struct {
 	events     int
 	understood bool // an SSE event was recognised
 	parsed     bool // the JSON body was recognised
+	badUsage   bool // a usage object held an impossible count: see distrustUsage
 	err        string
 	provErr    string
 
@@ -398,9 +403,11 @@ func (m *Meter) finish() {
 	m.done = true
 }
 
-// maxCount bounds each reported count (a trillion tokens); sums of
-// provider numbers saturate (internal/sat) all the same.
-const maxCount = 1 << 40
+// maxCount bounds each count: a provider's count above it is not
+// believed (parseCount), and Sluice's own estimates are clamped to it. A
+// billion tokens is some hundred times the largest context window of any
+// model; sums of provider numbers saturate (internal/sat) all the same.
+const maxCount = 1 << 30
 
 func clampCount(v int64) int64 { return min(max(v, 0), maxCount) }
 
@@ -425,6 +432,9 @@ func (m *Meter) result(fallbackInput int64) Result {
 	case fmtJSON:
 		r.Unparsed = !m.parsed
 	default:
+		r.Unparsed = true
+	}
+	if m.badUsage {
 		r.Unparsed = true
 	}
 	c := m.c

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 		{"MinimalRecord", lr(testMinimalRecord)},
 		{"DuplicateRequestID", lr(testDuplicateRequestID)},
 		{"ConcurrentDuplicates", lr(testConcurrentDuplicates)},
+		{"SharedClientRequestID", testSharedClientRequestID},
 		{"InvalidRecord", lr(testInvalidRecord)},
 		{"Empty", testEmpty},
 		{"Totals", lr(testTotals)},
@@ -93,6 +94,7 @@ func totals(t *testing.T, r ledger.Reader, f ledger.Filter, by ledger.GroupBy) [
 func fullRecord(id string, startedAt time.Time) ledger.Record {
 	return ledger.Record{
 		RequestID:           id,
+		ClientRequestID:     "client-" + id,
 		KeyID:               "key_" + id,
 		Team:                "team-" + id,
 		Org:                 "org-" + id,
@@ -109,6 +111,7 @@ func fullRecord(id string, startedAt time.Time) ledger.Record {
 		Priced:              true,
 		Status:              200,
 		Outcome:             "ok",
+		ErrorType:           "overloaded_error",
 		Estimated:           true,
 		Stream:              true,
 		StartedAt:           startedAt,
@@ -126,6 +129,7 @@ func testRoundTrip(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 	b.Endpoint, b.Provider, b.UpstreamModel = "messages", "anthropic", "claude-sonnet-4-5"
 	b.Priced, b.Estimated, b.Stream = false, false, false
 	b.CostMicros, b.Status, b.Outcome = 0, 502, "upstream_error"
+	b.ClientRequestID, b.ErrorType = "", "" // both optional
 	// Values a float64 would round: stored as integers, they come back
 	// exact.
 	c := fullRecord("req_c", base.Add(-time.Hour))
@@ -200,6 +204,61 @@ func testConcurrentDuplicates(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 	}
 	if c := got[0].CostMicros; c < 1000 || c >= 1000+n {
 		t.Errorf("kept CostMicros %d; want one of the appended", c)
+	}
+}
+
+// testSharedClientRequestID appends records that share a
+// ClientRequestID — the client's x-request-id, which a client may reuse
+// or leave empty — each with its own RequestID: every one is kept and
+// counted, in the records, the totals and the aggregates. Identity is the
+// RequestID alone.
+func testSharedClientRequestID(t *testing.T, b Backend) {
+	l, rd := ledger.Ledger(b), ledger.Reader(b)
+	const n = 50
+	start := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	var recs []ledger.Record
+	for i := range n {
+		r := fullRecord(fmt.Sprintf("req_%03d", i), start.Add(time.Duration(i)*time.Second))
+		r.ClientRequestID = "reused"
+		if i%5 == 0 {
+			r.ClientRequestID = "" // none sent: still a record
+		}
+		r.CostMicros = int64(100 + i)
+		recs = append(recs, r)
+	}
+	appendAll(t, l, recs...)
+	got := records(t, rd, ledger.Filter{})
+	if len(got) != n {
+		t.Fatalf("%d records; want %d (one per RequestID, whatever the client request id)", len(got), n)
+	}
+	var cost int64
+	for _, r := range recs {
+		cost += r.CostMicros
+	}
+	ts := totals(t, rd, ledger.Filter{}, ledger.ByNone)
+	if len(ts) != 1 || ts[0].Requests != n || ts[0].CostMicros != cost {
+		t.Errorf("Totals by none = %+v; want %d requests costing %d", ts, n, cost)
+	}
+	life, err := b.Lifetime(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted int64
+	for _, a := range life {
+		if a.Scope == ledger.ScopeTeam {
+			counted += a.Requests
+		}
+	}
+	if counted != n {
+		t.Errorf("the teams' lifetime aggregates count %d requests; want %d", counted, n)
+	}
+	// The first record of a RequestID still wins, whatever its client
+	// request id: a retried Append is the same record.
+	again := recs[1]
+	again.ClientRequestID, again.CostMicros = "other", 1
+	appendAll(t, l, again)
+	if got := records(t, rd, ledger.Filter{}); len(got) != n {
+		t.Errorf("%d records after appending a RequestID again; want %d", len(got), n)
 	}
 }
 

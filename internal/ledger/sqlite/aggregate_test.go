@@ -44,7 +44,7 @@ func TestMigrationBackfill(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.sqlite")
 	// The file as the previous release left it: schema version 1 (the
 	// first migration, which is never edited), records inserted by its
-	// insert statement.
+	// insert statement (insertV1).
 	old, err := sqlitedb.Open(t.Context(), path, pragmas, migrations[:1], "ledger")
 	if err != nil {
 		t.Fatal(err)
@@ -73,13 +73,8 @@ func TestMigrationBackfill(t *testing.T) {
 		if i == 0 {
 			r.KeyID = "" // counted under its team and org only
 		}
-		args, err := encode(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := old.ExecContext(t.Context(), insert, args...); err != nil {
-			t.Fatal(err)
-		}
+		insertV1(t, old, r)
+		r.ClientRequestID = r.RequestID // what migration 3 fills in
 		recs = append(recs, r)
 	}
 	if err := old.Close(); err != nil {

@@ -97,6 +97,7 @@ func encode(r ledger.Record) ([]any, error) {
 		r.InputTokens, r.CachedInputTokens, r.CacheCreationTokens, r.OutputTokens, r.ReasoningTokens,
 		r.CostMicros, r.Priced, int64(r.Status), r.Outcome, r.Estimated, r.Stream,
 		started, finished, int64(r.TTFT),
+		r.ClientRequestID, r.ErrorType,
 	}, nil
 }
 

@@ -23,7 +23,10 @@
 // TestCrashLosesNothing). A ledger file from before the aggregates
 // (schema version 1) is migrated when it is opened: migration 2 creates
 // the table and fills it from the records already there, in the
-// migration's transaction (TestMigrationBackfill).
+// migration's transaction (TestMigrationBackfill). Migration 3 adds
+// client_request_id and error_type; request_id, which held the client's
+// x-request-id until then, is from then on the id Sluice generates, and
+// the rows already there keep theirs as both (TestMigrationClientRequestID).
 //
 // # Group commit
 //

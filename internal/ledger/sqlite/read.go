@@ -41,7 +41,8 @@ func (l *Ledger) records(ctx context.Context, f ledger.Filter) ([]ledger.Record,
 		)
 		err := rows.Scan(&r.RequestID, &r.KeyID, &r.Team, &r.Org, &r.Endpoint, &r.Model, &r.Provider, &r.UpstreamModel,
 			&r.InputTokens, &r.CachedInputTokens, &r.CacheCreationTokens, &r.OutputTokens, &r.ReasoningTokens,
-			&r.CostMicros, &priced, &r.Status, &r.Outcome, &estimated, &stream, &started, &finished, &ttft)
+			&r.CostMicros, &priced, &r.Status, &r.Outcome, &estimated, &stream, &started, &finished, &ttft,
+			&r.ClientRequestID, &r.ErrorType)
 		if err != nil {
 			return nil, err
 		}
