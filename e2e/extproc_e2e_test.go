@@ -449,7 +449,7 @@ func TestResponseTrailersSettle(t *testing.T) {
 				// Read once, not awaited: durable before the final reply.
 				var got *ledger.Record
 				for _, r := range s.records(t) {
-					if r.RequestID == trailed {
+					if r.ClientRequestID == trailed {
 						got = &r
 					}
 				}

@@ -61,7 +61,7 @@ func TestProviderSeesOnlyWhatSluiceSends(t *testing.T) {
 			{"m-fwd", "/v1/chat/completions", `{"model":"m-fwd","messages":[{"role":"user","content":"hi"}]}`,
 				[]string{chain.RoutingHeader, "openai-organization"}, map[string]string{"openai-project": "proj-client"}},
 			{"m-ha (fallback)", "/v1/chat/completions", `{"model":"m-ha","messages":[{"role":"user","content":"hi"}]}`,
-				[]string{chain.RoutingHeader, "openai-organization", "openai-project"}, nil},
+				[]string{chain.RoutingHeader, chain.AttemptCountHeader, "openai-organization", "openai-project"}, nil},
 			{"claude", "/v1/messages", `{"model":"claude","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`,
 				[]string{chain.RoutingHeader, "anthropic-workspace-id", "anthropic-organization-id", "authorization"}, map[string]string{"x-api-key": "sk-ant-upstream"}},
 		} {

@@ -1,13 +1,16 @@
 package chain
 
 import (
+	"regexp"
 	"time"
 
+	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -188,6 +191,14 @@ func UpstreamExtProc(o Options) *extprocv3.ExternalProcessor {
 		StatusOnError:  &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
 		MetadataOptions: &extprocv3.MetadataOptions{
 			ForwardingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{Untyped: []string{UsageNamespace}},
+		},
+		// Envoy refuses (silently ignores) mutations of x-envoy-* headers
+		// unless the rules allow them
+		// (source/extensions/filters/common/mutation_rules/mutation_rules.cc,
+		// Checker::isAllowed), and the attempt's number must not reach the
+		// provider: allow exactly that one header, nothing else of Envoy's.
+		MutationRules: &mutationrulesv3.HeaderMutationRules{
+			AllowExpression: &matcherv3.RegexMatcher{Regex: "^" + regexp.QuoteMeta(AttemptCountHeader) + "$"},
 		},
 	}
 }
