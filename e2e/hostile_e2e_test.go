@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicegw/sluice/bench/mockllm"
+	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/xds"
 )
 
@@ -116,5 +121,253 @@ func skipUnderRace(t *testing.T) {
 	t.Helper()
 	if raceEnabled {
 		t.Skip("multi-megabyte bodies outlast the 500 ms ext_proc message timeout under the race detector; make test runs this test without it")
+	}
+}
+
+// hostileSuitePolicy: one OpenAI-compatible and one Anthropic provider,
+// both the mock, priced at 1 µ$ an input token and 10 µ$ an output token
+// (so 2^32 tokens × 128 choices × the price overflows an int64), a 64 KiB
+// body limit, and a lifetime budget of $1 on the team. Arguments: the
+// mock's address, the admin token.
+const hostileSuitePolicy = `
+listen: {envoy: "127.0.0.1:0"}
+store: {sqlite: sluice.db}
+ledger: {sqlite: ledger.db}
+admin: {token: %[2]s}
+gateway: {max_request_body_bytes: 65536}
+providers:
+  - {name: mock, kind: openai-compatible, base_url: "http://%[1]s"}
+  - {name: ant, kind: anthropic, base_url: "http://%[1]s", api_key: "sk-ant-upstream"}
+models:
+  - {name: m, provider: mock}
+  - {name: claude, provider: ant}
+pricing:
+  m: {input: 1000000, output: 10000000}
+  claude: {input: 1000000, output: 10000000}
+teams:
+  - name: t
+    limits:
+      budgets: [{micro_usd: 1000000, period: lifetime}]
+`
+
+const (
+	hostileAdminToken = "hostile-admin-token-0123456789"
+	hostileBudget     = 1_000_000
+	hostileBodyLimit  = 65536
+)
+
+// wantRecord is the spend record a row must leave.
+type wantRecord struct {
+	outcome   string
+	estimated bool
+	// output tokens charged, within [outMin, outMax]; cost at most costMax
+	outMin, outMax, costMax int64
+	errorType               string
+}
+
+// hostileRow is one request of TestHostileInputs and what it must give.
+type hostileRow struct {
+	name       string
+	path, body string
+	headers    map[string]string
+	requestID  *string // the x-request-id the client sends; nil: none
+	cut        bool    // the provider resets the stream: the body breaks
+	status     int
+	code       string      // a refusal's error code
+	rec        *wantRecord // nil: a refusal, no record
+}
+
+func chatBody(extra string) string {
+	return `{"model":"m",` + extra + `"messages":[{"role":"user","content":"hi"}]}`
+}
+
+// TestHostileInputs is the table of what a hostile client and a broken
+// provider can send, through Sluice's generated listener: every row's
+// status, its spend record (found by the x-request-id the response
+// carries, Sluice's listener having replaced the client's) or the absence
+// of one for a refusal, and after it the team's budget (admin API): no
+// reservation left, what it spent equal to the ledger's records and never
+// above its limit; and the process still serves a plain request.
+func TestHostileInputs(t *testing.T) {
+	_, mockAddr := mockProvider(t, mockllm.Options{AnthropicAPIKey: "sk-ant-upstream"})
+	s := startSluice(t, fmt.Sprintf(hostileSuitePolicy, mockAddr, hostileAdminToken))
+	_, key := s.createKey(t, "t")
+	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-hostile-table", XDSAddress: s.xdsAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(s string) *string { return &s }
+	const chat, messages = "/v1/chat/completions", "/v1/messages"
+	rows := []hostileRow{
+		{name: "max_tokens 2^32-1 with n 128 overflows the worst case", path: chat, body: chatBody(`"max_tokens":4294967295,"n":128,`),
+			status: 429, code: "insufficient_quota"},
+		{name: "a worst case above what the budget has left", path: chat, body: chatBody(`"max_tokens":200000,`),
+			status: 429, code: "insufficient_quota"},
+		{name: "max_tokens 2^63", path: chat, body: chatBody(`"max_tokens":9223372036854775808,`), status: 400, code: "integer_above_max_value"},
+		{name: "max_tokens -1", path: chat, body: chatBody(`"max_tokens":-1,`), status: 400, code: "integer_below_min_value"},
+		{name: "n 129", path: chat, body: chatBody(`"n":129,`), status: 400, code: "integer_above_max_value"},
+		{name: "n -1", path: chat, body: chatBody(`"n":-1,`), status: 400, code: "integer_below_min_value"},
+		{name: "duplicate model", path: chat, body: `{"model":"m","model":"claude","messages":[{"role":"user","content":"hi"}]}`, status: 400, code: "duplicate_field"},
+		{name: "duplicate max_tokens", path: chat, body: chatBody(`"max_tokens":1,"max_tokens":100000,`), status: 400, code: "duplicate_field"},
+		{name: "duplicate stream", path: chat, body: chatBody(`"stream":false,"stream":true,`), status: 400, code: "duplicate_field"},
+		{name: "huge reported usage (2^40 reasoning tokens)", path: chat, body: chatBody(`"max_tokens":50,`),
+			headers: map[string]string{"x-mock-words": "3", "x-mock-reasoning-tokens": "1099511627776"},
+			status:  200, rec: &wantRecord{outcome: "unparsed", estimated: true, outMin: 3, outMax: 50, costMax: 50*10 + 100}},
+		{name: "negative reported output", path: chat, body: chatBody(`"max_tokens":50,`),
+			headers: map[string]string{"x-mock-words": "3", "x-mock-reasoning-tokens": "-100"},
+			status:  200, rec: &wantRecord{outcome: "unparsed", estimated: true, outMin: 3, outMax: 50, costMax: 50*10 + 100}},
+		{name: "negative reported reasoning", path: chat, body: chatBody(`"max_tokens":50,"stream":true,`),
+			headers: map[string]string{"x-mock-words": "3", "x-mock-reasoning-tokens": "-1"},
+			status:  200, rec: &wantRecord{outcome: "unparsed", estimated: true, outMin: 2, outMax: 50, costMax: 50*10 + 100}},
+		{name: "Anthropic event: error mid-stream", path: messages, body: `{"model":"claude","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			headers: map[string]string{"x-mock-words": "6", "x-mock-chunks": "6", "x-mock-error-after": "2"},
+			status:  200, rec: &wantRecord{outcome: "upstream_error", estimated: true, outMin: 1, outMax: 50, costMax: 50*10 + 100, errorType: "overloaded_error"}},
+		{name: "OpenAI error event mid-stream", path: chat, body: chatBody(`"max_tokens":50,"stream":true,`),
+			headers: map[string]string{"x-mock-words": "6", "x-mock-chunks": "6", "x-mock-error-after": "2"},
+			status:  200, rec: &wantRecord{outcome: "upstream_error", estimated: true, outMin: 1, outMax: 50, costMax: 50*10 + 100, errorType: "server_error"}},
+		{name: "provider 500", path: chat, body: chatBody(""), headers: map[string]string{"x-mock-status": "500"},
+			status: 500, rec: &wantRecord{outcome: "upstream_error", estimated: true, costMax: 0, errorType: "server_error"}},
+		{name: "stream ending in trailers", path: chat, body: chatBody(`"max_tokens":50,"stream":true,`),
+			headers: map[string]string{"x-mock-words": "5", "x-mock-trailer": "x-checksum=abc"},
+			status:  200, rec: &wantRecord{outcome: "ok", outMin: 5, outMax: 5, costMax: 5*10 + 100}},
+		{name: "JSON ending in trailers", path: chat, body: chatBody(`"max_tokens":50,`),
+			headers: map[string]string{"x-mock-words": "5", "x-mock-trailer": "x-checksum=abc"},
+			status:  200, rec: &wantRecord{outcome: "ok", outMin: 5, outMax: 5, costMax: 5*10 + 100}},
+		{name: "body one byte below the limit", path: chat, body: bodyOfSize(hostileBodyLimit - 1), headers: map[string]string{"x-mock-words": "1"},
+			status: 200, rec: &wantRecord{outcome: "ok", outMin: 1, outMax: 1, costMax: hostileBodyLimit + 10}},
+		{name: "body at the limit", path: chat, body: bodyOfSize(hostileBodyLimit), headers: map[string]string{"x-mock-words": "1"},
+			status: 200, rec: &wantRecord{outcome: "ok", outMin: 1, outMax: 1, costMax: hostileBodyLimit + 10}},
+		{name: "body one byte above the limit", path: chat, body: bodyOfSize(hostileBodyLimit + 1), status: 413, code: "body_too_large"},
+		{name: "stream cut after its content, max_tokens 13", path: chat, body: chatBody(`"max_tokens":13,"stream":true,`),
+			headers: map[string]string{"x-mock-abort-after": "13", "x-mock-interval": "10ms"}, cut: true,
+			status: 200, rec: &wantRecord{outcome: "cancelled", estimated: true, outMin: 1, outMax: 13, costMax: 13*10 + 100}},
+		{name: "a reused x-request-id", path: chat, body: chatBody(""), requestID: id("reused-id"),
+			status: 200, rec: &wantRecord{outcome: "ok", outMin: 13, outMax: 13, costMax: 13*10 + 100}},
+		{name: "the same x-request-id again", path: chat, body: chatBody(""), requestID: id("reused-id"),
+			status: 200, rec: &wantRecord{outcome: "ok", outMin: 13, outMax: 13, costMax: 13*10 + 100}},
+		{name: "an empty x-request-id", path: chat, body: chatBody(""), requestID: id(""),
+			status: 200, rec: &wantRecord{outcome: "ok", outMin: 13, outMax: 13, costMax: 13*10 + 100}},
+	}
+	eachProxy(t, b, func(t *testing.T, p proxy) {
+		seen := map[string]bool{} // record identities
+		for _, r := range s.records(t) {
+			seen[r.RequestID] = true
+		}
+		for _, row := range rows {
+			t.Run(row.name, func(t *testing.T) {
+				before := len(s.records(t))
+				st, respID, body := row.send(t, p.url, key)
+				if st != row.status || (row.code != "" && !strings.Contains(body, `"code":"`+row.code+`"`)) {
+					t.Errorf("status %d %.300s; want %d %s", st, body, row.status, row.code)
+				}
+				if row.requestID != nil && (respID == "" || respID == *row.requestID) {
+					t.Errorf("the response's x-request-id is %q; want the one Envoy generated", respID)
+				}
+				if row.rec != nil {
+					rec := s.awaitRecord(t, respID)
+					w := row.rec
+					if rec.Outcome != w.outcome || rec.Estimated != w.estimated || rec.ErrorType != w.errorType ||
+						rec.OutputTokens < w.outMin || rec.OutputTokens > w.outMax || rec.CostMicros < 0 || rec.CostMicros > w.costMax ||
+						rec.InputTokens < 0 || rec.ReasoningTokens < 0 || rec.CachedInputTokens < 0 {
+						t.Errorf("record: outcome %q, estimated %v, error type %q, input %d, output %d (reasoning %d), cost %d µ$;\nwant outcome %q, estimated %v, error type %q, output in [%d, %d], cost in [0, %d]",
+							rec.Outcome, rec.Estimated, rec.ErrorType, rec.InputTokens, rec.OutputTokens, rec.ReasoningTokens, rec.CostMicros,
+							w.outcome, w.estimated, w.errorType, w.outMin, w.outMax, w.costMax)
+					}
+					if seen[rec.RequestID] || rec.RequestID == "" {
+						t.Errorf("record identity %q is empty or another request's", rec.RequestID)
+					}
+					seen[rec.RequestID] = true
+				}
+
+				// Still serving: a plain request is answered and recorded.
+				pst, pid, pbody := call{path: chat, body: chatBody("")}.do(t, p.url, key)
+				if pst != 200 {
+					t.Fatalf("the request after: %d %s", pst, pbody)
+				}
+				seen[s.awaitRecord(t, pid.Get("x-request-id")).RequestID] = true
+				recs := s.records(t)
+				if want := before + 1; row.rec != nil {
+					want++
+					if len(recs) != want {
+						t.Errorf("%d records after the row and the plain request, want %d", len(recs), want)
+					}
+				} else if len(recs) != want {
+					t.Errorf("a refusal left a record: %d records after it and the plain request, want %d", len(recs), want)
+				}
+				s.checkTeamBudget(t, recs)
+			})
+		}
+	})
+}
+
+// send makes the row's request and returns the status, the response's
+// x-request-id and the body (what arrived of it, for a cut stream).
+func (row hostileRow) send(t *testing.T, base, key string) (int, string, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+row.path, strings.NewReader(row.body))
+	req.Header.Set("content-type", "application/json")
+	if row.path == "/v1/messages" {
+		req.Header.Set("x-api-key", key)
+	} else {
+		req.Header.Set("authorization", "Bearer "+key)
+	}
+	for k, v := range row.headers {
+		req.Header.Set(k, v)
+	}
+	if row.requestID != nil {
+		req.Header["X-Request-Id"] = []string{*row.requestID}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("no response: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil && !row.cut {
+		t.Fatalf("read body: %v", err)
+	}
+	if row.cut && err == nil {
+		t.Errorf("the stream was not cut: %.300s", b)
+	}
+	return resp.StatusCode, resp.Header.Get("x-request-id"), string(b)
+}
+
+// checkTeamBudget reads team t's budget from the admin API, once nothing
+// is reserved on it any more (a cut stream is settled after its client
+// left): what it spent must be what the ledger's records cost, and never
+// above its limit.
+func (p *sluiceProcess) checkTeamBudget(t *testing.T, recs []ledger.Record) {
+	t.Helper()
+	var sum int64
+	for _, r := range recs {
+		sum += r.CostMicros
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", "http://"+p.adminAddr+"/v1/teams/t/budgets", nil)
+		req.Header.Set("authorization", "Bearer "+hostileAdminToken)
+		st, _, body := do(t, req)
+		var got struct {
+			Budgets []struct {
+				Limit     int64 `json:"limit_micro_usd"`
+				Spent     int64 `json:"spent_micro_usd"`
+				Reserved  int64 `json:"reserved_micro_usd"`
+				Remaining int64 `json:"remaining_micro_usd"`
+			} `json:"budgets"`
+		}
+		if err := json.Unmarshal([]byte(body), &got); st != 200 || err != nil || len(got.Budgets) != 1 {
+			t.Fatalf("team budgets: %d %s", st, body)
+		}
+		bs := got.Budgets[0]
+		if bs.Reserved == 0 {
+			if bs.Limit != hostileBudget || bs.Spent != sum || bs.Spent > bs.Limit || bs.Remaining != bs.Limit-bs.Spent {
+				t.Errorf("team budget %+v; the ledger's records cost %d µ$ (limit %d)", bs, sum, hostileBudget)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("team budget still holds %d µ$ of reservations: %+v", bs.Reserved, bs)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

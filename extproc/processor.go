@@ -137,13 +137,22 @@ func NewProcessor(d *Deps) *Processor {
 }
 
 // Handle answers one message. Every message gets exactly one reply of the
-// matching type (or an ImmediateResponse).
+// matching type (or an ImmediateResponse). A message out of its place in
+// the request's life — request headers once they were handled, a body
+// before the headers or after the request was admitted — is answered
+// with continue and changes nothing: it can neither admit a request
+// twice (the first reservation would never be settled) nor reach the
+// body's steps without a caller.
 func (p *Processor) Handle(ctx context.Context, m *extprocsvc.ProcessingRequest) *extprocsvc.ProcessingResponse {
 	switch r := m.GetRequest().(type) {
 	case *extprocsvc.ProcessingRequest_RequestHeaders:
-		return p.requestHeaders(ctx, m, r.RequestHeaders)
+		if p.state == awaitRequestHeaders {
+			return p.requestHeaders(ctx, m, r.RequestHeaders)
+		}
 	case *extprocsvc.ProcessingRequest_RequestBody:
-		return p.requestBody(ctx, r.RequestBody)
+		if p.state == awaitRequestBody || p.state == passThrough {
+			return p.requestBody(ctx, r.RequestBody)
+		}
 	case *extprocsvc.ProcessingRequest_ResponseHeaders:
 		return p.responseHeaders(ctx, r.ResponseHeaders)
 	case *extprocsvc.ProcessingRequest_ResponseBody:

@@ -165,6 +165,40 @@ func TestCancelSettlesOnce(t *testing.T) {
 	}
 }
 
+// TestMessagesOutOfOrder: a body before the request headers is answered
+// with continue (it reached authorize without a caller and panicked), and
+// request headers or a body after admission change nothing (they could
+// admit the request again and leave the first reservation held): the
+// request is settled once and admission holds nothing after it.
+func TestMessagesOutOfOrder(t *testing.T) {
+	ctx := context.Background()
+	d, led := newDeps(t)
+	adm := d.Admitter.(*admission.Local)
+	body := reqBody(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
+	p := NewProcessor(d)
+	if r := p.Handle(ctx, body); r.GetRequestBody() == nil || r.GetRequestBody().GetResponse() != nil {
+		t.Fatalf("a body before the headers: %v, want a plain continue", r)
+	}
+	p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
+	if r := p.Handle(ctx, body); r.GetRequestBody() == nil {
+		t.Fatalf("the body: %v", r)
+	}
+	for _, m := range []*extprocsvc.ProcessingRequest{reqHeaders("/v1/chat/completions", false, authzMeta("config:k")), body} {
+		if r := p.Handle(ctx, m); r.GetImmediateResponse() != nil || r.GetRequestHeaders().GetResponse() != nil || r.GetRequestBody().GetResponse() != nil {
+			t.Errorf("%T after admission: %v, want a plain continue", m.GetRequest(), r)
+		}
+	}
+	if adm.Held() != 1 {
+		t.Errorf("%d reservations held after one admitted request", adm.Held())
+	}
+	p.Handle(ctx, respHeaders("200", "application/json"))
+	p.Handle(ctx, respBody(chatJSON, true))
+	p.Cancel(ctx)
+	if len(led.records) != 1 || adm.Held() != 0 {
+		t.Errorf("%d records, %d reservations held; want 1 and 0", len(led.records), adm.Held())
+	}
+}
+
 // BenchmarkProcessorChat is Sluice's ext_proc work for one non-streaming
 // chat request: headers, body, response headers, one response chunk.
 func BenchmarkProcessorChat(b *testing.B) {

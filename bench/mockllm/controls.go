@@ -176,8 +176,14 @@ func (s *Server) controls(h http.Header) (controls, error) {
 			}
 		case HeaderCachedTokens, HeaderCacheWriteTokens, HeaderReasoningTokens:
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 || n > 1<<40 {
-				bad(name, v, "a non-negative token count")
+			low, want := int64(0), "a non-negative token count"
+			if name == HeaderReasoningTokens {
+				// Down to -2^40: a broken provider's count, for a gateway
+				// to prove it does not believe one.
+				low, want = -1<<40, "a token count in [-2^40, 2^40]"
+			}
+			if err != nil || n < low || n > 1<<40 {
+				bad(name, v, want)
 				continue
 			}
 			switch name {

@@ -124,7 +124,9 @@
 //	                           overloaded_error, Responses "event: error") and end cleanly
 //	x-mock-cached-tokens: K    prompt tokens reported as cache reads
 //	x-mock-cache-write-tokens: X  prompt tokens reported as cache writes (Anthropic)
-//	x-mock-reasoning-tokens: R reasoning tokens, added to the output tokens
+//	x-mock-reasoning-tokens: R reasoning tokens, added to the output tokens; a negative R (down
+//	                           to -2^40) reports a negative reasoning count, and a negative
+//	                           output when -R exceeds the words, as a broken provider might
 //	x-mock-dimensions: D       embedding length (over the request's "dimensions" and Options)
 //	x-mock-trailer: name=value end the response with this trailer field, announced in a
 //	                           Trailer header (JSON and streams; set on a clean end only, not

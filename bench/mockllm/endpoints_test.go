@@ -541,3 +541,21 @@ func TestHealthz(t *testing.T) {
 		t.Errorf("healthz %d; counted %d, recorded %d", resp.StatusCode, s.Requests(), len(s.Received()))
 	}
 }
+
+// TestNegativeReasoningTokens: a negative x-mock-reasoning-tokens reports
+// the usage of a broken provider — a negative reasoning count and, past
+// the words, a negative output — so that a gateway can be tested against
+// it; below -2^40 it is refused like any malformed control.
+func TestNegativeReasoningTokens(t *testing.T) {
+	_, base := start(t, Options{})
+	c := client(t, false)
+	r := post(t, c, base+"/v1/chat/completions", withStream(chatBody, ""), "x-mock-words", "5", "x-mock-reasoning-tokens", "-20")
+	m := obj(t, r.body)
+	if r.status != 200 || dig(m, "usage", "completion_tokens") != -15.0 || dig(m, "usage", "completion_tokens_details", "reasoning_tokens") != -20.0 {
+		t.Errorf("%d %s; want completion_tokens -15, reasoning_tokens -20", r.status, r.body)
+	}
+	r = post(t, c, base+"/v1/chat/completions", withStream(chatBody, ""), "x-mock-reasoning-tokens", "-1099511627777")
+	if r.status != 400 || dig(obj(t, r.body), "error", "code") != "mock_control" {
+		t.Errorf("below -2^40: %d %s", r.status, r.body)
+	}
+}
