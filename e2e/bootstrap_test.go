@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicegw/sluice/envoy/envoytest"
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/policies"
 )
 
 // TestQuickstartBootstrapMatchesChain keeps the hand-written quickstart
@@ -42,5 +43,13 @@ func TestQuickstartBootstrapMatchesChain(t *testing.T) {
 	}
 	if diff := cmp.Diff(chain.ExtProc(o), ep, protocmp.Transform()); diff != "" {
 		t.Errorf("ext_proc differs from chain.ExtProc (-chain +file):\n%s", diff)
+	}
+	// The quickstart's gateway has the default body limit.
+	g := policies.Default().Gateway
+	if diff := cmp.Diff(chain.LocalReply(g.MaxRequestBodyBytes), hcm.GetLocalReplyConfig(), protocmp.Transform()); diff != "" {
+		t.Errorf("local_reply_config differs from chain.LocalReply (-chain +file):\n%s", diff)
+	}
+	if got, want := int64(b.GetStaticResources().GetListeners()[0].GetPerConnectionBufferLimitBytes().GetValue()), g.BodyBufferBytes(); got != want {
+		t.Errorf("per_connection_buffer_limit_bytes %d, want %d (policies.Gateway.BodyBufferBytes)", got, want)
 	}
 }

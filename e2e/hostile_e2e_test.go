@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -74,10 +75,12 @@ func TestHugeUsageKeepsServing(t *testing.T) {
 }
 
 // TestBodyLimitAtEverySize: a body up to gateway.max_request_body_bytes
-// reaches the provider, and one over it gets the JSON 413 body_too_large,
-// at the default limit and raised to 8 MiB — around grpc-go's default 4 MiB
-// receive limit too, which answered them with an empty 500. (Bodies past
-// Envoy's listener buffer, the limit + 64 KiB, are Envoy's own 413.)
+// reaches the provider, and one over it gets the JSON 413 body_too_large
+// in the API's dialect, at the default limit and raised to 8 MiB — around
+// grpc-go's default 4 MiB receive limit too, which answered them with an
+// empty 500, and past Envoy's listener buffer (the limit + 64 KiB), where
+// Envoy answers itself: its text/plain "Payload Too Large" is rewritten
+// by the listener's local_reply_config.
 func TestBodyLimitAtEverySize(t *testing.T) {
 	skipUnderRace(t)
 	const mib = 1 << 20
@@ -90,7 +93,9 @@ func TestBodyLimitAtEverySize(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sizes := []int{4*mib - 200, 4*mib - 1, 4 * mib, 4*mib + 1, 4*mib + 100, limit - 1, limit, limit + 1, limit + 64<<10}
+			buffer := limit + 64<<10
+			sizes := []int{4*mib - 200, 4*mib - 1, 4 * mib, 4*mib + 1, 4*mib + 100, limit - 1, limit, limit + 1,
+				buffer - 1, buffer, buffer + 1, buffer + 64<<10, 2 * limit}
 			eachProxy(t, b, func(t *testing.T, p proxy) {
 				for _, n := range sizes {
 					st, h, body := call{path: "/v1/chat/completions", body: bodyOfSize(n)}.do(t, p.url, key)
@@ -101,9 +106,69 @@ func TestBodyLimitAtEverySize(t *testing.T) {
 						t.Errorf("%d bytes (limit %d): %d %q %.200s, want the JSON 413 body_too_large", n, limit, st, h.Get("content-type"), body)
 					}
 				}
+				// Past the buffer on Anthropic's API: its error shape.
+				st, h, body := call{path: "/v1/messages", body: bodyOfSize(2 * limit)}.do(t, p.url, key)
+				if st != 413 || !strings.HasPrefix(body, `{"type":"error","error":{"type":"request_too_large"`) || h.Get("content-type") != "application/json" {
+					t.Errorf("/v1/messages, %d bytes: %d %q %.200s, want Anthropic's JSON 413", 2*limit, st, h.Get("content-type"), body)
+				}
 			})
 		})
 	}
+}
+
+// TestEnvoyLocalRepliesAreJSON: the replies Envoy makes itself when a
+// provider cannot answer — its route timeout (504), a connection refused
+// (503) — reach the client as the API's JSON error, not Envoy's
+// text/plain, in OpenAI's shape and, on /v1/messages, Anthropic's.
+func TestEnvoyLocalRepliesAreJSON(t *testing.T) {
+	_, mockAddr := mockProvider(t, mockllm.Options{Words: 1})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	s := startSluice(t, fmt.Sprintf(`
+listen: {envoy: "127.0.0.1:0"}
+store: {sqlite: sluice.db}
+ledger: {sqlite: ledger.db}
+providers:
+  - {name: slow, kind: openai-compatible, base_url: "http://%s", timeout: 200ms}
+  - {name: dead, kind: openai-compatible, base_url: "http://%s", retries: {max: 0}}
+  - {name: slowanthropic, kind: anthropic, base_url: "http://%s", api_key: sk-ant-test, timeout: 200ms}
+models:
+  - {name: slow, provider: slow}
+  - {name: dead, provider: dead}
+  - {name: claude-slow, provider: slowanthropic}
+teams:
+  - name: t
+`, mockAddr, dead, mockAddr))
+	_, key := s.createKey(t, "t")
+	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-local-replies", XDSAddress: s.xdsAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	latency := map[string]string{"x-mock-latency": "5s"}
+	eachProxy(t, b, func(t *testing.T, p proxy) {
+		for _, tc := range []struct {
+			name   string
+			c      call
+			status int
+			prefix string
+		}{
+			{"timeout", call{path: "/v1/chat/completions", body: `{"model":"slow","messages":[{"role":"user","content":"hi"}]}`, headers: latency},
+				504, `{"error":{"message":"the provider did not answer in time","type":"server_error","param":null,"code":"upstream_timeout"}}`},
+			{"timeout, Anthropic", call{path: "/v1/messages", body: `{"model":"claude-slow","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, headers: latency},
+				504, `{"type":"error","error":{"type":"api_error","message":"the provider did not answer in time"}}`},
+			{"connection refused", call{path: "/v1/chat/completions", body: `{"model":"dead","messages":[{"role":"user","content":"hi"}]}`},
+				503, `{"error":{"message":"the provider is unavailable`},
+		} {
+			st, h, body := tc.c.do(t, p.url, key)
+			if st != tc.status || !strings.HasPrefix(body, tc.prefix) || h.Get("content-type") != "application/json" {
+				t.Errorf("%s: %d %q %.300s, want %d application/json %s…", tc.name, st, h.Get("content-type"), body, tc.status, tc.prefix)
+			}
+		}
+	})
 }
 
 // bodyOfSize is a chat request of exactly n bytes.

@@ -532,6 +532,10 @@ func (b *builder) listener() (*listenerv3.Listener, error) {
 	// can quote the id its request is logged and recorded under.
 	hcm.UseRemoteAddress = wrapperspb.Bool(true)
 	hcm.AlwaysSetRequestIdInResponse = true
+	// Envoy's own local replies (a body past the listener's buffer, an
+	// upstream timeout or connect failure) in the API's JSON error shape
+	// instead of text/plain; Sluice's own replies pass through unchanged.
+	hcm.LocalReplyConfig = chain.LocalReply(b.snap.Gateway().MaxRequestBodyBytes)
 	if path := b.snap.XDS().AccessLog; path != "off" {
 		hcm.AccessLog = []*accesslogv3.AccessLog{accessLog(path)}
 	}

@@ -188,6 +188,11 @@ func TestBuild(t *testing.T) {
 		t.Errorf("use_remote_address %v, preserve_external_request_id %v, internal_address_config %v, always_set_request_id_in_response %v; want true, false, unset, true",
 			hcm.GetUseRemoteAddress(), hcm.GetPreserveExternalRequestId(), hcm.GetInternalAddressConfig(), hcm.GetAlwaysSetRequestIdInResponse())
 	}
+	// Envoy's own local replies are rewritten into JSON errors that state
+	// the configured body limit.
+	if diff := cmp.Diff(chain.LocalReply(p.Gateway().MaxRequestBodyBytes), hcm.GetLocalReplyConfig(), protocmp.Transform()); diff != "" {
+		t.Errorf("local_reply_config (-want +got):\n%s", diff)
+	}
 	if r.Listeners[0].GetAddress().GetSocketAddress().GetPortValue() != 10000 || len(hcm.GetAccessLog()) != 1 {
 		t.Fatalf("listener address %v, access logs %d", r.Listeners[0].GetAddress(), len(hcm.GetAccessLog()))
 	}

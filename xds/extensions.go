@@ -15,6 +15,11 @@ import (
 	// envoy.access_loggers.file — the listener's JSON access log line
 	// (xds.access_log, default /dev/stdout).
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	// envoy.access_loggers.extension_filters.cel — the CEL filter of the
+	// listener's local_reply_config mappers (chain.LocalReply), matching
+	// Envoy's own local replies by their response-code details. Package
+	// chain imports it too.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/filters/cel/v3"
 	// envoy.access_loggers.stdout and .stderr — the stream loggers, the
 	// alternative to a file path for containers.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"

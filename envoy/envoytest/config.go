@@ -54,6 +54,7 @@ type config struct {
 	routes      *routeTable
 	clusters    map[string]*cluster
 	requestID   requestIDPolicy
+	localReply  *localReplyConfig // nil: none configured
 }
 
 // httpFilter is one configured HTTP filter (the router excluded: it is
@@ -138,6 +139,9 @@ func (e *Emulator) build(l *listenerv3.Listener, rds map[string]*routev3.RouteCo
 		return nil, err
 	}
 	if cfg.requestID, err = newRequestIDPolicy(hcm); err != nil {
+		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
+	}
+	if cfg.localReply, err = newLocalReplyConfig(hcm.GetLocalReplyConfig()); err != nil {
 		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
 	}
 	switch rs := hcm.GetRouteSpecifier().(type) {

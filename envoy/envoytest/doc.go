@@ -204,6 +204,30 @@
 // request and response data passing the router); locality weights (round
 // robin over hosts); the x-envoy-upstream-service-time header.
 //
+// # Local replies (local_reply_config)
+//
+// Every local reply — the router's, the buffer limits' 413, and ext_authz
+// denials and ext_proc ImmediateResponses — passes through the connection
+// manager's local_reply_config before it is sent, as in Envoy
+// (source/common/local_reply/local_reply.cc, LocalReplyImpl::rewrite, and
+// source/common/http/utility.cc, Utility::sendLocalReply): the first
+// mapper whose filter matches formats the body, and when the body changed
+// its formatter's content type replaces the reply's; a reply with a body
+// and no content-type gets text/plain, one without a body loses its
+// content-type. A direct response is a local reply too (details
+// direct_response). Implemented, the subset Sluice's listener uses
+// (chain.LocalReply): mappers with a filter and a body_format_override
+// whose text_format has no command operator ('%'), with any content_type;
+// the filters and_filter, header_filter (string_match exact, prefix or
+// safe_regex, matched on the whole value) and the CEL extension filter
+// (envoy.access_loggers.extension_filters.cel) with exactly
+// `response.code_details == '…'` or `response.code_details.startsWith('…')`.
+// Refused at load: body_format, a mapper's status_code, body and
+// headers_to_add, json_format and every other format, every other filter
+// and CEL expression. A gRPC request's trailers-only reply is not
+// rewritten. Tests: TestLocalReplyConfig, TestLocalReplyConfigRefused,
+// TestLocalReplyRewrite (localreply_test.go).
+//
 // # Left out or approximated in ext_proc, and why
 //
 //   - FULL_DUPLEX_STREAMED and GRPC body modes are refused at config time

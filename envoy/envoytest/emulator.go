@@ -437,18 +437,22 @@ func (e *Emulator) writeLocalReply(s *stream, w http.ResponseWriter, lr localRep
 	s.freezeRoute()
 	s.respSent.Store(true)
 	h := w.Header()
+	hd := &Headers{}
 	if lr.headers != nil {
-		lr.headers.toHTTP(h)
+		hd = lr.headers.Clone()
 	}
+	// local_reply_config (localreply.go), and Envoy's content-type rules.
+	body := lr.body
+	if !lr.grpc {
+		body = s.cfg.localReply.rewrite(s.reqHeaders, hd, lr.body, lr.details)
+	}
+	hd.toHTTP(h)
 	if id, ok := s.cfg.requestID.inResponse(s.reqHeaders); ok {
 		h.Set("X-Request-Id", id)
 	}
-	if len(lr.body) > 0 && h.Get("Content-Type") == "" {
-		h.Set("Content-Type", "text/plain")
-	}
-	h.Set("Content-Length", strconv.Itoa(len(lr.body)))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(lr.status)
-	n, _ := w.Write(lr.body)
+	n, _ := w.Write(body)
 	s.rec.Status = lr.status
 	s.rec.setDetails(lr.details)
 	s.rec.BytesSent += int64(n)

@@ -1426,7 +1426,7 @@ func (x *epInstance) localReply(code int, h *Headers, body []byte, details strin
 		if len(body) > 0 {
 			h.Set("grpc-message", percentEncode(string(body)))
 		}
-		lr.status, lr.body = 200, nil
+		lr.status, lr.body, lr.grpc = 200, nil, true
 	}
 	lr.reset = x.enc.headersPassed || x.s.respSent.Load()
 	x.s.sendLocalReply(lr)

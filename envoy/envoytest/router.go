@@ -90,14 +90,10 @@ func (r *router) run(hf frame, in <-chan frame) {
 		if body == "" {
 			body = string(rt.direct.GetBody().GetInlineBytes())
 		}
-		h := NewHeaders(":status", strconv.Itoa(int(rt.direct.GetStatus())), "content-length", strconv.Itoa(len(body)))
-		if body != "" {
-			h.Add("content-type", "text/plain")
-		}
+		// A direct response is a local reply (router.cc sends it with
+		// sendLocalReply): local_reply_config applies to it too.
 		s.rec.setDetails("direct_response")
-		if s.send(r.out, frame{headers: h, end: body == ""}) && body != "" {
-			s.send(r.out, frame{data: []byte(body), end: true})
-		}
+		r.send(NewHeaders(":status", strconv.Itoa(int(rt.direct.GetStatus()))), body, "direct_response")
 		return
 	}
 	r.rt, r.act = rt, rt.action
@@ -361,21 +357,30 @@ func (r *router) cancelAttempts() {
 
 // reply sends a router local reply down the encode chain.
 func (r *router) reply(status int, body, details string, extra *Headers) {
-	s := r.s
 	h := NewHeaders(":status", strconv.Itoa(status))
-	if body != "" {
-		h.Add("content-type", "text/plain")
-	}
-	h.Add("content-length", strconv.Itoa(len(body)))
 	if extra != nil {
 		for _, e := range extra.Entries() {
 			h.Add(e.Key, e.Value)
 		}
 	}
 	r.modify(h)
-	s.rec.setDetails(details)
-	if s.send(r.out, frame{headers: h, end: body == ""}) && body != "" {
-		s.send(r.out, frame{data: []byte(body), end: true})
+	r.s.rec.setDetails(details)
+	r.send(h, body, details)
+}
+
+// send sends a local reply with headers h (":status" and the filter's own)
+// and body down the encode chain, after local_reply_config rewrote it
+// (Utility::sendLocalReply: the rewrite comes before the headers are
+// encoded, so the encode filters see the rewritten reply).
+func (r *router) send(h *Headers, body, details string) {
+	s := r.s
+	out := s.cfg.localReply.rewrite(s.reqHeaders, h, []byte(body), details)
+	if len(out) == 0 {
+		// The HTTP/1 codec's content-length of a headers-only reply.
+		h.Set("content-length", "0")
+	}
+	if s.send(r.out, frame{headers: h, end: len(out) == 0}) && len(out) > 0 {
+		s.send(r.out, frame{data: out, end: true})
 	}
 }
 

@@ -33,6 +33,12 @@ type localReply struct {
 	// reset asks for a stream reset instead of a reply (e.g. an
 	// ImmediateResponse after response headers went downstream).
 	reset bool
+	// grpc marks a reply already made a trailers-only gRPC response (to a
+	// gRPC request): local_reply_config and the content-type rules do
+	// not apply to it (Utility::sendLocalReply returns before them; the
+	// emulator does not rewrite the grpc-message a mapper's body would
+	// become).
+	grpc bool
 }
 
 // stage runs one filter in one direction for one stream: it reads frames

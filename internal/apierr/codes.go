@@ -42,6 +42,11 @@ const (
 	CodeProviderNotConfigured = "provider_not_configured" // 503: the configuration changed under a fallback
 	CodeFallbackMisconfigured = "fallback_misconfigured"  // 503: an attempt without its number
 
+	// Envoy's own local replies, rewritten by the listener's
+	// local_reply_config (chain.LocalReply); body_too_large above is one.
+	CodeUpstreamTimeout     = "upstream_timeout"     // 504: the provider did not answer within the route's timeout
+	CodeUpstreamUnavailable = "upstream_unavailable" // 503: no healthy endpoint, or the connection failed before a response
+
 	// Limits and budgets.
 	CodeRateLimited          = "rate_limited"          // 429: a request-rate window is full
 	CodeTokensRateLimited    = "tokens_rate_limited"   // 429: a token window has no room

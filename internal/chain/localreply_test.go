@@ -1,0 +1,90 @@
+package chain
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	celv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/filters/cel/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sluicegw/sluice/internal/apierr"
+	"github.com/sluicegw/sluice/internal/llmapi"
+)
+
+// TestLocalReply: every Envoy reply kind has an Anthropic mapper, then an
+// OpenAI one (the first match wins), each a fixed JSON body in the
+// dialect's error shape, with content-type application/json, matching
+// on details Sluice's own replies never carry.
+func TestLocalReply(t *testing.T) {
+	for _, limit := range []int64{1, 4 << 20, 1 << 62} {
+		cfg := LocalReply(limit)
+		if err := cfg.ValidateAll(); err != nil {
+			t.Fatalf("ValidateAll: %v", err)
+		}
+		kinds := envoyReplies(limit)
+		if len(cfg.GetMappers()) != 2*len(kinds) {
+			t.Fatalf("%d mappers for %d kinds", len(cfg.GetMappers()), len(kinds))
+		}
+		for i, k := range kinds {
+			if strings.HasPrefix(k.details, "sluice_") || strings.HasPrefix(k.details, "ext_authz") {
+				t.Errorf("%s: Sluice's own replies carry such details", k.details)
+			}
+			anth, oai := cfg.GetMappers()[2*i], cfg.GetMappers()[2*i+1]
+			and := anth.GetFilter().GetAndFilter().GetFilters()
+			if len(and) != 2 || and[1].GetHeaderFilter().GetHeader().GetStringMatch().GetSafeRegex().GetRegex() != AnthropicPathRegex {
+				t.Fatalf("%s: Anthropic mapper filter %v", k.details, anth.GetFilter())
+			}
+			for _, f := range []*celv3.ExpressionFilter{celOf(t, and[0].GetExtensionFilter().GetTypedConfig()), celOf(t, oai.GetFilter().GetExtensionFilter().GetTypedConfig())} {
+				if f.GetExpression() != DetailsExpression(k.details, k.prefix) {
+					t.Errorf("%s: expression %q", k.details, f.GetExpression())
+				}
+			}
+			e := &apierr.Error{Status: k.status, Code: k.code, Message: k.message}
+			for _, c := range []struct {
+				d    llmapi.Dialect
+				body string
+				ct   string
+			}{
+				{llmapi.Anthropic, anth.GetBodyFormatOverride().GetTextFormat(), anth.GetBodyFormatOverride().GetContentType()},
+				{llmapi.OpenAI, oai.GetBodyFormatOverride().GetTextFormat(), oai.GetBodyFormatOverride().GetContentType()},
+			} {
+				if c.body != string(apierr.Body(c.d, e)) || c.ct != "application/json" || !json.Valid([]byte(c.body)) {
+					t.Errorf("%s %v: body %s, type %q", k.details, c.d, c.body, c.ct)
+				}
+				// A '%' would be a command operator of the text_format.
+				if strings.Contains(c.body, "%") {
+					t.Errorf("%s %v: body holds a %%: %s", k.details, c.d, c.body)
+				}
+			}
+		}
+	}
+	if !strings.Contains(LocalReply(4 << 20).GetMappers()[1].GetBodyFormatOverride().GetTextFormat(), `larger than 4194304 bytes`) {
+		t.Error("the 413 does not state the limit")
+	}
+}
+
+func celOf(t *testing.T, a *anypb.Any) *celv3.ExpressionFilter {
+	t.Helper()
+	f := &celv3.ExpressionFilter{}
+	if err := a.UnmarshalTo(f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestAnthropicPathRegex: the mappers' path filter, matched as Envoy
+// matches a safe_regex (the whole value), agrees with llmapi.DialectFor.
+func TestAnthropicPathRegex(t *testing.T) {
+	re := regexp.MustCompile(`^(?:` + AnthropicPathRegex + `)$`)
+	for _, p := range []string{
+		"/v1/messages", "/v1/messages?beta=true", "/v1/messages/", "/v1/messages/batches", "/v1/messages/count_tokens?x=1",
+		"/v1/messages/?x", "/v1/complete", "/v1/complete?x", "/v1/messagesX", "/v1/messages2/x", "/v1/completeX",
+		"/v1/chat/completions", "/v1/completions", "/", "", "/v1/messages#f", "/V1/messages", "/x/v1/messages",
+	} {
+		if got, want := re.MatchString(p), llmapi.DialectFor(p) == llmapi.Anthropic; got != want {
+			t.Errorf("%q: regex %v, DialectFor Anthropic %v", p, got, want)
+		}
+	}
+}
