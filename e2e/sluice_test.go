@@ -61,6 +61,7 @@ func startSluice(t *testing.T, configYAML string) *sluiceProcess {
 		}
 		select {
 		case err := <-done:
+			done <- err // for the cleanup, which waits for the exit
 			t.Fatalf("sluice serve exited: %v\n%s", err, out.String())
 		default:
 		}
