@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/envoy/envoytest"
+	"github.com/sluicegw/sluice/internal/logbuf"
 )
 
 func serveGRPC(t *testing.T, register func(*grpc.Server)) string {
@@ -140,23 +139,8 @@ func do(t *testing.T, req *http.Request) (int, http.Header, string) {
 	return resp.StatusCode, resp.Header, string(b)
 }
 
-// syncBuf is a bytes.Buffer safe for concurrent writers and readers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuf is a log sink safe for the server's goroutines.
+type syncBuf = logbuf.Buffer
 
 func contextWithCancel() (context.Context, context.CancelFunc) {
 	return context.WithCancel(context.Background())

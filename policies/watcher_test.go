@@ -1,16 +1,16 @@
 package policies
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/logbuf"
 )
 
 // watcherFile is a config whose only model is name; its content (and so
@@ -37,24 +37,8 @@ models:
     provider: openai
 `
 
-// syncBuffer is a bytes.Buffer safe for the logger's and the test's
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer = logbuf.Buffer
 
 type reload struct {
 	s   *Snapshot

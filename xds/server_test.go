@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/sluicegw/sluice/internal/logbuf"
 	"github.com/sluicegw/sluice/policies"
 	"go.uber.org/goleak"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
@@ -231,23 +231,8 @@ func (s *countingStream) SendMsg(m any) error {
 	return s.ServerStream.SendMsg(m)
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer = logbuf.Buffer
 
 // dial connects to the server; the connection closes when the test ends.
 func dial(t testing.TB, addr string) *grpc.ClientConn {
