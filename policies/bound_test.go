@@ -8,17 +8,26 @@ import (
 
 // TestDecodeBoundReportsOnlyItself: a document cut short by the bound on
 // decoded values is reported as too large and nothing else — not the
-// problems of what decoding left out (a key without its sha256) — at
+// problems of what decoding left out (a key without its sha256), nor
+// those of the value at the bound (here the last one, badly typed) — at
 // every bound below the document's size, the exact size included.
 func TestDecodeBoundReportsOnlyItself(t *testing.T) {
-	doc := []byte(base + "teams:\n  - {name: t, models: [llama3]}\nkeys:\n  - {name: k, team: t, sha256: \"" + strings.Repeat("a", 64) + "\"}\n")
-	if _, err := parse(doc, "f.yaml", nil, maxDecodeSteps); err != nil {
-		t.Fatalf("the whole document: %v", err)
+	doc := []byte(base + "teams:\n  - {name: t, models: [llama3]}\nkeys:\n  - {name: k, team: t, sha256: \"" + strings.Repeat("a", 64) + "\"}\n" +
+		"gateway: {default_max_output_tokens: lots}\n")
+	const bad = "default_max_output_tokens"
+	if _, err := parse(doc, "f.yaml", nil, maxDecodeSteps); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("the whole document: %v, want its one problem, at %s", err, bad)
 	}
-	size := 0 // the smallest bound the document fits, less one
+	size := 0 // the number of values in the document
 	for m := 1; m < 1000; m++ {
 		_, err := parse(doc, "f.yaml", nil, m)
 		if err == nil {
+			t.Fatalf("bound %d: no problem, want the badly typed %s", m, bad)
+		}
+		if strings.Contains(err.Error(), bad) {
+			if strings.Contains(err.Error(), "too large") {
+				t.Fatalf("bound %d: %v, want only that the document is too large", m, err)
+			}
 			size = m - 1
 			break
 		}
