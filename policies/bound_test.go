@@ -105,3 +105,28 @@ func TestSecretNeverPrints(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeProblemPosition: a problem with a value written out (null
+// included) points at the value; one with a mapping or list where a
+// scalar belongs, or with a value left empty, points at its key.
+func TestDecodeProblemPosition(t *testing.T) {
+	for _, tt := range []struct{ value, at string }{
+		{"lots", "f.yaml:1:38: gateway.default_max_output_tokens: "},
+		{"{a: 1}", "f.yaml:1:11: gateway.default_max_output_tokens: "},
+		{"[1]", "f.yaml:1:11: gateway.default_max_output_tokens: "},
+	} {
+		_, err := Parse([]byte("gateway: {default_max_output_tokens: "+tt.value+"}\n"+base), "f.yaml", nil)
+		if err == nil || !strings.Contains(err.Error(), tt.at) {
+			t.Errorf("value %s: %v, want a problem at %q", tt.value, err, tt.at)
+		}
+	}
+	for _, tt := range []struct{ value, at string }{
+		{"null", "f.yaml:9:25: models[1].provider: "},
+		{"", "f.yaml:9:15: models[1].provider: "},
+	} {
+		_, err := Parse([]byte(base+"  - {name: m, provider: "+tt.value+"}\n"), "f.yaml", nil)
+		if err == nil || !strings.Contains(err.Error(), tt.at) {
+			t.Errorf("provider %q: %v, want a problem at %q", tt.value, err, tt.at)
+		}
+	}
+}
