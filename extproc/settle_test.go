@@ -86,3 +86,12 @@ func TestPathOnly(t *testing.T) {
 		}
 	}
 }
+
+// Equivalent mutants gremlins leaves alive in this package:
+//   - charge.go: "OutputTokens > outputCap" as ">=": at equality the
+//     clamp sets the output to what it is; reasoning tokens, a part of the
+//     output, cannot exceed it.
+//   - metrics.go, addCount: "v > 0" as "v >= 0": adding 0 to a counter
+//     changes nothing.
+//   - processor.go, reserve: "req.N > 1" as ">= 1": multiplying by 1.
+//   - processor.go, clip: "len(s) > n" as ">=": s[:len(s)] is s.

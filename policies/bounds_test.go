@@ -63,3 +63,24 @@ func TestSortedByIndex(t *testing.T) {
 		t.Errorf("sortedByIndex = %q, want a,b,c,d", got)
 	}
 }
+
+// Equivalent mutants gremlins leaves alive in this package:
+//   - load.go, parse: "len(docs[0].Content) > 0" as ">= 0": yaml.v3 gives
+//     every document node exactly one content node (TestEmptyDocuments).
+//   - load.go, parse: "d.steps < d.maxSteps" as "<=": at the bound the
+//     "too large" problem has path "", which covers every check issue, so
+//     running check adds nothing (TestDecodeBoundReportsOnlyItself).
+//   - decode.go, decodeInt: "err == nil && v.OverflowInt(i)" negated:
+//     every integer field is an int64, which a parsed int64 never
+//     overflows.
+//   - decode.go, mappingPairs: "i+1 < len(n.Content)" as "<=": a mapping
+//     node's content has an even length, so i+1 never equals it.
+//   - decode.go, locateSyntaxError: "off < len(data)" as "<=": the extra
+//     empty line it adds ends where the line before it ends.
+//   - problem.go, splitPath: "end < 0" as "<= 0": the path starts with
+//     '[' there, so ']' is never at index 0.
+//   - watcher.go, poll: "w.seen != nil && sameStat" negated: the file is
+//     read again, but its content hash is unchanged, so nothing reloads.
+//   - watcher.go, remember: "age >= settleTime" as ">" and
+//     "age < -settleTime" as "<=": they differ only when the age is
+//     exactly settleTime, which a test cannot arrange without a clock.

@@ -146,3 +146,13 @@ func TestWholeLimitIsNotImpossible(t *testing.T) {
 		})
 	}
 }
+
+// Equivalent mutants gremlins leaves alive in this package (no test can
+// tell them from the code as written):
+//   - local.go, Admit: "left <= 0 || cost > left" with "left < 0": cost is
+//     positive there, so at left == 0 "cost > left" refuses anyway.
+//   - local.go, Admit: "l.nextID++" as "l.nextID--": grant ids only need
+//     to be distinct, and counting down from 0 gives distinct ids too.
+//   - local.go, Remaining.requests/tokens/budget: "left < r.X" as
+//     "left <= r.X": on a tie of what is left, either limit is the
+//     tightest; which one's size the headers show is not specified.
