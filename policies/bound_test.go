@@ -1,0 +1,132 @@
+package policies
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestDecodeBoundReportsOnlyItself: a document cut short by the bound on
+// decoded values is reported as too large and nothing else — not the
+// problems of what decoding left out (a key without its sha256), nor
+// those of the value at the bound (here the last one, badly typed) — at
+// every bound below the document's size, the exact size included.
+func TestDecodeBoundReportsOnlyItself(t *testing.T) {
+	doc := []byte(base + "teams:\n  - {name: t, models: [llama3]}\nkeys:\n  - {name: k, team: t, sha256: \"" + strings.Repeat("a", 64) + "\"}\n" +
+		"gateway: {default_max_output_tokens: lots}\n")
+	const bad = "default_max_output_tokens"
+	if _, err := parse(doc, "f.yaml", nil, maxDecodeSteps); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("the whole document: %v, want its one problem, at %s", err, bad)
+	}
+	size := 0 // the number of values in the document
+	for m := 1; m < 1000; m++ {
+		_, err := parse(doc, "f.yaml", nil, m)
+		if err == nil {
+			t.Fatalf("bound %d: no problem, want the badly typed %s", m, bad)
+		}
+		if strings.Contains(err.Error(), bad) {
+			if strings.Contains(err.Error(), "too large") {
+				t.Fatalf("bound %d: %v, want only that the document is too large", m, err)
+			}
+			size = m - 1
+			break
+		}
+		if want := fmt.Sprintf("f.yaml: document too large: more than %d values after alias expansion", m); err.Error() != want {
+			t.Fatalf("bound %d: %v, want only %q", m, err, want)
+		}
+	}
+	if size < 10 {
+		t.Fatalf("the document fits a bound of %d values: the test does not cut it", size+1)
+	}
+}
+
+// TestEmptyDocuments: a file with no document, or an empty one, decodes
+// to the defaults and is judged as such (without panicking).
+func TestEmptyDocuments(t *testing.T) {
+	for _, doc := range []string{"", "# nothing\n", "---\n", "--- \n...\n"} {
+		_, err := Parse([]byte(doc), "f.yaml", nil)
+		if err == nil || !strings.Contains(err.Error(), "providers") {
+			t.Errorf("Parse(%q) = %v, want the defaults' problems (no providers)", doc, err)
+		}
+	}
+}
+
+// TestBodySizes: Envoy's per-connection buffer holds the largest body
+// plus 64 KiB, and the gRPC receive limit that buffer plus 1 MiB, at the
+// smallest and a large body limit alike.
+func TestBodySizes(t *testing.T) {
+	for _, limit := range []int64{1, 4 << 20, maxBodyLimit} {
+		g := Gateway{MaxRequestBodyBytes: limit}
+		if got, want := g.BodyBufferBytes(), limit+64<<10; got != want {
+			t.Errorf("limit %d: BodyBufferBytes %d, want %d", limit, got, want)
+		}
+		if got, want := g.GRPCRecvBytes(), limit+64<<10+1<<20; got != want {
+			t.Errorf("limit %d: GRPCRecvBytes %d, want %d", limit, got, want)
+		}
+	}
+}
+
+// TestIsZero: the limit types are zero exactly when nothing is limited.
+func TestIsZero(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		zero bool
+		got  bool
+	}{
+		{"no rate", true, RateLimits{}.IsZero()},
+		{"a daily rate", false, RateLimits{PerDay: 1}.IsZero()},
+		{"no token window", true, TokenLimits{}.IsZero()},
+		{"an output window", false, TokenLimits{Output: RateLimits{PerMinute: 1}}.IsZero()},
+	} {
+		if tt.got != tt.zero {
+			t.Errorf("%s: IsZero %v, want %v", tt.name, tt.got, tt.zero)
+		}
+	}
+}
+
+// TestSecretNeverPrints: a set secret prints as [redacted] with %s, %v
+// and %#v; an unset one as empty, so a missing credential shows.
+func TestSecretNeverPrints(t *testing.T) {
+	for _, tt := range []struct {
+		s          Secret
+		str, gostr string
+	}{
+		{"sk-live", "[redacted]", `"[redacted]"`},
+		{"", "", `""`},
+	} {
+		if got := fmt.Sprintf("%s|%v", tt.s, tt.s); got != tt.str+"|"+tt.str {
+			t.Errorf("%%s|%%v of a secret: %q", got)
+		}
+		if got := fmt.Sprintf("%#v", tt.s); got != tt.gostr {
+			t.Errorf("%%#v of a secret: %q, want %q", got, tt.gostr)
+		}
+		if tt.s.Reveal() != string(tt.s) {
+			t.Errorf("Reveal lost the value")
+		}
+	}
+}
+
+// TestDecodeProblemPosition: a problem with a value written out (null
+// included) points at the value; one with a mapping or list where a
+// scalar belongs, or with a value left empty, points at its key.
+func TestDecodeProblemPosition(t *testing.T) {
+	for _, tt := range []struct{ value, at string }{
+		{"lots", "f.yaml:1:38: gateway.default_max_output_tokens: "},
+		{"{a: 1}", "f.yaml:1:11: gateway.default_max_output_tokens: "},
+		{"[1]", "f.yaml:1:11: gateway.default_max_output_tokens: "},
+	} {
+		_, err := Parse([]byte("gateway: {default_max_output_tokens: "+tt.value+"}\n"+base), "f.yaml", nil)
+		if err == nil || !strings.Contains(err.Error(), tt.at) {
+			t.Errorf("value %s: %v, want a problem at %q", tt.value, err, tt.at)
+		}
+	}
+	for _, tt := range []struct{ value, at string }{
+		{"null", "f.yaml:9:25: models[1].provider: "},
+		{"", "f.yaml:9:15: models[1].provider: "},
+	} {
+		_, err := Parse([]byte(base+"  - {name: m, provider: "+tt.value+"}\n"), "f.yaml", nil)
+		if err == nil || !strings.Contains(err.Error(), tt.at) {
+			t.Errorf("provider %q: %v, want a problem at %q", tt.value, err, tt.at)
+		}
+	}
+}
