@@ -2,9 +2,6 @@ package extproc
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +10,6 @@ import (
 
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/internal/admission"
-	"github.com/sluicegw/sluice/internal/apikey"
-	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -35,17 +30,7 @@ keys:
 // TestBodyLimitIsInclusive: a body of exactly gateway.max_request_body_bytes
 // is accepted, one byte more is refused with 413 body_too_large.
 func TestBodyLimitIsInclusive(t *testing.T) {
-	cfg, err := policies.Parse(fmt.Appendf(nil, bodyLimitConfig, apikey.HashHex(testKey)), "sluice.yaml", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := policies.Compile(cfg, filepath.Join(t.TempDir(), "sluice.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	ring := keyring.New(log)
-	ring.SetPolicy(snap)
+	snap, ring, log := compileTestPolicy(t, bodyLimitConfig)
 	counters := limits.New(limits.Options{})
 	d := &Deps{
 		Policy: func() *policies.Snapshot { return snap }, Ring: ring,

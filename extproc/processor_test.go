@@ -77,9 +77,11 @@ func (l *recordingLedger) Append(_ context.Context, r ledger.Record) error {
 	return nil
 }
 
-func newDeps(t testing.TB) (*Deps, *recordingLedger) {
+// compileTestPolicy compiles config (a format with one %s: the test
+// key's hash) and a key ring holding its keys.
+func compileTestPolicy(t testing.TB, config string) (*policies.Snapshot, *keyring.Ring, *slog.Logger) {
 	t.Helper()
-	cfg, err := policies.Parse(fmt.Appendf(nil, testConfig, apikey.HashHex(testKey)), "sluice.yaml", nil)
+	cfg, err := policies.Parse(fmt.Appendf(nil, config, apikey.HashHex(testKey)), "sluice.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +92,12 @@ func newDeps(t testing.TB) (*Deps, *recordingLedger) {
 	log := slog.New(slog.DiscardHandler)
 	ring := keyring.New(log)
 	ring.SetPolicy(snap)
+	return snap, ring, log
+}
+
+func newDeps(t testing.TB) (*Deps, *recordingLedger) {
+	t.Helper()
+	snap, ring, log := compileTestPolicy(t, testConfig)
 	counters := limits.New(limits.Options{})
 	led := &recordingLedger{}
 	now := t0

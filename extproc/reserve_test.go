@@ -3,9 +3,7 @@ package extproc
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +13,6 @@ import (
 
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/internal/admission"
-	"github.com/sluicegw/sluice/internal/apikey"
-	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/policies"
@@ -55,17 +51,7 @@ func (s *spyAdmitter) Settle(ctx context.Context, g admission.Grant, a admission
 
 func reserveDeps(t *testing.T) (*Deps, *spyAdmitter, *recordingLedger) {
 	t.Helper()
-	cfg, err := policies.Parse(fmt.Appendf(nil, reserveConfig, apikey.HashHex(testKey)), "sluice.yaml", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := policies.Compile(cfg, filepath.Join(t.TempDir(), "sluice.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	ring := keyring.New(log)
-	ring.SetPolicy(snap)
+	snap, ring, log := compileTestPolicy(t, reserveConfig)
 	counters := limits.New(limits.Options{})
 	spy := &spyAdmitter{next: admission.NewLocal(counters, admission.LocalOptions{})}
 	led := &recordingLedger{}
