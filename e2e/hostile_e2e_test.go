@@ -291,7 +291,7 @@ func TestHostileInputs(t *testing.T) {
 			headers: map[string]string{"x-mock-words": "6", "x-mock-chunks": "6", "x-mock-error-after": "2"},
 			status:  200, rec: &wantRecord{outcome: "upstream_error", estimated: true, outMin: 1, outMax: 50, costMax: 50*10 + 100, errorType: "server_error"}},
 		{name: "provider 500", path: chat, body: chatBody(""), headers: map[string]string{"x-mock-status": "500"},
-			status: 500, rec: &wantRecord{outcome: "upstream_error", estimated: true, costMax: 0, errorType: "server_error"}},
+			status: 500, rec: &wantRecord{outcome: "upstream_error", costMax: 0, errorType: "server_error"}},
 		{name: "stream ending in trailers", path: chat, body: chatBody(`"max_tokens":50,"stream":true,`),
 			headers: map[string]string{"x-mock-words": "5", "x-mock-trailer": "x-checksum=abc"},
 			status:  200, rec: &wantRecord{outcome: "ok", outMin: 5, outMax: 5, costMax: 5*10 + 100}},

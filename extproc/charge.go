@@ -57,7 +57,9 @@ func charge(status int, complete bool, res usage.Result, inputEstimate, outputCa
 	case status < 200 || status >= 300:
 		c.Outcome = outcomeUpstreamError
 		if !res.Reported {
+			// Zero is the rule, not a count: the record is not estimated.
 			c.Usage = usage.Usage{}
+			c.Estimated = false
 		}
 	case res.ProviderError != "":
 		c.Outcome = outcomeUpstreamError
