@@ -2,6 +2,7 @@ package policies
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -18,7 +19,17 @@ func TestDecodeBoundReportsOnlyItself(t *testing.T) {
 	if _, err := parse(doc, "f.yaml", nil, maxDecodeSteps); err == nil || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("the whole document: %v, want its one problem, at %s", err, bad)
 	}
-	size := 0 // the number of values in the document
+	// The document's size, counted by the decoder without a bound that
+	// matters: it must decode at exactly that bound and be refused, as
+	// holding more than size-1 values, at one less.
+	counter := newDecoder(nil, maxDecodeSteps)
+	docs, err := parseDocuments(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.decode("", nil, docs[0].Content[0], reflect.ValueOf(Default()).Elem())
+	values := counter.steps
+	size := 0 // the smallest bound at which the whole document decodes
 	for m := 1; m < 1000; m++ {
 		_, err := parse(doc, "f.yaml", nil, m)
 		if err == nil {
@@ -28,7 +39,7 @@ func TestDecodeBoundReportsOnlyItself(t *testing.T) {
 			if strings.Contains(err.Error(), "too large") {
 				t.Fatalf("bound %d: %v, want only that the document is too large", m, err)
 			}
-			size = m - 1
+			size = m
 			break
 		}
 		if want := fmt.Sprintf("f.yaml: document too large: more than %d values after alias expansion", m); err.Error() != want {
@@ -36,7 +47,10 @@ func TestDecodeBoundReportsOnlyItself(t *testing.T) {
 		}
 	}
 	if size < 10 {
-		t.Fatalf("the document fits a bound of %d values: the test does not cut it", size+1)
+		t.Fatalf("the document fits a bound of %d values: the test does not cut it", size)
+	}
+	if size != values {
+		t.Errorf("the document of %d values decodes from a bound of %d, want exactly %d", values, size, values)
 	}
 }
 

@@ -67,7 +67,7 @@ func TestSortedByIndex(t *testing.T) {
 // Equivalent mutants gremlins leaves alive in this package:
 //   - load.go, parse: "len(docs[0].Content) > 0" as ">= 0": yaml.v3 gives
 //     every document node exactly one content node (TestEmptyDocuments).
-//   - load.go, parse: "d.steps < d.maxSteps" as "<=": at the bound the
+//   - load.go, parse: "d.steps <= d.maxSteps" as "<": at the bound the
 //     "too large" problem has path "", which covers every check issue, so
 //     running check adds nothing (TestDecodeBoundReportsOnlyItself).
 //   - decode.go, decodeInt: "err == nil && v.OverflowInt(i)" negated:

@@ -17,7 +17,9 @@ import (
 )
 
 // maxDecodeSteps bounds the work of decoding one document, so that a file
-// full of nested aliases ("billion laughs") fails instead of hanging.
+// full of nested aliases ("billion laughs") fails instead of hanging: a
+// document of up to maxDecodeSteps values (after alias expansion) decodes,
+// one more is refused.
 const maxDecodeSteps = 1_000_000
 
 // expansion records what ${ENV} expansion did to one scalar.
@@ -63,10 +65,10 @@ var (
 // that omitted and empty fields keep their defaults.
 func (d *decoder) decode(path string, key, n *yaml.Node, v reflect.Value) {
 	d.steps++
-	if d.steps == d.maxSteps {
+	if d.steps == d.maxSteps+1 {
 		d.add("", nil, fmt.Sprintf("document too large: more than %d values after alias expansion", d.maxSteps))
 	}
-	if d.steps >= d.maxSteps {
+	if d.steps > d.maxSteps {
 		return
 	}
 	at := position(key, n)

@@ -82,7 +82,7 @@ func parse(data []byte, file string, env LookupEnv, maxSteps int) (*Config, erro
 			Msg: fmt.Sprintf("the file must hold one YAML document, found %d", len(docs))})
 	}
 	var issues []issue
-	if d.steps < d.maxSteps {
+	if d.steps <= d.maxSteps {
 		issues = cfg.check()
 	}
 	for _, is := range issues {
