@@ -90,3 +90,29 @@ func TestProviderSeesOnlyWhatSluiceSends(t *testing.T) {
 		}
 	})
 }
+
+// TestUnroutedRequestGetsAJSONError: a request Sluice lets through without
+// routing it (gateway.unknown_paths: pass) reaches the listener's
+// no-provider route, a direct response; the client gets a 404 it can
+// read — JSON, with content-type application/json, in Anthropic's error
+// shape on Anthropic's paths and OpenAI's elsewhere — never text/plain.
+func TestUnroutedRequestGetsAJSONError(t *testing.T) {
+	_, addr := mockProvider(t, mockllm.Options{APIKey: "sk-upstream-compat", AnthropicAPIKey: "sk-ant-upstream"})
+	s := startSluice(t, fmt.Sprintf(headersPolicy, addr)+"gateway: {unknown_paths: pass}\n")
+	_, key := s.createKey(t, "t")
+	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"), XDSAddress: s.xdsAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eachProxy(t, b, func(t *testing.T, p proxy) {
+		for _, tc := range []struct{ path, want string }{
+			{"/v1/files", `{"error":{"message":"` + chain.NoRoute.Message + `","type":"invalid_request_error","param":null,"code":"no_route"}}`},
+			{"/v1/messages/batches", `{"type":"error","error":{"type":"not_found_error","message":"` + chain.NoRoute.Message + `"}}`},
+		} {
+			st, h, body := call{path: tc.path, body: `{}`}.do(t, p.url, key)
+			if st != 404 || h.Get("content-type") != "application/json" || strings.TrimSpace(body) != tc.want {
+				t.Errorf("%s: %d %q %s, want 404 application/json %s", tc.path, st, h.Get("content-type"), body, tc.want)
+			}
+		}
+	})
+}

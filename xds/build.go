@@ -29,7 +29,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -430,16 +432,15 @@ func (b *builder) routeConfig() *routev3.RouteConfiguration {
 		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 		Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{
 			Status: 404,
-			Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: noRouteBody}},
+			Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: string(apierr.Body(llmapi.OpenAI, chain.NoRoute))}},
 		}},
 	})
 	return &routev3.RouteConfiguration{Name: RouteName, VirtualHosts: []*routev3.VirtualHost{vh}}
 }
 
-// noRouteBody answers a request that reached the router without a routing
-// header Sluice set: ext_proc did not run on it (unknown_paths: pass, or a
-// route that skips Sluice), or it names no configured provider.
-const noRouteBody = `{"error":{"message":"no provider route: this request was not routed by Sluice (it is not an LLM API path Sluice handles, or names no configured provider)","type":"invalid_request_error","code":"no_route"}}` + "\n"
+// The no-provider route answers chain.NoRoute in OpenAI's shape; the
+// listener's local_reply_config gives it content-type application/json,
+// and Anthropic's shape on Anthropic's paths.
 
 // headerRoute routes requests whose routing header names name to cluster.
 // The router removes the routing header once it has routed on it

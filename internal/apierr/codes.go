@@ -46,6 +46,7 @@ const (
 	// local_reply_config (chain.LocalReply); body_too_large above is one.
 	CodeUpstreamTimeout     = "upstream_timeout"     // 504: the provider did not answer within the route's timeout
 	CodeUpstreamUnavailable = "upstream_unavailable" // 503: no healthy endpoint, or the connection failed before a response
+	CodeNoRoute             = "no_route"             // 404: the router met a request Sluice did not route (the no-provider route)
 
 	// Limits and budgets.
 	CodeRateLimited          = "rate_limited"          // 429: a request-rate window is full

@@ -59,6 +59,13 @@ type envoyReply struct {
 	message string
 }
 
+// NoRoute is the error of the listener's last route, a direct response
+// (details direct_response) to a request that reached the router without
+// a routing header Sluice set: ext_proc did not run on it, or it names no
+// configured provider.
+var NoRoute = &apierr.Error{Status: 404, Code: apierr.CodeNoRoute,
+	Message: "no provider route: this request was not routed by Sluice (it is not an LLM API path Sluice handles, or names no configured provider)"}
+
 func envoyReplies(maxBody int64) []envoyReply {
 	return []envoyReply{
 		// The listener's buffer (max_request_body_bytes + a margin) is
@@ -78,6 +85,11 @@ func envoyReplies(maxBody int64) []envoyReply {
 			message: "the provider is unavailable: no healthy endpoint"},
 		{details: "upstream_reset_before_response_started", prefix: true, status: 503, code: apierr.CodeUpstreamUnavailable,
 			message: "the provider is unavailable: the connection failed or was reset before a response"},
+		// The listener's no-provider route. Its body is already OpenAI's
+		// JSON, but a direct response gets content-type text/plain
+		// (Utility::prepareLocalReply sets it when no header did), and an
+		// Anthropic client needs Anthropic's shape.
+		{details: "direct_response", status: NoRoute.Status, code: NoRoute.Code, message: NoRoute.Message},
 	}
 }
 
