@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -48,7 +48,7 @@ func TestBodyLimitIsInclusive(t *testing.T) {
 		status int32 // 0: accepted
 	}{{99, 0}, {100, 0}, {101, 413}} {
 		p := NewProcessor(d)
-		ctx := context.Background()
+		ctx := testctx.Deadline(t)
 		p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
 		b := body(tt.size)
 		if len(b) != tt.size {

@@ -42,6 +42,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -373,7 +374,7 @@ func replay(t *testing.T, g *goldenFile) goldenRun {
 			if strings.HasPrefix(s.stream, "upstream") {
 				md.Append("x-sluice-upstream", "fallback")
 			}
-			ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(deadline(t), md))
+			ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(testctx.Deadline(t), md))
 			ps, err := client.Process(ctx)
 			if err != nil {
 				cancel()

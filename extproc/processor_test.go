@@ -21,6 +21,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -159,7 +160,7 @@ const chatJSON = `{"id":"x","object":"chat.completion","model":"gpt-4o-mini","ch
 // often it is cancelled (the golden files, driven over gRPC, can cancel a
 // stream only once; testdata/cancelled.txtar pins what it is charged).
 func TestCancelSettlesOnce(t *testing.T) {
-	ctx := context.Background()
+	ctx := testctx.Deadline(t)
 	d, led := newDeps(t)
 	p := NewProcessor(d)
 	p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
@@ -179,7 +180,7 @@ func TestCancelSettlesOnce(t *testing.T) {
 // admit the request again and leave the first reservation held): the
 // request is settled once and admission holds nothing after it.
 func TestMessagesOutOfOrder(t *testing.T) {
-	ctx := context.Background()
+	ctx := testctx.Deadline(t)
 	d, led := newDeps(t)
 	adm := d.Admitter.(*admission.Local)
 	body := reqBody(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
@@ -255,7 +256,7 @@ func BenchmarkProcessorStream20(b *testing.B) {
 // × n allows, the provider having reported no usage, is charged the cap,
 // not the tokenizer's count of the text.
 func TestCancelledOutputCapped(t *testing.T) {
-	ctx := context.Background()
+	ctx := testctx.Deadline(t)
 	d, led := newDeps(t)
 	p := NewProcessor(d)
 	p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
@@ -282,7 +283,7 @@ func respTrailers() *extprocsvc.ProcessingRequest {
 // the trailers reply carries the usage metadata, and a later Cancel
 // changes nothing. Trailers of an unmetered request are just answered.
 func TestTrailersEndTheResponse(t *testing.T) {
-	ctx := context.Background()
+	ctx := testctx.Deadline(t)
 	d, led := newDeps(t)
 	p := NewProcessor(d)
 	p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))

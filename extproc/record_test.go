@@ -13,13 +13,14 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/ledger/ledgertest"
+	"github.com/sluicegw/sluice/internal/testctx"
 )
 
 // chatOnce runs one non-streaming chat request whose headers carry
 // extra (x-request-id among them, or not) through a new processor.
 func chatOnce(t *testing.T, d *Deps, extra ...string) *extprocsvc.ProcessingResponse {
 	t.Helper()
-	ctx := context.Background()
+	ctx := testctx.Deadline(t)
 	p := NewProcessor(d)
 	h := append([]string{":method", "POST", ":path", "/v1/chat/completions", ":authority", "gw"}, extra...)
 	p.Handle(ctx, &extprocsvc.ProcessingRequest{MetadataContext: authzMeta("config:k"), Request: &extprocsvc.ProcessingRequest_RequestHeaders{
@@ -116,7 +117,7 @@ func (a admitCounting) Settle(ctx context.Context, g admission.Grant, u admissio
 // was 200, and charged what was delivered: message_start's input and the
 // text streamed.
 func TestProviderErrorMidStream(t *testing.T) {
-	ctx := context.Background()
+	ctx := testctx.Deadline(t)
 	d, led := newDeps(t)
 	p := NewProcessor(d)
 	p.Handle(ctx, reqHeaders("/v1/messages", false, authzMeta("config:k")))
@@ -148,7 +149,7 @@ func TestBadReportedUsage(t *testing.T) {
 		"int64 overflow":      `{"prompt_tokens":99999999999999999999,"completion_tokens":1}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
+			ctx := testctx.Deadline(t)
 			d, led := newDeps(t)
 			p := NewProcessor(d)
 			p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -73,7 +74,7 @@ func reserveDeps(t *testing.T) (*Deps, *spyAdmitter, *recordingLedger) {
 // claim holds max_tokens × n output tokens and their whole cost, and the
 // budget refuses it as more than it allows at all.
 func TestReserveNeverWraps(t *testing.T) {
-	ctx := context.Background()
+	ctx := testctx.Deadline(t)
 	for _, tc := range []struct {
 		name          string
 		maxTokens, n  int64

@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/testctx"
 )
 
 // mutation is a header mutation flattened for exact comparison: set
@@ -54,8 +54,8 @@ func TestWeightedDefaultRandom(t *testing.T) {
 	seen := map[string]int{}
 	for range 200 {
 		p := NewProcessor(d)
-		p.Handle(context.Background(), reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
-		r := p.Handle(context.Background(), reqBody(`{"model":"mix","messages":[]}`))
+		p.Handle(testctx.Deadline(t), reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
+		r := p.Handle(testctx.Deadline(t), reqBody(`{"model":"mix","messages":[]}`))
 		seen[setHeaders(r.GetRequestBody().GetResponse().GetHeaderMutation())[chain.RoutingHeader]]++
 	}
 	if len(seen) != 2 || seen["openai"] == 0 || seen["compat"] == 0 {

@@ -1,10 +1,11 @@
 package extproc
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/testctx"
 )
 
 // TestTimeToFirstToken: the record's TTFT is the time to the first
@@ -20,7 +21,7 @@ func TestTimeToFirstToken(t *testing.T) {
 		{"an empty chunk first", true, 3 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := context.Background()
+			ctx := testctx.Deadline(t)
 			d, led := newDeps(t)
 			clock := t0
 			d.Now = func() time.Time { return clock }
@@ -55,7 +56,7 @@ func TestLedgerErrorsCounted(t *testing.T) {
 		want float64
 	}{{"stored", nil, 0}, {"refused", errors.New("disk full"), 1}} {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := context.Background()
+			ctx := testctx.Deadline(t)
 			d, led := newDeps(t)
 			led.err = tt.err
 			p := NewProcessor(d)

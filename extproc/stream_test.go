@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/internal/grpcguard"
+	"github.com/sluicegw/sluice/internal/testctx"
 )
 
 // fakeStream is an ext_proc stream that delivers msgs, then err.
@@ -56,7 +57,7 @@ func TestProcessReturnsStreamErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d, led := newDeps(t)
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(testctx.Deadline(t))
 			defer cancel()
 			if tt.ctxEnded {
 				cancel()
@@ -103,7 +104,7 @@ func TestPanicLogNamesTheStream(t *testing.T) {
 			d.Auth = panickingAuth{}
 			var logs bytes.Buffer
 			g := grpcguard.New(slog.New(slog.NewTextHandler(&logs, nil)), prometheus.NewRegistry())
-			s := &fakeStream{ctx: context.Background(), err: io.EOF, msgs: []*extprocsvc.ProcessingRequest{
+			s := &fakeStream{ctx: testctx.Deadline(t), err: io.EOF, msgs: []*extprocsvc.ProcessingRequest{
 				{Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{Headers: hdrs(tt.headers...)}}},
 			}}
 			err := g.Stream(nil, s, &grpc.StreamServerInfo{FullMethod: "/envoy.service.ext_proc.v3.ExternalProcessor/Process"},

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/testctx"
 )
 
 // Backend is a ledger under test: what every backend is.
@@ -280,7 +281,7 @@ func testInvalidRecord(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 		"negative cost":          with(func(r *ledger.Record) { r.CostMicros = -1 }),
 		"negative ttft":          with(func(r *ledger.Record) { r.TTFT = -time.Nanosecond }),
 	} {
-		if err := l.Append(t.Context(), r); !errors.Is(err, ledger.ErrInvalid) {
+		if err := l.Append(testctx.Deadline(t), r); !errors.Is(err, ledger.ErrInvalid) {
 			t.Errorf("%s: Append = %v; want ErrInvalid", name, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/ledger/ledgertest"
 	"github.com/sluicegw/sluice/internal/sqlitedb"
+	"github.com/sluicegw/sluice/internal/testctx"
 )
 
 // checkAggregates fails the test unless l's aggregates are the sums of
@@ -119,7 +120,7 @@ func TestMigrationBackfill(t *testing.T) {
 	more := []ledger.Record{record("req_new_1"), record("req_new_2"), recs[1]}
 	more[2].CostMicros++ // a duplicate with another cost: ignored
 	for _, r := range more {
-		if err := l.Append(t.Context(), r); err != nil {
+		if err := l.Append(testctx.Deadline(t), r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -169,7 +170,7 @@ func TestAggregateFailureWritesNothing(t *testing.T) {
 				stop := start(t, seed)
 				r := record("req_seed")
 				r.StartedAt = r.StartedAt.Add(time.Minute) // same bucket as the batch
-				if err := errors.Join(seed.Append(t.Context(), r), stop()); err != nil {
+				if err := errors.Join(seed.Append(testctx.Deadline(t), r), stop()); err != nil {
 					t.Fatal(err)
 				}
 				seeded = 1
@@ -214,7 +215,7 @@ func TestAggregateFailureWritesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, r := range batch {
-				if err := l.Append(t.Context(), r); err != nil {
+				if err := l.Append(testctx.Deadline(t), r); err != nil {
 					t.Fatalf("retry: %v", err)
 				}
 			}
@@ -238,7 +239,7 @@ func TestAggregateOverflow(t *testing.T) {
 	stop := start(t, seed)
 	big := record("req_big")
 	big.KeyID, big.Team, big.Org, big.CostMicros = "key_big", "team_big", "org_big", math.MaxInt64-100
-	if err := errors.Join(seed.Append(t.Context(), big), stop()); err != nil {
+	if err := errors.Join(seed.Append(testctx.Deadline(t), big), stop()); err != nil {
 		t.Fatal(err)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/testctx"
 )
 
 // The tests here pin down how the committer fails: what Run returns when
@@ -23,7 +24,7 @@ import (
 // Run's error and the Appends' errors by RequestID.
 func drain(t *testing.T, l *Ledger, recs ...ledger.Record) (error, map[string]error) {
 	t.Helper()
-	wait := appendAsync(deadline(t), l, recs...)
+	wait := appendAsync(testctx.Deadline(t), l, recs...)
 	waitQueued(t, l, len(recs))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -34,7 +35,7 @@ func drain(t *testing.T, l *Ledger, recs ...ledger.Record) (error, map[string]er
 // storedIDs are the RequestIDs in l, in the Reader's order.
 func storedIDs(t *testing.T, l *Ledger) []string {
 	t.Helper()
-	got, err := l.Records(deadline(t), ledger.Filter{})
+	got, err := l.Records(testctx.Deadline(t), ledger.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func TestRolledBackAlready(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait := appendAsync(deadline(t), l, record("req_a"), record("req_bad"), record("req_c"))
+	wait := appendAsync(testctx.Deadline(t), l, record("req_a"), record("req_bad"), record("req_c"))
 	waitQueued(t, l, 3)
 	start(t, l)
 	errs := wait()
@@ -196,16 +197,16 @@ func TestRunCannotPrepare(t *testing.T) {
 	if _, err := l.db.ExecContext(t.Context(), `ALTER TABLE spend_agg RENAME TO spend_agg_gone`); err != nil {
 		t.Fatal(err)
 	}
-	wait := appendAsync(deadline(t), l, record("req_a"))
+	wait := appendAsync(testctx.Deadline(t), l, record("req_a"))
 	waitQueued(t, l, 1)
-	err := l.Run(deadline(t))
+	err := l.Run(testctx.Deadline(t))
 	if err == nil || !strings.Contains(err.Error(), "no such table") {
 		t.Errorf("Run = %v; want the prepare's error", err)
 	}
 	if err := wait()["req_a"]; err == nil || !strings.Contains(err.Error(), "no such table") {
 		t.Errorf("Append = %v; want Run's error", err)
 	}
-	if err := l.Append(t.Context(), record("req_after")); !errors.Is(err, ledger.ErrClosed) {
+	if err := l.Append(testctx.Deadline(t), record("req_after")); !errors.Is(err, ledger.ErrClosed) {
 		t.Errorf("Append after Run failed = %v; want ErrClosed", err)
 	}
 }
@@ -217,7 +218,7 @@ func TestRunCannotPrepare(t *testing.T) {
 func TestQueueHoldsFourBatches(t *testing.T) {
 	const maxBatch, n = 300, 1100 // 1024 < n <= 4*maxBatch
 	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{MaxBatch: maxBatch})
-	wait := appendAsync(deadline(t), l, numbered(n)...)
+	wait := appendAsync(testctx.Deadline(t), l, numbered(n)...)
 	waitQueued(t, l, n)
 	start(t, l)
 	for id, err := range wait() {

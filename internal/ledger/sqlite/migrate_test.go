@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/sqlitedb"
+	"github.com/sluicegw/sluice/internal/testctx"
 )
 
 // insertV1 writes r as the releases before schema version 3 did: the
@@ -55,7 +56,7 @@ func TestMigrationClientRequestID(t *testing.T) {
 	c := record("0190a4b2-0000-7000-8000-000000000001")
 	c.ClientRequestID, c.ErrorType = "client-id-a", "overloaded_error"
 	c.StartedAt = c.StartedAt.Add(1)
-	if err := l.Append(t.Context(), c); err != nil {
+	if err := l.Append(testctx.Deadline(t), c); err != nil {
 		t.Fatal(err)
 	}
 	got, err := l.Records(t.Context(), ledger.Filter{})

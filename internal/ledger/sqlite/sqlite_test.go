@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/ledger/ledgertest"
+	"github.com/sluicegw/sluice/internal/testctx"
 )
 
 // database/sql's connection opener goroutine ends with DB.Close, the
@@ -186,7 +187,7 @@ func TestDurableWhenAppendReturns(t *testing.T) {
 	other := openTest(t, path, Options{})
 	for i := range 5 {
 		id := fmt.Sprintf("req_%d", i)
-		if err := l.Append(t.Context(), record(id)); err != nil {
+		if err := l.Append(testctx.Deadline(t), record(id)); err != nil {
 			t.Fatal(err)
 		}
 		got, err := other.Records(t.Context(), ledger.Filter{})
@@ -207,7 +208,7 @@ func TestReopen(t *testing.T) {
 	}
 	stop := start(t, l)
 	want := record("req_kept")
-	appendErr := l.Append(t.Context(), want)
+	appendErr := l.Append(testctx.Deadline(t), want)
 	if err := errors.Join(appendErr, stop(), l.Close()); err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +279,7 @@ func TestBatching(t *testing.T) {
 	for g := range appenders {
 		wg.Go(func() {
 			for i := range each {
-				if err := l.Append(t.Context(), record(fmt.Sprintf("req_%02d_%02d", g, i))); err != nil {
+				if err := l.Append(testctx.Deadline(t), record(fmt.Sprintf("req_%02d_%02d", g, i))); err != nil {
 					errs[g] = err
 					return
 				}
@@ -327,7 +328,7 @@ func TestAppendWithoutRun(t *testing.T) {
 	}
 	start(t, l)
 	// The queue is FIFO: once this one is committed, so is req_early.
-	if err := l.Append(t.Context(), record("req_late")); err != nil {
+	if err := l.Append(testctx.Deadline(t), record("req_late")); err != nil {
 		t.Fatal(err)
 	}
 	got, err := l.Records(t.Context(), ledger.Filter{})
@@ -358,7 +359,7 @@ func TestRunDrainsOnCancel(t *testing.T) {
 	if records, commits := l.Stats(); records != 40 || commits != 3 {
 		t.Errorf("Stats = %d records, %d commits; want 40, 3", records, commits)
 	}
-	if err := l.Append(t.Context(), record("req_after")); !errors.Is(err, ledger.ErrClosed) {
+	if err := l.Append(testctx.Deadline(t), record("req_after")); !errors.Is(err, ledger.ErrClosed) {
 		t.Errorf("Append after Run returned = %v; want ErrClosed", err)
 	}
 	if err := l.Run(t.Context()); !errors.Is(err, ledger.ErrClosed) {
@@ -372,7 +373,7 @@ func TestMaxWait(t *testing.T) {
 	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{MaxBatch: 1000, MaxWait: 20 * time.Millisecond})
 	start(t, l)
 	begin := time.Now()
-	if err := l.Append(t.Context(), record("req_lone")); err != nil {
+	if err := l.Append(testctx.Deadline(t), record("req_lone")); err != nil {
 		t.Fatal(err)
 	}
 	// Only the lower bound is asserted: an upper one would be a timed
@@ -386,7 +387,7 @@ func TestRunTwice(t *testing.T) {
 	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{})
 	start(t, l)
 	// The first Run has started once an Append returns.
-	if err := l.Append(t.Context(), record("req_1")); err != nil {
+	if err := l.Append(testctx.Deadline(t), record("req_1")); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "already running") {
@@ -466,7 +467,7 @@ func TestFailedBatch(t *testing.T) {
 	}
 	// The caller retries without the poison.
 	for _, r := range batch[:5] {
-		if err := l.Append(t.Context(), r); err != nil {
+		if err := l.Append(testctx.Deadline(t), r); err != nil {
 			t.Fatalf("retry: %v", err)
 		}
 	}
@@ -489,7 +490,7 @@ func TestUnstorableTimes(t *testing.T) {
 	} {
 		r := record("req_" + name)
 		f(&r)
-		if err := l.Append(t.Context(), r); !errors.Is(err, ledger.ErrInvalid) || !strings.Contains(err.Error(), "cannot be stored") {
+		if err := l.Append(testctx.Deadline(t), r); !errors.Is(err, ledger.ErrInvalid) || !strings.Contains(err.Error(), "cannot be stored") {
 			t.Errorf("%s: Append = %v; want ErrInvalid, cannot be stored", name, err)
 		}
 	}

@@ -1,21 +1,12 @@
 package sqlite
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
 	"time"
-)
 
-// deadline is the test's context, ended after a bound no passing run
-// comes near: an Append whose commit never comes fails the test with its
-// context's error instead of hanging the suite until go test's timeout.
-func deadline(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+	"github.com/sluicegw/sluice/internal/testctx"
+)
 
 // TestFullBatchWakesTheCommitter: with a MaxWait far away, the Append
 // that fills a batch wakes the committer, which commits the batch at
@@ -23,7 +14,7 @@ func deadline(t *testing.T) context.Context {
 func TestFullBatchWakesTheCommitter(t *testing.T) {
 	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{MaxBatch: 4, MaxWait: time.Hour})
 	start(t, l)
-	ctx := deadline(t)
+	ctx := testctx.Deadline(t)
 	recs := numbered(4)
 	wait := appendAsync(ctx, l, recs[:3]...)
 	waitQueued(t, l, 3)
