@@ -127,8 +127,14 @@ func TestApplyErrors(t *testing.T) {
 		{`{"model":"a"}{}`, apierr.CodeInvalidJSON, "invalid JSON at byte 13: invalid character '{' after top-level value"},
 		{`{"stream_options":{"include_usage":tru}}`, apierr.CodeInvalidJSON, "invalid JSON at byte 38: invalid character '}' in literal true (expecting 'e')"},
 		{"{\"x\":\"\xff\"}", apierr.CodeInvalidUTF8, "invalid UTF-8 in a string at byte 6"},
+		// cut short right after a model of the new one's length, or after
+		// stream_options' colon: nothing is read past the body's end
+		{`{"model":"a"`, apierr.CodeInvalidJSON, "invalid JSON at byte 12: unexpected end of input"},
+		{`{"stream_options":`, apierr.CodeInvalidJSON, "invalid JSON at byte 18: unexpected end of input"},
 	} {
-		_, err := Apply([]byte(tc.body), Rewrite{Model: "b", ForceIncludeUsage: true})
+		body := []byte(tc.body)
+		body = body[:len(body):len(body)] // no spare capacity to read into
+		_, err := Apply(body, Rewrite{Model: "b", ForceIncludeUsage: true})
 		var e *apierr.Error
 		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
 			t.Errorf("Apply(%q) = %v, want %s: %s", tc.body, err, tc.code, tc.msg)
@@ -190,6 +196,51 @@ func TestApplyFixtures(t *testing.T) {
 			}
 			if want := strings.Replace(string(r.body), old, `"model": "upstream-model"`, 1); string(out) != want {
 				t.Errorf("Apply:\n got %s\nwant %s", out, want)
+			}
+		})
+	}
+}
+
+// TestApplyAllocatesOnceAtExactLength: a rewritten body is allocated once,
+// with capacity exactly its length. That holds only if every edit's size
+// is exact: a quoted model with each escape form (two bytes, six for a
+// control character or a byte of invalid UTF-8, a multi-byte rune or a
+// literal U+FFFD as it is), an inserted member with its comma, indentation
+// and key, and a removed run of members. Too small and append regrows the
+// buffer (a second allocation); too large and a 1 MB body carries slack.
+func TestApplyAllocatesOnceAtExactLength(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		rw       Rewrite
+		want     string
+	}{
+		{name: "model with every escape", in: `{"model":"a"}`, rw: Rewrite{Model: "x\"\\\n\r\t\x01\x1fy"},
+			want: `{"model":"x\"\\\n\r\t\u0001\u001fy"}`},
+		{name: "model with multi-byte runes and invalid UTF-8", in: `{"model":"a"}`, rw: Rewrite{Model: "é中😀\xff\x80\uFFFD"},
+			want: `{"model":"é中😀\ufffd\ufffd` + "\uFFFD" + `"}`},
+		{name: "model and stream_options added after a pretty-printed member", in: "{\n  \"a\": 1\n}",
+			rw:   Rewrite{Model: "b", ForceIncludeUsage: true},
+			want: "{\n  \"a\": 1,\n  \"model\":\"b\",\n  " + usageTrue + "\n}"},
+		{name: "models removed, include_usage made true and added", rw: Rewrite{DropModel: true, ForceIncludeUsage: true},
+			in:   `{"model":"x","a":1,"stream_options":{"include_usage":false},"model":"y","stream_options":{"z":0}}`,
+			want: `{"a":1,"stream_options":{"include_usage":true},"stream_options":{"include_usage":true,"z":0}}`},
+		{name: "non-object stream_options replaced", rw: Rewrite{ForceIncludeUsage: true},
+			in: `{"stream_options":[1,2]}`, want: `{` + usageTrue + `}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := []byte(tc.in)
+			var got []byte
+			allocs := testing.AllocsPerRun(10, func() {
+				var err error
+				if got, err = Apply(in, tc.rw); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if string(got) != tc.want {
+				t.Fatalf("Apply:\n got %s\nwant %s", got, tc.want)
+			}
+			if allocs != 1 || cap(got) != len(got) {
+				t.Errorf("Apply: %v allocations, capacity %d for %d bytes; want 1 allocation of exactly the output", allocs, cap(got), len(got))
 			}
 		})
 	}

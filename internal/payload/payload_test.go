@@ -2,6 +2,7 @@ package payload
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -177,6 +178,15 @@ func TestParse(t *testing.T) {
 		body: "\t{ \"metadata\" : {\"model\":5}, \"model\" :\n\"a\", \"max_tokens\": -0, \"max_completion_tokens\": 4294967295, \"n\": 128 }\r\n",
 		want: Request{Model: "a", MaxOutputTokens: 4294967295, InputTokens: 3, N: 128},
 	}, {
+		name: "a model of the longest length", ep: llmapi.Unknown, body: `{"model":"` + strings.Repeat("m", MaxModelLen) + `"}`,
+		want: Request{Model: strings.Repeat("m", MaxModelLen), MaxOutputTokens: -1, N: 1},
+	}, {
+		name: "an escaped model of the longest length", ep: llmapi.Unknown, body: `{"model":"` + strings.Repeat(`\u006d`, MaxModelLen) + `"}`,
+		want: Request{Model: strings.Repeat("m", MaxModelLen), MaxOutputTokens: -1, N: 1},
+	}, {
+		name: "a space is no control character", ep: llmapi.Unknown, body: `{"model":" my model~"}`,
+		want: Request{Model: " my model~", MaxOutputTokens: -1, N: 1},
+	}, {
 		name: "lone surrogates decode to U+FFFD", ep: llmapi.Completions,
 		body: `{"model":"m\ud800x\udc00","prompt":"\ud800"}`,
 		want: Request{Model: "m\uFFFDx\uFFFD", MaxOutputTokens: -1, InputTokens: 1, N: 1},
@@ -204,6 +214,63 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestParseReadsEachFieldOnItsEndpoints: every top-level key Parse reads
+// counts on exactly the endpoints whose API has it, and on an unknown
+// endpoint, which reads them all; anywhere else it is an unread member
+// (validated, free). The estimate's fields are told apart by the tokens
+// they add: a text field its string, a size field its raw JSON.
+func TestParseReadsEachFieldOnItsEndpoints(t *testing.T) {
+	const (
+		unknown = llmapi.Unknown
+		chat    = llmapi.ChatCompletions
+		compl   = llmapi.Completions
+		embed   = llmapi.Embeddings
+		resp    = llmapi.Responses
+		msgs    = llmapi.Messages
+	)
+	text := func(r *Request) { r.InputTokens += 2 } // "abcdefgh"
+	size := func(r *Request) { r.InputTokens += 4 } // 13 bytes of JSON
+	for _, tc := range []struct {
+		key, val string
+		on       []llmapi.Endpoint
+		read     func(*Request)
+	}{
+		{"stream", `true`, []llmapi.Endpoint{unknown, chat, compl, resp, msgs}, func(r *Request) { r.Stream = true }},
+		{"max_tokens", `7`, []llmapi.Endpoint{unknown, chat, compl, msgs}, func(r *Request) { r.MaxOutputTokens = 7 }},
+		{"max_completion_tokens", `7`, []llmapi.Endpoint{unknown, chat, compl}, func(r *Request) { r.MaxOutputTokens = 7 }},
+		{"max_output_tokens", `7`, []llmapi.Endpoint{unknown, resp}, func(r *Request) { r.MaxOutputTokens = 7 }},
+		{"n", `3`, []llmapi.Endpoint{unknown, chat, compl}, func(r *Request) { r.N = 3 }},
+		{"stream_options", `{"include_usage":true}`, []llmapi.Endpoint{unknown, chat, compl}, func(r *Request) { r.IncludeUsage = true }},
+		{"messages", `"abcdefgh"`, []llmapi.Endpoint{unknown, chat, msgs}, text},
+		{"input", `"abcdefgh"`, []llmapi.Endpoint{unknown, embed, resp}, text},
+		{"prompt", `"abcdefgh"`, []llmapi.Endpoint{unknown, compl}, text},
+		{"suffix", `"abcdefgh"`, []llmapi.Endpoint{unknown, compl}, text},
+		{"system", `"abcdefgh"`, []llmapi.Endpoint{unknown, msgs}, text},
+		{"instructions", `"abcdefgh"`, []llmapi.Endpoint{unknown, resp}, text},
+		{"tools", `{"abcd":1234}`, []llmapi.Endpoint{unknown, chat, resp, msgs}, size},
+		{"functions", `{"abcd":1234}`, []llmapi.Endpoint{unknown, chat}, size},
+		{"response_format", `{"abcd":1234}`, []llmapi.Endpoint{unknown, chat}, size},
+		{"text", `{"abcd":1234}`, []llmapi.Endpoint{unknown, resp}, size},
+	} {
+		for _, ep := range []llmapi.Endpoint{unknown, chat, compl, embed, resp, msgs} {
+			want := Request{Model: "m", MaxOutputTokens: -1, N: 1}
+			if ep == chat || ep == resp || ep == msgs {
+				want.InputTokens = perRequestTokens
+			}
+			if slices.Contains(tc.on, ep) {
+				tc.read(&want)
+			}
+			body := `{"model":"m","` + tc.key + `":` + tc.val + `}`
+			got, err := Parse(ep, []byte(body))
+			if err != nil {
+				t.Errorf("Parse(%v, %s): %v", ep, body, err)
+			} else if got != want {
+				t.Errorf("Parse(%v, %s) = %+v, want %+v", ep, body, got, want)
+			}
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	deep := strings.Repeat(`{"a":`, 129) + "1" + strings.Repeat("}", 129)
 	tooDeep := `{"model":"m","x":` + strings.Repeat("[", 128) + strings.Repeat("]", 128) + "}"
@@ -223,6 +290,18 @@ func TestParseErrors(t *testing.T) {
 
 		{0, `{"model":"a",}`, apierr.CodeInvalidJSON, "invalid JSON at byte 13: invalid character '}' looking for beginning of object key string"},
 		{0, `{"model":"a"`, apierr.CodeInvalidJSON, "invalid JSON at byte 12: unexpected end of input"},
+		// cut short wherever the scanner looks at the next byte (an
+		// object's first member, a key's colon, a value, a media string's
+		// content, an array's first and next element, a number's digits):
+		// the end is reported, nothing past it is read
+		{0, `{`, apierr.CodeInvalidJSON, "invalid JSON at byte 1: unexpected end of input"},
+		{0, `{"model"`, apierr.CodeInvalidJSON, "invalid JSON at byte 8: unexpected end of input"},
+		{0, `{"model":`, apierr.CodeInvalidJSON, "invalid JSON at byte 9: unexpected end of input"},
+		{0, `{"x":`, apierr.CodeInvalidJSON, "invalid JSON at byte 5: unexpected end of input"},
+		{llmapi.ChatCompletions, `{"messages":[{"url":"x"`, apierr.CodeInvalidJSON, "invalid JSON at byte 23: unexpected end of input"},
+		{llmapi.ChatCompletions, `{"messages":[`, apierr.CodeInvalidJSON, "invalid JSON at byte 13: unexpected end of input"},
+		{0, `{"x":[1`, apierr.CodeInvalidJSON, "invalid JSON at byte 7: unexpected end of input"},
+		{0, `{"x":1.`, apierr.CodeInvalidJSON, "invalid JSON at byte 7: unexpected end of input"},
 		{0, `{"model":"a`, apierr.CodeInvalidJSON, "invalid JSON at byte 11: unexpected end of input"},
 		{0, `{"model":"a"} x`, apierr.CodeInvalidJSON, "invalid JSON at byte 14: invalid character 'x' after top-level value"},
 		{0, `[1] {`, apierr.CodeInvalidJSON, "invalid JSON at byte 4: invalid character '{' after top-level value"},
@@ -273,6 +352,8 @@ func TestParseErrors(t *testing.T) {
 		{llmapi.ChatCompletions, `{"model":"a","max_tokens":"10"}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got a string`},
 		{llmapi.ChatCompletions, `{"model":"a","max_tokens":4294967296}`, apierr.CodeIntegerAboveMax, `"max_tokens" must be a non-negative integer (at most 4294967295), got 4294967296`},
 		{llmapi.ChatCompletions, `{"model":"a","max_tokens":123456789012345678901234567890123456789}`, apierr.CodeIntegerAboveMax, `"max_tokens" must be a non-negative integer (at most 4294967295), got 12345678901234567890123456789012…`},
+		// 32 bytes are quoted whole
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":12345678901234567890123456789012}`, apierr.CodeIntegerAboveMax, `"max_tokens" must be a non-negative integer (at most 4294967295), got 12345678901234567890123456789012`},
 		{llmapi.Completions, `{"model":"a","max_completion_tokens":true}`, apierr.CodeInvalidField, `"max_completion_tokens" must be a non-negative integer (at most 4294967295), got a boolean`},
 		{llmapi.Responses, `{"model":"a","max_output_tokens":[]}`, apierr.CodeInvalidField, `"max_output_tokens" must be a non-negative integer (at most 4294967295), got an array`},
 		{llmapi.Messages, `{"model":"a","max_tokens":{}}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got an object`},
@@ -284,12 +365,15 @@ func TestParseErrors(t *testing.T) {
 		{llmapi.ChatCompletions, `{"model":"b","ſtream":true}`, apierr.CodeInvalidField, `top-level key "ſtream" differs from "stream" only in case; send "stream"`},
 		{llmapi.Messages, `{"model":"b","max_to\u212aens":9}`, apierr.CodeInvalidField, "top-level key \"max_to\u212aens\" differs from \"max_tokens\" only in case; send \"max_tokens\""},
 		{llmapi.Completions, `{"model":"b","N":2}`, apierr.CodeInvalidField, `top-level key "N" differs from "n" only in case; send "n"`},
+		{llmapi.ChatCompletions, `{"model":"b","Stream_Options":{}}`, apierr.CodeInvalidField, `top-level key "Stream_Options" differs from "stream_options" only in case; send "stream_options"`},
 		// the first bad field is reported
 		{llmapi.ChatCompletions, `{"model":"a","n":0,"stream":0}`, apierr.CodeIntegerBelowMin, `"n" must be an integer from 1 to 128, got 0`},
 		{llmapi.ChatCompletions, `{"stream":0}`, apierr.CodeInvalidField, `"stream" must be a boolean, got a number`},
 	} {
 		t.Run(tc.code+"/"+clip([]byte(tc.body), 40), func(t *testing.T) {
-			_, err := Parse(tc.ep, []byte(tc.body))
+			body := []byte(tc.body)
+			body = body[:len(body):len(body)] // no spare capacity to read into
+			_, err := Parse(tc.ep, body)
 			var e *apierr.Error
 			if !errors.As(err, &e) {
 				t.Fatalf("Parse(%q) = %v, want an *apierr.Error", tc.body, err)
@@ -428,3 +512,25 @@ func TestParseAllocs(t *testing.T) {
 		}
 	}
 }
+
+// Equivalent mutants gremlins leaves alive in this package:
+//   - apply.go, Apply: "members++" as "members--": members is read only as
+//     "members == 0", which holds on the first member either way and
+//     never again (1, 2, … or -1, -2, …).
+//   - apply.go, Apply: "runStart < 0" as "<= 0", "runStart >= 0" as "> 0"
+//     (twice): runStart is -1 or a key's offset, and every key follows
+//     the top-level '{', so runStart is never 0.
+//   - payload.go, foldedField: "len(key) > 3*len(...)" as ">=": they differ
+//     only for a 63-byte key, and the longest key equal under Unicode
+//     simple folding to a field name is 24 bytes ("max_completion_tokens"
+//     with U+212A for k and U+017F for s), so such a key matches none.
+//   - payload.go, Parse: "MaxOutputTokens: -1" as "1" (INVERT_NEGATIVES,
+//     ARITHMETIC_BASE): req.MaxOutputTokens is set from the three caps
+//     before Parse returns req, and every error returns Request{}, so the
+//     initial value is never read.
+//   - scan.go, decodedPrefix: "r >= utf8.RuneSelf" as ">": only \u0080
+//     differs, whose byte 0x80 then goes into the prefix instead of
+//     ending it. The prefix is only compared with ASCII (HasPrefix with
+//     "https://", "data:image/", "image/" …, and "whole &&
+//     isAudioFormat(p)"), which 0x80 matches nowhere, so every comparison
+//     comes out as before.
