@@ -16,6 +16,13 @@ threshold=$1 workers=$2
 shift 2
 out=${MUTATION_OUT:-bin/mutation}
 mkdir -p "$out"
+# Gremlins tests a copy of the module in a temporary directory, with no
+# ../shared beside it: point the fixture tests at the recorded traffic so
+# that they run (and count) there too.
+if [ -z "${SLUICE_FIXTURES:-}" ] && [ -d ../shared/fixtures/openai ]; then
+	SLUICE_FIXTURES=$(cd ../shared/fixtures/openai && pwd)
+	export SLUICE_FIXTURES
+fi
 summary=()
 fail=0
 for p in "$@"; do
