@@ -238,8 +238,9 @@ func TestUpstreamTLS(t *testing.T) {
 				}
 				select {
 				case r := <-srv.got:
-					if r.Proto != c.wantProto || r.TLS == nil {
-						t.Errorf("the server saw %s (TLS %v), want %s over TLS", r.Proto, r.TLS != nil, c.wantProto)
+					alpn := tc.GetCommonTlsContext().GetAlpnProtocols()[0]
+					if r.Proto != c.wantProto || r.TLS == nil || r.TLS.NegotiatedProtocol != alpn {
+						t.Errorf("the server saw %s (TLS %+v), want %s over TLS with ALPN %s", r.Proto, r.TLS, c.wantProto, alpn)
 					}
 				default:
 					t.Error("the server's handler saw no request")
@@ -330,6 +331,7 @@ func TestUpstreamTLSLoad(t *testing.T) {
 		{"a CA file that does not exist", withVC(func(vc *tlsv3.CertificateValidationContext) {
 			vc.TrustedCa = &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: noCert + ".missing"}}
 		}), "common_tls_context.validation_context.trusted_ca: open " + noCert + ".missing: no such file or directory"},
+		{"no common_tls_context: TLS without verification or ALPN", &tlsv3.UpstreamTlsContext{Sni: tlsHost}, ""},
 		{"an inline trusted_ca", withVC(func(vc *tlsv3.CertificateValidationContext) {
 			vc.TrustedCa = &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: string(ca.PEM())}}
 		}), ""},
