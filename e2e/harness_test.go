@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/envoy/envoytest"
 	"github.com/sluicegw/sluice/internal/logbuf"
+	"github.com/sluicegw/sluice/internal/testtls"
 )
 
 func serveGRPC(t *testing.T, register func(*grpc.Server)) string {
@@ -47,6 +49,24 @@ func mockProvider(t *testing.T, opts mockllm.Options) (*mockllm.Server, string) 
 	go func() { done <- m.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return m, ln.Addr().String()
+}
+
+// mockTLSProvider runs the mock LLM provider on 127.0.0.1:0 behind TLS
+// with cert (ALPN http/1.1), recording the ClientHellos it sees.
+func mockTLSProvider(t *testing.T, opts mockllm.Options, cert tls.Certificate) (*mockllm.Server, string, *testtls.Hellos) {
+	t.Helper()
+	m := mockllm.New(opts)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hellos := &testtls.Hellos{}
+	tln := tls.NewListener(ln, testtls.ServerConfig(cert, []string{"http/1.1"}, hellos))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Serve(ctx, tln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return m, ln.Addr().String(), hellos
 }
 
 func staticCluster(t *testing.T, name, addr string, http2 bool) *clusterv3.Cluster {

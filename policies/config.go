@@ -117,6 +117,12 @@ type Provider struct {
 	// self-hosted servers: the Envoy cluster is then EDS over these
 	// instead of DNS resolution of base_url's host.
 	Endpoints []string `yaml:"endpoints"`
+	// CAFile is the PEM bundle of the CA certificates Envoy verifies an
+	// https provider's certificate with, for a provider behind a private
+	// CA: an absolute path on Envoy's machine, the same on every node
+	// group. Default (nil): the node group's upstream_ca_file, else
+	// xds.upstream_ca_file. Refused for an http base_url.
+	CAFile *string `yaml:"ca_file"`
 	// HTTP2 makes Envoy speak HTTP/2 to the provider (default HTTP/1.1).
 	HTTP2 bool `yaml:"http2"`
 	// ConnectTimeout bounds a TCP (and TLS) connect. Default 5s.
@@ -177,6 +183,11 @@ type XDS struct {
 	// GRPCListener names the api_listener served to proxyless gRPC
 	// clients (grpc-go dials xds:///<name>). Default "sluice-grpc".
 	GRPCListener string `yaml:"grpc_listener"`
+	// UpstreamCAFile is the PEM bundle of the CA certificates Envoy
+	// verifies https providers' certificates with (the clusters'
+	// trusted_ca): an absolute path on Envoy's machine, which Sluice never
+	// opens. Default DefaultUpstreamCAFile.
+	UpstreamCAFile string `yaml:"upstream_ca_file"`
 	// NodeGroups give groups of Envoy nodes their own listener address and
 	// Sluice addresses. The first group that matches a node wins; nodes
 	// that match none share the top-level configuration.
@@ -196,7 +207,17 @@ type NodeGroup struct {
 	Envoy string `yaml:"envoy"`
 	// SluiceAddresses overrides xds.sluice_addresses for the group.
 	SluiceAddresses []string `yaml:"sluice_addresses"`
+	// UpstreamCAFile overrides xds.upstream_ca_file for the group, whose
+	// Envoys run on a distribution that keeps the system bundle elsewhere
+	// (RHEL-family: /etc/pki/tls/certs/ca-bundle.crt). A provider's own
+	// ca_file still wins.
+	UpstreamCAFile *string `yaml:"upstream_ca_file"`
 }
+
+// DefaultUpstreamCAFile is the system CA bundle of Debian, Ubuntu, Alpine
+// and the official Envoy images (Ubuntu-based), which Envoy verifies https
+// providers with unless xds.upstream_ca_file says otherwise.
+const DefaultUpstreamCAFile = "/etc/ssl/certs/ca-certificates.crt"
 
 // Model is a public model name (and its aliases) that clients ask for, and
 // where requests for it go.

@@ -52,3 +52,40 @@ models:
 		}
 	}
 }
+
+// TestCAFileSettings: xds.upstream_ca_file defaults to the Debian/Ubuntu
+// bundle; a provider's ca_file and a node group's upstream_ca_file are
+// kept when set and left unset (nil, "inherit") otherwise.
+func TestCAFileSettings(t *testing.T) {
+	doc := `
+providers:
+  - {name: public, kind: openai-compatible, base_url: "https://llm.example"}
+  - {name: corp, kind: openai-compatible, base_url: "https://llm.corp.example", ca_file: /etc/sluice/corp-ca.pem}
+models:
+  - {name: m, provider: public}
+xds:
+  node_groups:
+    - {name: rhel, cluster: "rhel-*", upstream_ca_file: /etc/pki/tls/certs/ca-bundle.crt}
+    - {name: plain, cluster: "plain-*"}
+`
+	cfg, err := Parse([]byte(doc), "sluice.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := Compile(cfg, "sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snap.XDS().UpstreamCAFile; got != "/etc/ssl/certs/ca-certificates.crt" {
+		t.Errorf("xds.upstream_ca_file = %q, want the default %q", got, "/etc/ssl/certs/ca-certificates.crt")
+	}
+	public, _ := snap.Provider("public")
+	corp, _ := snap.Provider("corp")
+	if public.CAFile != nil || corp.CAFile == nil || *corp.CAFile != "/etc/sluice/corp-ca.pem" {
+		t.Errorf("ca_file: public %v, corp %v", public.CAFile, corp.CAFile)
+	}
+	groups := snap.XDS().NodeGroups
+	if groups[0].UpstreamCAFile == nil || *groups[0].UpstreamCAFile != "/etc/pki/tls/certs/ca-bundle.crt" || groups[1].UpstreamCAFile != nil {
+		t.Errorf("node group upstream_ca_file: %v, %v", groups[0].UpstreamCAFile, groups[1].UpstreamCAFile)
+	}
+}

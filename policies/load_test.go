@@ -117,7 +117,7 @@ func TestDefault(t *testing.T) {
 		Store:   Store{SQLite: "sluice.db"},
 		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
 		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
-		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc"},
+		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt"},
 	}
 	if diff := cmp.Diff(want, Default()); diff != "" {
 		t.Errorf("Default (-want +got):\n%s", diff)
@@ -146,7 +146,7 @@ func TestLoadFull(t *testing.T) {
 		Store:   Store{SQLite: "data/sluice.db"},
 		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
 		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
-		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc"},
+		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt"},
 		Providers: []Provider{
 			{Name: "openai", Kind: provider.KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-test-SECRET-openai"},
 			{Name: "anthropic", Kind: provider.KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-test-SECRET-anthropic", AnthropicVersion: "2023-06-01"},

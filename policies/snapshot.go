@@ -372,6 +372,7 @@ func (c *Config) clone() *Config {
 			m := *p.Retries.Max
 			p.Retries.Max = &m
 		}
+		p.CAFile = clonePtr(p.CAFile)
 	}
 	out.Models = slices.Clone(c.Models)
 	for i := range out.Models {
@@ -384,6 +385,7 @@ func (c *Config) clone() *Config {
 		g := &out.XDS.NodeGroups[i]
 		g.Metadata = maps.Clone(g.Metadata)
 		g.SluiceAddresses = slices.Clone(g.SluiceAddresses)
+		g.UpstreamCAFile = clonePtr(g.UpstreamCAFile)
 	}
 	out.Pricing = maps.Clone(c.Pricing)
 	out.Orgs = slices.Clone(c.Orgs)
@@ -543,4 +545,13 @@ func (l Limits) clone() Limits {
 		l.Models = m
 	}
 	return l
+}
+
+// clonePtr returns a pointer to a copy of *p, or nil.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }

@@ -218,6 +218,12 @@ func (v *validator) upstreamSettings(path string, p Provider) {
 	for i, e := range p.Endpoints {
 		v.hostPort(indexPath(path+".endpoints", i), e, false)
 	}
+	if p.CAFile != nil {
+		v.caFile(path+".ca_file", *p.CAFile)
+		if u, err := url.Parse(p.BaseURL); err == nil && u.Scheme == "http" {
+			v.add(path+".ca_file", "only for an https base_url: over http Envoy verifies no certificate")
+		}
+	}
 	if p.Retries.Max != nil && (*p.Retries.Max < 0 || *p.Retries.Max > 10) {
 		v.add(path+".retries.max", "must be between 0 and 10, got %d", *p.Retries.Max)
 	}
@@ -267,6 +273,7 @@ func (v *validator) xds(x XDS) {
 	if x.GRPCListener == "" {
 		v.add("xds.grpc_listener", "required (the name proxyless gRPC clients dial as xds:///<name>)")
 	}
+	v.caFile("xds.upstream_ca_file", x.UpstreamCAFile)
 	v.names("xds.node_groups", len(x.NodeGroups), func(i int) string { return x.NodeGroups[i].Name })
 	for i, g := range x.NodeGroups {
 		path := indexPath("xds.node_groups", i)
@@ -282,6 +289,24 @@ func (v *validator) xds(x XDS) {
 		for j, a := range g.SluiceAddresses {
 			v.hostPort(indexPath(path+".sluice_addresses", j), a, true)
 		}
+		if g.UpstreamCAFile != nil {
+			v.caFile(path+".upstream_ca_file", *g.UpstreamCAFile)
+		}
+	}
+}
+
+// caFile checks the path of a CA bundle Envoy reads (a cluster's
+// trusted_ca filename). It names a file on Envoy's machine, which Sluice
+// never opens, so only its form is checked: sluice check-config reports
+// whether it exists where Sluice runs.
+func (v *validator) caFile(path, file string) {
+	switch {
+	case strings.TrimSpace(file) == "":
+		v.add(path, "must not be empty: the absolute path, on Envoy's machine, of the PEM bundle Envoy verifies https providers' certificates with")
+	case strings.ContainsAny(file, "\x00\r\n"):
+		v.add(path, "must be a file path, got %q", file)
+	case !strings.HasPrefix(file, "/"):
+		v.add(path, "must be an absolute path, got %q: Envoy opens it on its own machine, where a path relative to this file means nothing", file)
 	}
 }
 
@@ -314,6 +339,10 @@ func (v *validator) baseURL(path, s string) {
 	case len(u.Hostname()) > 253:
 		// Envoy refuses such an SNI, and DNS such a name.
 		v.add(path, "host name is %d characters; at most 253 are allowed", len(u.Hostname()))
+	case u.Scheme == "https" && net.ParseIP(u.Hostname()) != nil:
+		// The host is the SNI and the DNS name the certificate must
+		// carry (xds: the cluster's UpstreamTlsContext).
+		v.add(path, "an https URL must name its host, not an IP address, got %s: Envoy sends the host as SNI and verifies the provider's certificate against it; list the addresses in endpoints", got)
 	}
 }
 

@@ -123,6 +123,34 @@ func TestValidate(t *testing.T) {
 			`providers[2].base_url: must not contain credentials (put the provider's key in api_key)`,
 			`providers[3].base_url: must be an absolute http(s) URL, got "unix:///var/run/x.sock"`,
 		}},
+		{"https to an IP address", func(c *Config) {
+			c.Providers[0].BaseURL = "https://10.0.0.5:8443"
+			c.Providers[1].BaseURL = "https://[::1]"
+			c.Providers[3].BaseURL = "http://10.0.0.6" // plain http to an IP is fine
+		}, []string{
+			`providers[0].base_url: an https URL must name its host, not an IP address, got "https://10.0.0.5:8443": Envoy sends the host as SNI and verifies the provider's certificate against it; list the addresses in endpoints`,
+			`providers[1].base_url: an https URL must name its host, not an IP address, got "https://[::1]": Envoy sends the host as SNI and verifies the provider's certificate against it; list the addresses in endpoints`,
+		}},
+		{"CA files", func(c *Config) {
+			private, relative, empty, broken := "/etc/sluice/corp-ca.pem", "certs/ca.pem", "", "/etc/ca\n.pem"
+			c.Providers[0].CAFile = &private // valid
+			c.Providers[1].CAFile = &relative
+			c.Providers[2].CAFile = &empty
+			c.Providers[3].CAFile = &private // local is plain http
+			c.XDS.UpstreamCAFile = ""
+			c.XDS.NodeGroups = []NodeGroup{
+				{Name: "rhel", Cluster: "rhel-*", UpstreamCAFile: &relative},
+				{Name: "odd", Cluster: "odd-*", UpstreamCAFile: &broken},
+				{Name: "ok", Cluster: "ok-*", UpstreamCAFile: &private},
+			}
+		}, []string{
+			`providers[1].ca_file: must be an absolute path, got "certs/ca.pem": Envoy opens it on its own machine, where a path relative to this file means nothing`,
+			`providers[2].ca_file: must not be empty: the absolute path, on Envoy's machine, of the PEM bundle Envoy verifies https providers' certificates with`,
+			`providers[3].ca_file: only for an https base_url: over http Envoy verifies no certificate`,
+			`xds.node_groups[0].upstream_ca_file: must be an absolute path, got "certs/ca.pem": Envoy opens it on its own machine, where a path relative to this file means nothing`,
+			`xds.node_groups[1].upstream_ca_file: must be a file path, got "/etc/ca\n.pem"`,
+			`xds.upstream_ca_file: must not be empty: the absolute path, on Envoy's machine, of the PEM bundle Envoy verifies https providers' certificates with`,
+		}},
 		{"base url with @ is never echoed", func(c *Config) {
 			c.Providers[0].BaseURL = "user:pa@ss@"
 		}, []string{

@@ -20,7 +20,6 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	previouspriov3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
-	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
@@ -66,21 +65,26 @@ func (f Flavour) String() string {
 	return "envoy"
 }
 
-// Group is what differs between node groups: where Envoy listens and which
-// Sluice replicas its filters call.
+// Group is what differs between node groups: where Envoy listens, which
+// Sluice replicas its filters call, and the CA bundle its https provider
+// clusters verify with (unless a provider names its own).
 type Group struct {
 	Name            string // "" for the default group
 	Envoy           string // listener address, host:port
 	SluiceAddresses []string
+	UpstreamCAFile  string // a path on the group's Envoys
 }
 
 // Groups returns the default group followed by the configured node groups,
 // with unset fields taken from the top-level configuration.
 func Groups(snap *policies.Snapshot) []Group {
 	x := snap.XDS()
-	out := []Group{{Envoy: snap.Listen().Envoy, SluiceAddresses: x.SluiceAddresses}}
+	out := []Group{{Envoy: snap.Listen().Envoy, SluiceAddresses: x.SluiceAddresses, UpstreamCAFile: x.UpstreamCAFile}}
 	for _, g := range x.NodeGroups {
-		grp := Group{Name: g.Name, Envoy: g.Envoy, SluiceAddresses: g.SluiceAddresses}
+		grp := Group{Name: g.Name, Envoy: g.Envoy, SluiceAddresses: g.SluiceAddresses, UpstreamCAFile: x.UpstreamCAFile}
+		if g.UpstreamCAFile != nil {
+			grp.UpstreamCAFile = *g.UpstreamCAFile
+		}
 		if grp.Envoy == "" {
 			grp.Envoy = snap.Listen().Envoy
 		}
@@ -269,24 +273,7 @@ func (b *builder) providerCluster(p *policies.Provider, up upstream, name string
 	}
 	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsName: mustAny(opts)}
 	if up.tls {
-		alpn := "http/1.1"
-		if p.HTTP2 {
-			alpn = "h2"
-		}
-		tc := &tlsv3.UpstreamTlsContext{
-			Sni: up.host,
-			CommonTlsContext: &tlsv3.CommonTlsContext{
-				AlpnProtocols: []string{alpn},
-				ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-					SystemRootCerts: &tlsv3.CertificateValidationContext_SystemRootCerts{},
-					MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-						SanType: tlsv3.SubjectAltNameMatcher_DNS,
-						Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: up.host}},
-					}},
-				}},
-			},
-		}
-		c.TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(tc)}}
+		c.TransportSocket = b.transportSocket(p, up.host)
 	}
 	cb := p.CircuitBreaker
 	if cb != (policies.CircuitBreaker{}) {

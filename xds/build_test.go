@@ -1,19 +1,30 @@
 package xds
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	fileaccesslogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	aggregatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcxds "google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/testtls"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -249,6 +260,127 @@ func TestBuildGRPCFlavour(t *testing.T) {
 	}
 }
 
+// tlsPolicy has an https provider on the default CA bundle, one behind a
+// private CA, an HTTP/2 one, and a node group whose Envoys keep the system
+// bundle where RHEL does.
+const tlsPolicy = `
+listen: {grpc: "127.0.0.1:9001", envoy: "127.0.0.1:10000"}
+providers:
+  - {name: public, kind: openai-compatible, base_url: "https://api.example.com/v1"}
+  - {name: corp, kind: openai-compatible, base_url: "https://LLM.corp.example:8443", endpoints: ["10.0.0.7:8443"], ca_file: /etc/sluice/corp-ca.pem}
+  - {name: h2, kind: openai-compatible, base_url: "https://h2.example.com", http2: true}
+  - {name: plain, kind: openai-compatible, base_url: "http://10.0.0.8:8000"}
+models:
+  - {name: m, provider: public}
+xds:
+  node_groups:
+    - {name: rhel, cluster: "rhel-*", upstream_ca_file: /etc/pki/tls/certs/ca-bundle.crt}
+`
+
+// upstreamTLS returns the UpstreamTlsContext of each cluster that has one.
+func upstreamTLS(t *testing.T, r *Resources) map[string]*tlsv3.UpstreamTlsContext {
+	t.Helper()
+	out := map[string]*tlsv3.UpstreamTlsContext{}
+	for _, c := range r.Clusters {
+		ts := c.GetTransportSocket()
+		if ts == nil {
+			continue
+		}
+		if ts.GetName() != "envoy.transport_sockets.tls" {
+			t.Errorf("cluster %s: transport socket %q", c.GetName(), ts.GetName())
+		}
+		tc := &tlsv3.UpstreamTlsContext{}
+		if err := ts.GetTypedConfig().UnmarshalTo(tc); err != nil {
+			t.Fatal(err)
+		}
+		out[c.GetName()] = tc
+	}
+	return out
+}
+
+// envoyTLSContext is what a real Envoy accepts and verifies with: the CA
+// bundle as trusted_ca (never system_root_certs, which Envoy does not
+// implement), SNI and an exact DNS SAN of the host, the cluster's ALPN.
+func envoyTLSContext(host, ca, alpn string) *tlsv3.UpstreamTlsContext {
+	return &tlsv3.UpstreamTlsContext{Sni: host, CommonTlsContext: &tlsv3.CommonTlsContext{
+		AlpnProtocols: []string{alpn},
+		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa:                 &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: ca}},
+			MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{SanType: tlsv3.SubjectAltNameMatcher_DNS, Matcher: exactMatcher(host)}},
+		}},
+	}}
+}
+
+func TestProviderTLS(t *testing.T) {
+	p := compile(t, tlsPolicy)
+	groups := Groups(p)
+	const system, rhel, corp = "/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/sluice/corp-ca.pem"
+	for _, tc := range []struct {
+		group int
+		want  map[string]*tlsv3.UpstreamTlsContext
+	}{
+		{0, map[string]*tlsv3.UpstreamTlsContext{
+			"public": envoyTLSContext("api.example.com", system, "http/1.1"),
+			"corp":   envoyTLSContext("llm.corp.example", corp, "http/1.1"),
+			"h2":     envoyTLSContext("h2.example.com", system, "h2"),
+		}},
+		// The group's bundle replaces the default; a provider's own CA
+		// still wins.
+		{1, map[string]*tlsv3.UpstreamTlsContext{
+			"public": envoyTLSContext("api.example.com", rhel, "http/1.1"),
+			"corp":   envoyTLSContext("llm.corp.example", corp, "http/1.1"),
+			"h2":     envoyTLSContext("h2.example.com", rhel, "h2"),
+		}},
+	} {
+		g := groups[tc.group]
+		r, err := Build(p, g, FlavourEnvoy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Snapshot(r); err != nil {
+			t.Fatalf("group %q: Snapshot: %v", g.Name, err)
+		}
+		if diff := cmp.Diff(tc.want, upstreamTLS(t, r), protocmp.Transform()); diff != "" {
+			t.Errorf("group %q: UpstreamTlsContexts (-want +got):\n%s", g.Name, diff)
+		}
+		for name, want := range map[string]string{"public": tc.want["public"].GetCommonTlsContext().GetValidationContext().GetTrustedCa().GetFilename(), "corp": corp, "plain": ""} {
+			pr, _ := p.Provider(name)
+			if got := CAFile(pr, g); got != want {
+				t.Errorf("group %q: CAFile(%s) = %q, want %q", g.Name, name, got, want)
+			}
+		}
+	}
+
+	// Proxyless gRPC clients: the forms grpc-go reads (it ignores
+	// trusted_ca): system roots, or the bootstrap's certificate provider
+	// instance for a provider with its own CA; SANs in the field grpc-go
+	// reads.
+	r, err := Build(p, groups[1], FlavourGRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcContext := func(host string, roots func(*tlsv3.CertificateValidationContext)) *tlsv3.UpstreamTlsContext {
+		vc := &tlsv3.CertificateValidationContext{MatchSubjectAltNames: []*matcherv3.StringMatcher{exactMatcher(host)}}
+		roots(vc)
+		return &tlsv3.UpstreamTlsContext{Sni: host, CommonTlsContext: &tlsv3.CommonTlsContext{
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc},
+		}}
+	}
+	systemRoots := func(vc *tlsv3.CertificateValidationContext) {
+		vc.SystemRootCerts = &tlsv3.CertificateValidationContext_SystemRootCerts{}
+	}
+	want := map[string]*tlsv3.UpstreamTlsContext{
+		"public": grpcContext("api.example.com", systemRoots),
+		"corp": grpcContext("llm.corp.example", func(vc *tlsv3.CertificateValidationContext) {
+			vc.CaCertificateProviderInstance = &tlsv3.CertificateProviderPluginInstance{InstanceName: "sluice.corp"}
+		}),
+		"h2": grpcContext("h2.example.com", systemRoots),
+	}
+	if diff := cmp.Diff(want, upstreamTLS(t, r), protocmp.Transform()); diff != "" {
+		t.Errorf("gRPC flavour UpstreamTlsContexts (-want +got):\n%s", diff)
+	}
+}
+
 func TestSnapshotVersions(t *testing.T) {
 	p := compile(t, testPolicy)
 	version := func(p *policies.Snapshot) (map[string]string, string) {
@@ -368,4 +500,61 @@ func BenchmarkBuildAndValidate(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestGRPCClientPrivateCA: grpc-go, the judge of the gRPC flavour,
+// accepts the cluster of a provider behind a private CA once its
+// bootstrap defines the certificate provider instance the cluster names,
+// and routes to it; a client whose bootstrap lacks the instance NACKs it
+// (as it NACKs the system-roots form without
+// GRPC_EXPERIMENTAL_XDS_SYSTEM_ROOT_CERTS, TestGRPCClient).
+func TestGRPCClientPrivateCA(t *testing.T) {
+	ts := startXDS(t)
+	addrA, addrB := startBackend(t, "A"), startBackend(t, "B")
+	policy := strings.Replace(grpcPolicy("https", addrA, addrB, "5s"), `connect_timeout: 5s}`, `connect_timeout: 5s, ca_file: /etc/sluice/a-ca.pem}`, 1)
+	if !strings.Contains(policy, "ca_file") {
+		t.Fatal("the policy has no ca_file")
+	}
+	ts.update(t, policy)
+	v := ts.served(t, FlavourGRPC)
+	caFile := testtls.NewCA(t, "a's CA").WriteFile(t)
+
+	with := newGRPCClientBootstrap(t, ts.addr, fmt.Sprintf(`"certificate_providers": {"sluice.a": {"plugin_name": "file_watcher", "config": {"ca_certificate_file": %q}}}`, caFile))
+	with.waitRoute("a", "A") // the first RPC makes the channel connect
+	with.waitRoute("b", "B")
+	ts.waitNode(t, with.node, "ACK all four types", func(n NodeStatus) bool { return ackedAll(n, v) })
+
+	without := newGRPCClientBootstrap(t, ts.addr, "")
+	// An RPC makes the channel connect; it cannot succeed (the route
+	// configuration names a cluster grpc-go refused) and ends when the
+	// channel closes.
+	go func() { _, _ = without.call("b") }()
+	n := ts.waitNode(t, without.node, "NACK the cluster", func(n NodeStatus) bool { return n.Nacked["cds"] == v[resourcev3.ClusterType] })
+	if !strings.Contains(n.LastError, `root certificate provider instance name "sluice.a" missing in bootstrap configuration`) {
+		t.Errorf("NACK error %q, want the missing instance sluice.a", n.LastError)
+	}
+}
+
+// newGRPCClientBootstrap is newGRPCClient with extra top-level bootstrap
+// fields.
+func newGRPCClientBootstrap(t *testing.T, xdsAddr, extra string) *grpcClient {
+	t.Helper()
+	node := fmt.Sprintf("grpc-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
+	if extra != "" {
+		extra = "," + extra
+	}
+	bootstrap := fmt.Sprintf(`{
+		"xds_servers": [{"server_uri": "passthrough:///%s", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+		"node": {"id": %q}%s
+	}`, xdsAddr, node, extra)
+	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient("xds:///sluice-grpc", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return &grpcClient{t: t, node: node, hc: healthpb.NewHealthClient(cc)}
 }

@@ -19,12 +19,16 @@ const anyFullName protoreflect.FullName = "google.protobuf.Any"
 // pgvValidator is what protoc-gen-validate generates on every Envoy message.
 type pgvValidator interface{ ValidateAll() error }
 
-// Validate validates m as deeply as Envoy would: the generated
-// ValidateAll() on m, and the same on every google.protobuf.Any found
-// anywhere inside it (typed_config, typed_extension_protocol_options, …),
-// unpacked and walked recursively. ValidateAll alone stops at an Any, so it
-// misses e.g. an HttpConnectionManager without stat_prefix inside a
-// Listener.
+// Validate checks m against the constraints Envoy's API declares
+// (protoc-gen-validate): the generated ValidateAll() on m, and the same on
+// every google.protobuf.Any found anywhere inside it (typed_config,
+// typed_extension_protocol_options, …), unpacked and walked recursively.
+// ValidateAll alone stops at an Any, so it misses e.g. an
+// HttpConnectionManager without stat_prefix inside a Listener. Those
+// declared constraints are not everything Envoy checks when it loads a
+// resource (a [#not-implemented-hide:] field, a SAN matcher without a
+// trusted CA, …): a message that passes may still be refused by a real
+// Envoy.
 //
 // An Any whose type is not linked into the binary is an error: Envoy would
 // know the type, but Sluice could not check it (extensions.go lists the

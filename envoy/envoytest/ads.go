@@ -269,6 +269,8 @@ func (e *Emulator) newADSClient(b *bootstrapv3.Bootstrap) (*adsClient, error) {
 	switch {
 	case xc == nil:
 		return nil, fmt.Errorf("dynamic_resources.ads_config: envoy_grpc.cluster_name %q: no such static cluster", xdsCluster)
+	case xc.tls != nil:
+		return nil, fmt.Errorf("dynamic_resources.ads_config: cluster %q has an UpstreamTlsContext: the emulator speaks ADS in plaintext only", xdsCluster)
 	case !xc.http2:
 		return nil, fmt.Errorf("dynamic_resources.ads_config: cluster %q must enable HTTP/2 (typed_extension_protocol_options %s explicit_http_config.http2_protocol_options)", xdsCluster, typeHTTPProtoOpt)
 	}

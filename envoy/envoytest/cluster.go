@@ -44,6 +44,7 @@ type cluster struct {
 	http2          bool
 	connectTimeout time.Duration
 	client         *http.Client
+	tls            *upstreamTLS // the UpstreamTlsContext; nil: plaintext
 
 	// upstreamFilters is the upstream HTTP filter chain (without the
 	// upstream codec, which is always last); nil runs the codec only.
@@ -158,11 +159,13 @@ func (e *Emulator) newCluster(c *clusterv3.Cluster, eds map[string]*endpointv3.C
 	}
 	if ts := c.GetTransportSocket(); ts != nil {
 		if ts.GetTypedConfig().MessageName() != typeUpstreamTLS {
-			return nil, fail("transport_socket %q is not supported by the emulator (only an UpstreamTlsContext, spoken in plaintext with Options.PlaintextUpstreams)", ts.GetName())
+			return nil, fail("transport_socket %q is not supported by the emulator (only envoy.transport_sockets.tls, an UpstreamTlsContext)", ts.GetName())
 		}
-		if !e.opts.PlaintextUpstreams {
-			return nil, fail("transport_socket UpstreamTlsContext: the emulator does not speak TLS to upstreams; set Options.PlaintextUpstreams to connect to this cluster's endpoints in plaintext")
+		t, err := newUpstreamTLS(ts)
+		if err != nil {
+			return nil, fail("transport_socket UpstreamTlsContext: %v", err)
 		}
+		cl.tls = t
 	}
 	var err error
 	if cl.breakers, err = newThresholds(c.GetCircuitBreakers()); err != nil {
@@ -174,10 +177,16 @@ func (e *Emulator) newCluster(c *clusterv3.Cluster, eds map[string]*endpointv3.C
 		}
 	}
 	cl.connectTimeout = durationOr(c.GetConnectTimeout(), defaultConnectTimeout)
+	dialer := &net.Dialer{Timeout: cl.connectTimeout}
 	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: cl.connectTimeout}).DialContext,
+		DialContext:         dialer.DialContext,
 		MaxIdleConnsPerHost: 64,
 		DisableCompression:  true, // bytes pass through exactly as the upstream sent them
+	}
+	if cl.tls != nil {
+		// The dialer hands the transport a TLS connection it treats as
+		// plain: HTTP/1.1, or HTTP/2 with prior knowledge, as configured.
+		tr.DialContext = cl.tls.dial(dialer, cl.connectTimeout)
 	}
 	if cl.http2 {
 		var p http.Protocols

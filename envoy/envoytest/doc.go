@@ -162,10 +162,49 @@
 //     split_external_local_origin_errors, which is refused),
 //     max_ejection_time_jitter, successful_active_health_check_uneject_host
 //     and monitors.
-//   - Transport sockets: an UpstreamTlsContext is refused, naming the
-//     cluster, unless Options.PlaintextUpstreams is set; then the emulator
-//     connects to that cluster's endpoints in PLAINTEXT (tests point them
-//     at plain HTTP mocks). Any other transport socket is refused.
+//   - Transport sockets: envoy.transport_sockets.tls, an
+//     UpstreamTlsContext (tls.go), spoken with crypto/tls and verified
+//     exactly as far as the context asks, as Envoy's TLS socket does
+//     (source/common/tls/): sni is sent as SNI (none when unset);
+//     alpn_protocols are offered, and the cluster's protocol is spoken
+//     whatever the server picks (explicit_http_config; HTTP/2 with prior
+//     knowledge); TLS 1.2 only, with Envoy's client cipher suites and
+//     curves (ClientContextConfigImpl's defaults). trusted_ca (filename,
+//     inline_string or inline_bytes; every certificate of the bundle a
+//     trust anchor, as with X509_V_FLAG_PARTIAL_CHAIN) verifies the chain
+//     for server use, without a host name check; then
+//     match_typed_subject_alt_names of type DNS must match a DNS SAN of
+//     the leaf (exact with Envoy's DNS rules — case-insensitive, a
+//     wildcard SAN label covers one label — or prefix, suffix,
+//     ignore_case; san_matcher.cc). Without trusted_ca nothing is
+//     verified and any certificate is accepted; system_root_certs, which
+//     Envoy does not implement, is ignored. Refused at load as Envoy
+//     refuses them: SAN matchers without trusted_ca, a bundle without a
+//     certificate, a file that cannot be read. A failed handshake is a
+//     connect failure (retried on connect-failure, counted by outlier
+//     detection): 503 with details
+//     upstream_reset_before_response_started{remote_connection_failure|<reason>}
+//     and the TLS socket's failure reason (SslSocket::drainErrorQueue),
+//     "TLS_error:|268435581:SSL routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED:<detail>:TLS_error_end"
+//     with the validator's detail ("verify cert failed: X509_verify_cert:
+//     certificate verification error at depth 0: unable to get local
+//     issuer certificate", "verify cert failed: SAN matcher, certificate
+//     SANs are [a, b]"), WRONG_VERSION_NUMBER when the server does not
+//     speak TLS, the alert's name when the server sends one (e.g.
+//     TLSV1_ALERT_NO_APPLICATION_PROTOCOL), the errno for a socket error.
+//     Approximated: crypto/x509 stands in for X509_verify_cert (unknown
+//     issuer, self-signed, validity, purpose and CA errors are mapped to
+//     BoringSSL's texts and depths, others keep Go's words at depth 0);
+//     the alert sent after a failed verification is always
+//     bad_certificate; sessions are never resumed; a server that closes
+//     mid-handshake leaves the failure reason empty. Refused: every other
+//     UpstreamTlsContext, CommonTlsContext and
+//     CertificateValidationContext field (client certificates, tls_params,
+//     SDS, combined validation contexts, hashes, CRLs, auto SNI, …), SAN
+//     types other than DNS, and a TLS cluster as the cluster of a gRPC
+//     service or of ADS (the emulator's own gRPC is plaintext). Any other
+//     transport socket is refused. Tests: TestUpstreamTLS,
+//     TestUpstreamTLSRetry, TestUpstreamTLSLoad (tls_test.go).
 //
 // Router local replies: 404 no route (NR), 503 no cluster (NC) or
 // cluster_not_found_response_code, 503 no healthy upstream (UH), 503
@@ -193,7 +232,7 @@
 // other than ext_proc; nested aggregate clusters; circuit-breaker
 // retry_budget, max_connection_pools and per_host_thresholds;
 // split_external_local_origin_errors and detect_degraded_hosts. TLS on
-// the listener is refused (TLS to real providers is Envoy's job).
+// the listener is refused.
 // Not emulated, and not refused: request trailers are not forwarded
 // upstream; request_headers_to_add, response_headers_to_add and
 // response_headers_to_remove (route, virtual host, route configuration)

@@ -30,11 +30,6 @@ type Options struct {
 	// KeepExchanges is how many finished exchanges Exchanges keeps (the
 	// newest); 0 means 10,000.
 	KeepExchanges int
-	// PlaintextUpstreams lets clusters with an UpstreamTlsContext transport
-	// socket load: the emulator then connects to their endpoints in
-	// plaintext (tests point such clusters at plain HTTP mocks). Without
-	// it such a cluster is refused, naming it.
-	PlaintextUpstreams bool
 }
 
 // Banner is printed by `sluice-dev envoy` and logged at start-up: the

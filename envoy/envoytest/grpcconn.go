@@ -36,6 +36,9 @@ func (e *Emulator) dialService(svc *corev3.GrpcService, cfg *config) (*grpcServi
 		if cl == nil {
 			return nil, fmt.Errorf("grpc_service.envoy_grpc.cluster_name %q: no such cluster", name)
 		}
+		if cl.tls != nil {
+			return nil, fmt.Errorf("grpc_service cluster %q has an UpstreamTlsContext: the emulator calls gRPC services in plaintext only", name)
+		}
 		if !cl.http2 {
 			return nil, fmt.Errorf("grpc_service cluster %q must enable HTTP/2 (typed_extension_protocol_options %s explicit_http_config.http2_protocol_options)", name, typeHTTPProtoOpt)
 		}

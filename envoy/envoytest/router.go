@@ -925,6 +925,14 @@ func (r *router) codec(at *attemptRun, in <-chan frame, out chan<- frame) {
 // classifyError maps a Go transport error to Envoy's reset reason and
 // transport failure reason.
 func classifyError(err error, connected, http2 bool) (string, string) {
+	// A failed upstream TLS handshake: the connection closes as a remote
+	// close (ConnectionImpl closes with RemoteClose when the transport
+	// socket's doRead/doWrite asks to close), so remote connection failure
+	// with the TLS socket's failure reason.
+	var te *tlsError
+	if !connected && errors.As(err, &te) {
+		return resetRemoteConnectionFailure, te.reason
+	}
 	if !connected {
 		var ne net.Error
 		if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {

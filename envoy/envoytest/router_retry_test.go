@@ -172,7 +172,6 @@ func TestRouterRetries(t *testing.T) {
 		name string
 		// setup sets the upstreams' handlers and returns the bootstrap.
 		setup        func(t *testing.T, env *routerEnv) *bootstrapv3.Bootstrap
-		opts         Options
 		body         string // POST body, or GET when empty
 		wantStatus   int
 		wantBody     string // "" skips
@@ -530,20 +529,10 @@ func TestRouterRetries(t *testing.T) {
 			wantStatus: 200, wantReset: true, wantAttempts: []string{"a 200"},
 			wantFlags: "SI", wantDetails: "stream_idle_timeout",
 		},
-		{
-			name: "an UpstreamTlsContext cluster is spoken to in plaintext with PlaintextUpstreams",
-			setup: func(t *testing.T, env *routerEnv) *bootstrapv3.Bootstrap {
-				a := testCluster(t, "a", env.a.url, false)
-				a.TransportSocket = tlsSocket(t)
-				return testBootstrap(t, routeAll("a"), []*clusterv3.Cluster{a})
-			},
-			opts:       Options{PlaintextUpstreams: true},
-			wantStatus: 200, wantBody: "ok", wantAttempts: []string{"a 200"},
-		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := newRouterEnv(t)
-			e, base := startEmulator(t, c.setup(t, env), c.opts)
+			e, base := startEmulator(t, c.setup(t, env), Options{})
 			method, body := "GET", io.Reader(nil)
 			if c.body != "" {
 				method, body = "POST", strings.NewReader(c.body)
@@ -761,11 +750,6 @@ func TestRouterConfigRefusals(t *testing.T) {
 			setUpstreamFilters(t, a, true, filterOf(t, "router", &aggregatev3.ClusterConfig{}))
 			return testBootstrap(t, routeAll("a"), []*clusterv3.Cluster{a})
 		}, `unsupported upstream filter type "envoy.extensions.clusters.aggregate.v3.ClusterConfig"`},
-		{"TLS to an upstream without PlaintextUpstreams", func(t *testing.T) *bootstrapv3.Bootstrap {
-			a := testCluster(t, "provider", up, false)
-			a.TransportSocket = tlsSocket(t)
-			return testBootstrap(t, routeAll("provider"), []*clusterv3.Cluster{a})
-		}, `cluster "provider": transport_socket UpstreamTlsContext: the emulator does not speak TLS to upstreams; set Options.PlaintextUpstreams`},
 		{"a route priority HIGH", func(t *testing.T) *bootstrapv3.Bootstrap {
 			return testBootstrap(t, routeTo("a", func(ra *routev3.RouteAction, _ *routev3.VirtualHost) { ra.Priority = corev3.RoutingPriority_HIGH }),
 				[]*clusterv3.Cluster{testCluster(t, "a", up, false)})

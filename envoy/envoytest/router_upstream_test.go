@@ -16,7 +16,6 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -137,13 +136,6 @@ func setUpstreamFilters(t testing.TB, c *clusterv3.Cluster, withCodec bool, filt
 		HttpFilters: filters,
 	}
 	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{typeHTTPProtoOpt: mustAny(t, opts)}
-}
-
-// tlsSocket is an UpstreamTlsContext transport socket.
-func tlsSocket(t testing.TB) *corev3.TransportSocket {
-	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{
-		TypedConfig: mustAny(t, &tlsv3.UpstreamTlsContext{Sni: "api.provider.example"}),
-	}}
 }
 
 // headerOf returns the raw value of key in a headers message.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicegw/sluice/internal/logbuf"
+	"github.com/sluicegw/sluice/internal/testtls"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -316,6 +318,48 @@ teams:
 	}
 	if _, _, err := run(t, "check-config", filepath.Join(t.TempDir(), "missing.yaml")); ExitCode(err) != 1 || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestCheckConfigCAFiles: check-config names, for each https provider,
+// the CA file Envoy is told to verify it with — per node group where that
+// differs — and warns, without failing, about a file this machine does
+// not have or that holds no certificate (Envoy may run elsewhere).
+func TestCheckConfigCAFiles(t *testing.T) {
+	dir := t.TempDir()
+	good := testtls.NewCA(t, "corp CA").WriteFile(t)
+	empty := filepath.Join(dir, "empty.pem")
+	os.WriteFile(empty, []byte("not a certificate\n"), 0o600)
+	missing := filepath.Join(dir, "missing.pem")
+	config := filepath.Join(dir, "sluice.yaml")
+	os.WriteFile(config, []byte(fmt.Sprintf(`providers:
+  - {name: corp, kind: openai-compatible, base_url: "https://llm.corp.example", ca_file: %q}
+  - {name: public, kind: openai-compatible, base_url: "https://API.example.com/v1"}
+  - {name: plain, kind: openai-compatible, base_url: "http://127.0.0.1:8000"}
+models:
+  - {name: m, provider: corp}
+xds:
+  upstream_ca_file: %q
+  node_groups:
+    - {name: rhel, cluster: "rhel-*", upstream_ca_file: %q}
+    - {name: same, cluster: "same-*", upstream_ca_file: %q}
+`, good, missing, empty, missing)), 0o600)
+	stdout, stderr, err := run(t, "check-config", config)
+	if err != nil {
+		t.Fatalf("check-config: %v\n%s", err, stderr)
+	}
+	want := []string{
+		"provider corp: Envoy verifies llm.corp.example against CA file " + good + " (found here)",
+		"provider public: Envoy verifies api.example.com against CA file " + missing + " (not usable here)",
+		"provider public (node group rhel): Envoy verifies api.example.com against CA file " + empty + " (not usable here)",
+	}
+	if got := strings.Split(strings.TrimSpace(stdout), "\n")[1:]; !slices.Equal(got, want) {
+		t.Errorf("stdout:\n%s\nwant after the ok line:\n%s", stdout, strings.Join(want, "\n"))
+	}
+	wantErr := "warning: provider public: CA file " + missing + " does not exist on this machine; Envoy reads it on its own machine, so make sure it is there\n" +
+		"warning: provider public (node group rhel): CA file " + empty + " holds no PEM certificate on this machine; Envoy reads it on its own machine, so make sure it is there\n"
+	if stderr != wantErr {
+		t.Errorf("stderr:\n%s\nwant:\n%s", stderr, wantErr)
 	}
 }
 

@@ -1,12 +1,18 @@
 package app
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"strings"
 
 	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/policies"
+	"github.com/sluicegw/sluice/xds"
 )
 
 func runCheckConfig(args []string, stdout, stderr io.Writer, env Env) error {
@@ -40,7 +46,68 @@ func runCheckConfig(args []string, stdout, stderr io.Writer, env Env) error {
 	cfg := snap.Config()
 	fmt.Fprintf(stdout, "%s: ok (version %s: %d providers, %d models, %d orgs, %d teams, %d declared keys)\n",
 		path, snap.Version(), len(cfg.Providers), len(cfg.Models), len(cfg.Orgs), len(cfg.Teams), len(cfg.Keys))
+	printUpstreamCAs(snap, stdout, stderr)
 	return nil
+}
+
+// printUpstreamCAs says, for each https provider, which CA file Envoy is
+// told to verify the provider's certificate with (the cluster's
+// trusted_ca; node groups listed where theirs differs), and whether that
+// file is on this machine. A missing or unusable file is a warning on
+// stderr, not a problem: Envoy may run on another machine, where the path
+// is what counts.
+func printUpstreamCAs(snap *policies.Snapshot, stdout, stderr io.Writer) {
+	groups := xds.Groups(snap)
+	checked := map[string]string{} // file → "" if usable here, else why not
+	for _, p := range snap.Providers() {
+		def := xds.CAFile(p, groups[0])
+		if def == "" {
+			continue // not https
+		}
+		host := ""
+		if u, err := url.Parse(p.BaseURL); err == nil {
+			host = strings.ToLower(u.Hostname()) // as in the SNI
+		}
+		for _, g := range groups {
+			file := xds.CAFile(p, g)
+			where := ""
+			if g.Name != "" {
+				if file == def {
+					continue
+				}
+				where = " (node group " + g.Name + ")"
+			}
+			why, seen := checked[file]
+			if !seen {
+				why = caFileProblem(file)
+				checked[file] = why
+			}
+			state := "found here"
+			if why != "" {
+				state = "not usable here"
+				fmt.Fprintf(stderr, "warning: provider %s%s: CA file %s %s on this machine; Envoy reads it on its own machine, so make sure it is there\n", p.Name, where, file, why)
+			}
+			fmt.Fprintf(stdout, "provider %s%s: Envoy verifies %s against CA file %s (%s)\n", p.Name, where, host, file, state)
+		}
+	}
+}
+
+// caFileProblem says why file could not serve Envoy as a trusted_ca on
+// this machine ("" if it could): Envoy refuses a bundle without a PEM
+// certificate ("Failed to load trusted CA certificates from …",
+// source/common/tls/cert_validator/default_validator.cc).
+func caFileProblem(file string) string {
+	data, err := os.ReadFile(file)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "does not exist"
+	case err != nil:
+		return fmt.Sprintf("cannot be read (%v)", err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(data) {
+		return "holds no PEM certificate"
+	}
+	return ""
 }
 
 // loadSnapshot loads, validates and compiles a config file.
