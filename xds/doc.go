@@ -4,7 +4,8 @@
 // configuration routing on chain.RoutingHeader, and the listener whose
 // filters are chain.HTTPFilters then the router — or an api_listener for
 // proxyless gRPC clients), validates them before they are served
-// (Snapshot: deep proto validation into every Any, Consistent, and
+// (Snapshot: deep proto validation into every Any, Envoy's load-time rules
+// from envoy/envoyrules for resources served to Envoy, Consistent, and
 // cross-references), and serves them over ADS, state-of-the-world and
 // delta, with go-control-plane (Server).
 //

@@ -47,9 +47,11 @@ func ShortType(typeURL string) string {
 // covers all types.
 //
 // Validation is everything Sluice can check without Envoy: the cache's
-// Consistent(), deep proto validation of every resource (Validate), and
-// cross-references (checkRefs). An error means the snapshot must not be
-// served.
+// Consistent(), deep proto validation of every resource, with Envoy's
+// load-time rules for every resource (Validate) and across them
+// (ValidateSet) when the resources are for Envoy (only ValidateAPI for a
+// proxyless gRPC client), and cross-references (checkRefs). An error means
+// the snapshot must not be served.
 func Snapshot(r *Resources) (*cachev3.Snapshot, string, error) {
 	byType := map[string][]types.Resource{}
 	for _, c := range r.Clusters {
@@ -65,11 +67,20 @@ func Snapshot(r *Resources) (*cachev3.Snapshot, string, error) {
 		byType[resourcev3.RouteType] = append(byType[resourcev3.RouteType], rc)
 	}
 	var errs []error
+	validate := Validate
+	if r.ListenerFor == FlavourGRPC {
+		validate = ValidateAPI // not Envoy: PGV only
+	}
 	for _, typ := range typeOrder {
 		for _, res := range byType[typ] {
-			if err := Validate(res); err != nil {
+			if err := validate(res); err != nil {
 				errs = append(errs, fmt.Errorf("%s %q: %w", ShortType(typ), cachev3.GetResourceName(res), err))
 			}
+		}
+	}
+	if r.ListenerFor == FlavourEnvoy {
+		if err := ValidateSet(r); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := checkRefs(r); err != nil {

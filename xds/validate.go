@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/sluicegw/sluice/envoy/envoyrules"
 )
 
 // anyFullName is the full name of google.protobuf.Any.
@@ -19,29 +21,55 @@ const anyFullName protoreflect.FullName = "google.protobuf.Any"
 // pgvValidator is what protoc-gen-validate generates on every Envoy message.
 type pgvValidator interface{ ValidateAll() error }
 
-// Validate checks m against the constraints Envoy's API declares
-// (protoc-gen-validate): the generated ValidateAll() on m, and the same on
-// every google.protobuf.Any found anywhere inside it (typed_config,
-// typed_extension_protocol_options, …), unpacked and walked recursively.
-// ValidateAll alone stops at an Any, so it misses e.g. an
-// HttpConnectionManager without stat_prefix inside a Listener. Those
-// declared constraints are not everything Envoy checks when it loads a
-// resource (a [#not-implemented-hide:] field, a SAN matcher without a
-// trusted CA, …): a message that passes may still be refused by a real
-// Envoy.
+// Validate checks m for what a real Envoy would refuse, or silently
+// ignore, when it loads m on its own. It checks exactly two things:
 //
-// An Any whose type is not linked into the binary is an error: Envoy would
-// know the type, but Sluice could not check it (extensions.go lists the
-// types Sluice links). Every problem is reported, joined with errors.Join,
-// each prefixed with its field path, Any types in parentheses:
+//   - PGV: the generated ValidateAll() on m, and the same on every
+//     google.protobuf.Any found anywhere inside it (typed_config,
+//     typed_extension_protocol_options, …), unpacked and walked
+//     recursively. ValidateAll alone stops at an Any, so it misses e.g. an
+//     HttpConnectionManager without stat_prefix inside a Listener. An Any
+//     whose type is not linked into the binary is an error: Envoy would
+//     know the type, but Sluice could not check it (extensions.go lists
+//     the types Sluice links).
+//   - Envoy's load-time rules that PGV does not express: every message
+//     rule of the envoy/envoyrules table, run on every message inside m
+//     (Anys unpacked). A rule Envoy enforces by refusing the resource and
+//     one whose field Envoy ignores ([#not-implemented-hide:]) are both
+//     errors here: Sluice must not emit a field that has no effect.
+//
+// Every problem is reported, joined with errors.Join, PGV's first, each
+// prefixed with its field path, Any types in parentheses:
 //
 //	filter_chains[0].filters[0].typed_config(envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager): invalid HttpConnectionManager.StatPrefix: …
+//	transport_socket.typed_config(envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext).common_tls_context.validation_context: SAN-based verification of peer certificates without trusted CA is insecure and not allowed [refused by Envoy: tls.san-without-trusted-ca]
 //
-// Validate checks each message on its own: cross-references (a route naming
-// a cluster that does not exist) are the snapshot builder's to check.
+// Validate checks each message on its own. The rules Envoy applies across
+// resources (duplicate names, the clusters of a route configuration that
+// validates them) are ValidateSet's; references Envoy leaves to run time
+// (a route naming a cluster that does not exist, over RDS) are the
+// snapshot builder's to check. The rules are Envoy's: a resource served to
+// a proxyless gRPC client is checked with ValidateAPI instead.
 func Validate(m proto.Message) error {
+	errs := pgvErrors(m)
+	if m != nil {
+		for _, v := range envoyrules.Check(m) {
+			errs = append(errs, v)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateAPI is the first half of Validate alone: PGV, into every Any.
+// It is what Sluice checks of a resource for a proxyless gRPC client,
+// which is not Envoy and has its own rules (grpc-go's xdsresource
+// unmarshalling): a TLS cluster for grpc-go names system_root_certs or a
+// certificate provider instance and no trusted_ca, which Envoy refuses.
+func ValidateAPI(m proto.Message) error { return errors.Join(pgvErrors(m)...) }
+
+func pgvErrors(m proto.Message) []error {
 	if m == nil {
-		return errors.New("validate: nil message")
+		return []error{errors.New("validate: nil message")}
 	}
 	w := &anyWalker{}
 	w.each = w.field // one method value for every Range
@@ -52,7 +80,23 @@ func Validate(m proto.Message) error {
 		w.validateAll(root)
 		w.message(root)
 	}
-	return errors.Join(w.errs...)
+	return w.errs
+}
+
+// ValidateSet checks r as one resource set, as Envoy loads it: the set
+// rules of the envoy/envoyrules table (cluster and listener names unique;
+// every cluster named by a route configuration that validates its
+// clusters — one inline in a connection manager, or one with
+// validate_clusters true — exists). Each problem is reported, joined, with
+// the resource it is in and its field path. It checks nothing else: each
+// resource on its own is Validate's.
+func ValidateSet(r *Resources) error {
+	vs := envoyrules.CheckSet(envoyrules.Set{Clusters: r.Clusters, Listeners: r.Listeners, Routes: r.Routes})
+	errs := make([]error, len(vs))
+	for i, v := range vs {
+		errs[i] = v
+	}
+	return errors.Join(errs...)
 }
 
 // anyWalker finds the Any fields of a message. The path to the current

@@ -10,11 +10,15 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	filev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -23,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicegw/sluice/envoy/envoyrules"
 	"github.com/sluicegw/sluice/internal/chain"
 )
 
@@ -141,6 +146,7 @@ func TestValidateErrors(t *testing.T) {
 			Services: &extauthzv3.ExtAuthz_GrpcService{GrpcService: &corev3.GrpcService{
 				TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{}},
 			}},
+			TransportApiVersion: corev3.ApiVersion_V3, // PGV's error alone
 		})},
 	}
 	// Two problems in one listener: both are reported.
@@ -266,5 +272,257 @@ func BenchmarkValidate(b *testing.B) {
 		if err := Validate(l); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// providerTLSCluster is an https provider cluster with the validation
+// context v, as providerCluster builds it.
+func providerTLSCluster(t testing.TB, v *tlsv3.CertificateValidationContext) *clusterv3.Cluster {
+	t.Helper()
+	tc := &tlsv3.UpstreamTlsContext{Sni: "api.openai.com", CommonTlsContext: &tlsv3.CommonTlsContext{
+		AlpnProtocols:         []string{"http/1.1"},
+		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: v},
+	}}
+	return &clusterv3.Cluster{
+		Name:                 "openai",
+		ConnectTimeout:       durationpb.New(time.Second),
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_LOGICAL_DNS},
+		TransportSocket: &corev3.TransportSocket{Name: "envoy.transport_sockets.tls",
+			ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: packAny(t, tc)}},
+	}
+}
+
+func sanExact(host string) []*tlsv3.SubjectAltNameMatcher {
+	return []*tlsv3.SubjectAltNameMatcher{{SanType: tlsv3.SubjectAltNameMatcher_DNS,
+		Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: host}}}}
+}
+
+// Validate runs Envoy's load-time rules (envoy/envoyrules) after PGV and
+// reports each violation with its field path, Refused and Ignored alike.
+func TestValidateEnvoyRules(t *testing.T) {
+	const tlsPath = "transport_socket.typed_config(envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext).common_tls_context.validation_context"
+	routerFirst := exampleHCM(t)
+	routerFirst.HttpFilters = append(routerFirst.HttpFilters[2:], routerFirst.HttpFilters[:2]...)
+	tests := []struct {
+		name  string
+		msg   proto.Message
+		want  []string // prefixes of each joined error, in order
+		rules []string // the envoyrules rule of each
+	}{
+		{
+			// The configuration that broke every https provider on a real
+			// Envoy while PGV passed it: system roots and a SAN matcher,
+			// no trusted_ca.
+			name: "SAN matcher without trusted_ca",
+			msg: providerTLSCluster(t, &tlsv3.CertificateValidationContext{
+				SystemRootCerts: &tlsv3.CertificateValidationContext_SystemRootCerts{}, MatchTypedSubjectAltNames: sanExact("api.openai.com")}),
+			want: []string{
+				tlsPath + ": SAN-based verification of peer certificates without trusted CA is insecure and not allowed",
+				tlsPath + ".system_root_certs: system_root_certs is [#not-implemented-hide:] in Envoy's API and Envoy never reads it",
+			},
+			rules: []string{"tls.san-without-trusted-ca", "hidden.CertificateValidationContext.system_root_certs"},
+		},
+		{
+			name: "router before the Sluice filters",
+			msg:  listenerWithHCM(t, routerFirst),
+			want: []string{
+				vtHCMPath + ".http_filters[0]: Error: terminal filter named envoy.filters.http.router of type envoy.filters.http.router must be the last filter in a http filter chain.",
+				vtHCMPath + ".http_filters[2]: Error: non-terminal filter named envoy.filters.http.ext_proc of type envoy.filters.http.ext_proc is the last filter in a http filter chain.",
+			},
+			rules: []string{"hcm.terminal-filter", "hcm.terminal-filter"},
+		},
+		{
+			name: "PGV errors first, then the rules",
+			msg: func() proto.Message {
+				c := providerTLSCluster(t, &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanExact("api.openai.com")})
+				c.Name = ""
+				return c
+			}(),
+			want: []string{
+				"invalid Cluster.Name: value length must be at least 1 runes",
+				tlsPath + ": SAN-based verification",
+			},
+			rules: []string{"", "tls.san-without-trusted-ca"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Validate(tt.msg)
+			if err == nil {
+				t.Fatal("Validate = nil, want an error")
+			}
+			errs := err.(interface{ Unwrap() []error }).Unwrap()
+			if len(errs) != len(tt.want) {
+				t.Fatalf("got %d errors, want %d:\n%v", len(errs), len(tt.want), err)
+			}
+			for i, e := range errs {
+				if !strings.HasPrefix(e.Error(), tt.want[i]) {
+					t.Errorf("error %d:\n got %s\nwant %s…", i, e, tt.want[i])
+				}
+				var v envoyrules.Violation
+				if got := errors.As(e, &v); got != (tt.rules[i] != "") || (got && v.Rule.Name != tt.rules[i]) {
+					t.Errorf("error %d is rule %v, want %q", i, v.Rule, tt.rules[i])
+				}
+			}
+		})
+	}
+
+	// A proxyless gRPC client is not Envoy: the TLS form grpc-go reads
+	// (system roots or a certificate provider, no trusted_ca) passes
+	// ValidateAPI, which is PGV alone.
+	grpcForm := providerTLSCluster(t, &tlsv3.CertificateValidationContext{
+		SystemRootCerts: &tlsv3.CertificateValidationContext_SystemRootCerts{}, MatchTypedSubjectAltNames: sanExact("api.openai.com")})
+	if err := ValidateAPI(grpcForm); err != nil {
+		t.Errorf("ValidateAPI = %v, want nil", err)
+	}
+	if err := ValidateAPI(&clusterv3.Cluster{}); err == nil || !strings.HasPrefix(err.Error(), "invalid Cluster.Name") {
+		t.Errorf("ValidateAPI of a cluster without a name = %v, want PGV's error", err)
+	}
+
+	// The near miss: the same cluster with a trusted CA bundle.
+	ok := providerTLSCluster(t, &tlsv3.CertificateValidationContext{
+		TrustedCa:                 &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: "/etc/ssl/certs/ca-certificates.crt"}},
+		MatchTypedSubjectAltNames: sanExact("api.openai.com"),
+	})
+	if err := Validate(ok); err != nil {
+		t.Errorf("a cluster with trusted_ca: %v", err)
+	}
+}
+
+// ValidateSet runs the rules across resources, and nothing else.
+func TestValidateSet(t *testing.T) {
+	static := func(name string) *clusterv3.Cluster {
+		return &clusterv3.Cluster{Name: name, ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}}
+	}
+	hcm := exampleHCM(t)
+	hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: "inline",
+		VirtualHosts: []*routev3.VirtualHost{{Name: "all", Domains: []string{"*"}, Routes: []*routev3.Route{{
+			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "missing"}}},
+		}}}}}}
+	r := &Resources{
+		Clusters:  []*clusterv3.Cluster{static("a"), static("a")},
+		Listeners: []*listenerv3.Listener{listenerWithHCM(t, hcm)},
+	}
+	err := ValidateSet(r)
+	want := []string{
+		`cluster "a": duplicate cluster a found [refused by Envoy: set.unique-cluster-names]`,
+		`listener "sluice": ` + vtHCMPath + `.route_config.virtual_hosts[0].routes[0].route.cluster: route: unknown cluster 'missing' [refused by Envoy: set.route-clusters-exist]`,
+	}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("ValidateSet =\n%v\nwant\n%s", err, strings.Join(want, "\n"))
+	}
+	// Each resource on its own is Validate's: a cluster PGV refuses passes.
+	if err := ValidateSet(&Resources{Clusters: []*clusterv3.Cluster{{}}}); err != nil {
+		t.Errorf("ValidateSet of one invalid cluster = %v, want nil", err)
+	}
+}
+
+// httpPolicy has every kind of plain-HTTP provider cluster: an IP (EDS),
+// listed endpoints (EDS), a DNS name (LOGICAL_DNS), and a fallback model.
+const httpPolicy = `
+listen: {grpc: "127.0.0.1:9001", envoy: "127.0.0.1:10000"}
+providers:
+  - {name: local, kind: openai-compatible, base_url: "http://127.0.0.1:8081"}
+  - {name: pool, kind: openai-compatible, base_url: "http://vllm.internal:8000/v1", endpoints: ["10.0.0.1:8000", "10.0.0.2:8000"]}
+  - {name: dns, kind: openai-compatible, base_url: "http://vllm.internal:8000/v1", http2: true}
+models:
+  - {name: llama, provider: pool}
+  - name: llama-ha
+    upstream: llama
+    providers: [{name: local}, {name: dns}]
+`
+
+// Sluice's own generated configuration for Envoy passes every rule: each
+// resource Build emits, of each kind, and the set as a whole. The https
+// case is testPolicy's TLS provider clusters. (What Build emits for
+// proxyless gRPC clients is not loaded by Envoy: ValidateAPI only.)
+func TestGeneratedConfigPassesEnvoyRules(t *testing.T) {
+	for _, pc := range []struct{ name, yaml string }{{"http providers", httpPolicy}, {"https providers", testPolicy}} {
+		p := compile(t, pc.yaml)
+		for _, f := range []Flavour{FlavourEnvoy} {
+			r, err := Build(p, Groups(p)[0], f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := []struct {
+				kind      string
+				resources []proto.Message
+			}{
+				{"clusters", messages(r.Clusters)},
+				{"endpoints", messages(r.Endpoints)},
+				{"routes", messages(r.Routes)},
+				{"listeners", messages(r.Listeners)},
+			}
+			for _, k := range kinds {
+				t.Run(pc.name+"/"+f.String()+"/"+k.kind, func(t *testing.T) {
+					if len(k.resources) == 0 && k.kind != "endpoints" {
+						t.Fatalf("Build emitted no %s", k.kind)
+					}
+					for _, m := range k.resources {
+						if err := Validate(m); err != nil {
+							t.Errorf("%s:\n%v", cachev3.GetResourceName(m), err)
+						}
+					}
+				})
+			}
+			t.Run(pc.name+"/"+f.String()+"/set", func(t *testing.T) {
+				if err := ValidateSet(r); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+}
+
+func messages[T proto.Message](items []T) []proto.Message {
+	out := make([]proto.Message, len(items))
+	for i, m := range items {
+		out[i] = m
+	}
+	return out
+}
+
+// Snapshot runs Envoy's rules, per resource and across the set, on what it
+// serves to Envoy, and PGV alone on what it serves a proxyless gRPC client.
+func TestSnapshotRunsEnvoyRules(t *testing.T) {
+	p := compile(t, httpPolicy)
+	grpcForm := providerTLSCluster(t, &tlsv3.CertificateValidationContext{
+		SystemRootCerts: &tlsv3.CertificateValidationContext_SystemRootCerts{}, MatchTypedSubjectAltNames: sanExact("api.openai.com")})
+	for _, tt := range []struct {
+		flavour Flavour
+		extra   []*clusterv3.Cluster
+		want    []string // substrings of Snapshot's error; none: it succeeds
+	}{
+		{FlavourEnvoy, []*clusterv3.Cluster{grpcForm}, []string{`cds "openai": ` + "transport_socket.typed_config(envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext).common_tls_context.validation_context: SAN-based verification"}},
+		{FlavourEnvoy, nil, nil},
+		{FlavourGRPC, []*clusterv3.Cluster{grpcForm}, nil},
+	} {
+		r, err := Build(p, Groups(p)[0], tt.flavour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Clusters = append(r.Clusters, tt.extra...)
+		_, _, err = Snapshot(r)
+		if len(tt.want) == 0 {
+			if err != nil {
+				t.Errorf("%s with %d extra clusters: %v", tt.flavour, len(tt.extra), err)
+			}
+			continue
+		}
+		for _, w := range tt.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: Snapshot = %v, want it to contain %q", tt.flavour, err, w)
+			}
+		}
+	}
+	// Two clusters of one name: ValidateSet's, for Envoy.
+	r, err := Build(p, Groups(p)[0], FlavourEnvoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Clusters = append(r.Clusters, r.Clusters[0])
+	if _, _, err := Snapshot(r); err == nil || !strings.Contains(err.Error(), "duplicate cluster "+r.Clusters[0].GetName()+" found") {
+		t.Errorf("Snapshot with a duplicate cluster = %v", err)
 	}
 }

@@ -71,6 +71,9 @@ func (c *adsClient) accept(t *xdsType, r *discoveryv3.DiscoveryResponse) error {
 	if err != nil {
 		return err
 	}
+	if err := c.checkRules(t, next); err != nil {
+		return err
+	}
 	if err := c.check(t.url, next); err != nil {
 		return err
 	}

@@ -457,7 +457,7 @@ func runAuthzCase(t *testing.T, tc authzCase) {
 	upAddr, otherAddr := startHTTP(t, up), startHTTP(t, other)
 	az := &scriptedAuthz{check: tc.check}
 	azAddr := startGRPC(t, func(s *grpc.Server) { authv3.RegisterAuthorizationServer(s, az) })
-	cfg := &extauthzv3.ExtAuthz{Services: &extauthzv3.ExtAuthz_GrpcService{GrpcService: grpcCluster("authz", -1)}}
+	cfg := &extauthzv3.ExtAuthz{Services: &extauthzv3.ExtAuthz_GrpcService{GrpcService: grpcCluster("authz", -1)}, TransportApiVersion: corev3.ApiVersion_V3}
 	if tc.cfg != nil {
 		tc.cfg(cfg)
 	}

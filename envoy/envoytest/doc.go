@@ -12,6 +12,20 @@
 // envoy binary is on PATH). What it cannot emulate it refuses at load with
 // an error naming the field, never silently.
 //
+// It also refuses what a real Envoy refuses at load and PGV does not
+// express (a SAN matcher without trusted_ca, ext_authz without
+// transport_api_version V3, a terminal filter out of place, …): New runs
+// the envoy/envoyrules table, the one xds.Validate runs, over the bootstrap
+// and its static resources, and every ADS response is run through it
+// before it is used (rules.go). A refused violation fails New (with the
+// emulator's own refusals after it, if there are any), or NACKs the
+// response, with Envoy's message and the field's path; a [#not-implemented-hide:]
+// field Envoy ignores is loaded, as Envoy loads it, with a warning in the
+// log. Over ADS only the resources of the response's type are judged, so a
+// route configuration that validates its clusters is judged when it loads,
+// against the clusters then known. Tests: TestRulesRefuseBootstrap,
+// TestRulesIgnoredFieldLoads, TestRulesNackADS (rules_test.go).
+//
 // The specification is ../shared/envoy-protocol.md; each behaviour follows
 // the Envoy source lines cited there. Every request is recorded as an
 // Exchange (every CheckRequest/CheckResponse, every ext_proc message in both
@@ -341,7 +355,8 @@
 //     rejected nonce, error_detail with the message and code INTERNAL —
 //     what Envoy sets whatever the cause — and the previous configuration
 //     stays in force. Rejected: a resource of another type, one that does
-//     not unpack or validate, two with one name, and whatever build
+//     not unpack or validate, two with one name, one that breaks a refused
+//     rule of envoy/envoyrules, and whatever build
 //     refuses: any CDS cluster, used or not, and the served listener with
 //     its route configuration. An EDS cluster or an rds whose config
 //     source is not ADS is refused too.

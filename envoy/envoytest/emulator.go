@@ -67,6 +67,7 @@ func New(b *bootstrapv3.Bootstrap, opts Options) (*Emulator, error) {
 		e.opts.KeepExchanges = 10000
 	}
 	cfg, err := e.buildConfig(b)
+	cfg, err = e.withBootstrapRules(b, cfg, err)
 	if err != nil {
 		e.conns.close()
 		return nil, err

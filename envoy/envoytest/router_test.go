@@ -382,7 +382,7 @@ func TestAccessLog(t *testing.T) {
 	}}
 	azAddr := startGRPC(t, func(s *grpc.Server) { authv3.RegisterAuthorizationServer(s, az) })
 	b := testBootstrap(t, routeAll("up"), []*clusterv3.Cluster{testCluster(t, "up", startHTTP(t, &echoUpstream{}), false), testCluster(t, "authz", azAddr, true)},
-		filterOf(t, "authz", &extauthzv3.ExtAuthz{Services: &extauthzv3.ExtAuthz_GrpcService{GrpcService: grpcCluster("authz", -1)}}))
+		filterOf(t, "authz", &extauthzv3.ExtAuthz{Services: &extauthzv3.ExtAuthz_GrpcService{GrpcService: grpcCluster("authz", -1)}, TransportApiVersion: corev3.ApiVersion_V3}))
 	e, base := startEmulator(t, b, Options{AccessLog: &log, AccessLogMetadata: []string{AuthzNamespace + ":key_id", AuthzNamespace + ":team", AuthzNamespace + ":absent"}})
 	resp, err := http.Post(base+"/v1/embeddings?x=1", "application/json", strings.NewReader(`{"input":"hi"}`))
 	if err != nil {
