@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,7 +16,9 @@ import (
 
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/envoy/envoytest"
+	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/xds"
 )
 
@@ -154,4 +157,55 @@ func (p *sluiceProcess) metrics(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestSluiceUnreachable: Envoy's chain points at a Sluice that does not
+// answer (nothing listens at the address Sluice's xDS gives for its own
+// cluster). ext_authz fails closed with 503; that reply runs through
+// ext_proc, whose stream fails too, and ext_proc's status_on_error (503,
+// not Envoy's default 500) goes out directly. The listener's
+// local_reply_config gives it the API's JSON error — retryable,
+// gateway_unavailable — in each dialect; the provider is never called.
+func TestSluiceUnreachable(t *testing.T) {
+	mock, mockAddr := mockProvider(t, mockllm.Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	s := startSluice(t, fmt.Sprintf(localReplyPolicy, mockAddr)+fmt.Sprintf("xds: {sluice_addresses: [%q]}\n", dead))
+	_, key := s.createKey(t, "t")
+	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-sluice-unreachable", XDSAddress: s.xdsAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[llmapi.Dialect]string{}
+	for _, d := range []llmapi.Dialect{llmapi.OpenAI, llmapi.Anthropic} {
+		want[d] = string(apierr.Body(d, &apierr.Error{Status: 503, Code: apierr.CodeGatewayUnavailable, Message: "the gateway's policy service is unavailable; retry"}))
+	}
+	eachProxy(t, b, func(t *testing.T, p proxy) {
+		for _, tc := range []struct {
+			c call
+			d llmapi.Dialect
+		}{
+			{call{path: "/v1/chat/completions", body: `{"model":"m","messages":[{"role":"user","content":"hi"}]}`}, llmapi.OpenAI},
+			{call{path: "/v1/messages", body: `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`}, llmapi.Anthropic},
+		} {
+			st, h, body := tc.c.do(t, p.url, key)
+			if st != 503 || body != want[tc.d] || h.Get("content-type") != "application/json" {
+				t.Errorf("%s: %d %q %q, want 503 application/json %q", tc.c.path, st, h.Get("content-type"), body, want[tc.d])
+			}
+		}
+		if p.emu != nil {
+			for _, x := range waitExchanges(t, p.emu, 2) {
+				if !strings.HasPrefix(x.Details, "ext_proc_error_gRPC_error_14{") {
+					t.Errorf("details %q: want ext_proc's failure reply (gRPC UNAVAILABLE), which follows ext_authz's", x.Details)
+				}
+			}
+		}
+	})
+	if n := mock.Requests(); n != 0 {
+		t.Errorf("the provider was called %d times", n)
+	}
 }

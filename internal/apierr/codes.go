@@ -47,6 +47,8 @@ const (
 	CodeUpstreamTimeout     = "upstream_timeout"     // 504: the provider did not answer within the route's timeout
 	CodeUpstreamUnavailable = "upstream_unavailable" // 503: no healthy endpoint, or the connection failed before a response
 	CodeNoRoute             = "no_route"             // 404: the router met a request Sluice did not route (the no-provider route)
+	CodeGatewayUnavailable  = "gateway_unavailable"  // 503: Envoy could not reach Sluice's ext_authz or ext_proc (their failure replies)
+	CodeGatewayTimeout      = "gateway_timeout"      // 504: Sluice's ext_proc did not answer within its message timeout
 
 	// Limits and budgets.
 	CodeRateLimited          = "rate_limited"          // 429: a request-rate window is full

@@ -131,10 +131,19 @@ func Authz(o Options) *extauthzv3.ExtAuthz {
 //     for any other response) and after every chunk was answered; the
 //     request is settled there and that reply carries the usage metadata;
 //   - request trailers SKIP (the body is read whole before them).
+//
+// When Sluice cannot be reached it fails closed (unless Options.FailOpen)
+// with 503, as ext_authz does: Envoy's default status_on_error is 500, and
+// ext_authz's failure reply runs through ext_proc's encode path
+// (FilterManager::sendLocalReplyViaFilterChain), where ext_proc's own
+// stream fails too and its status_on_error is what the client gets
+// (Filter::onGrpcError in ext_proc.cc, a second local reply, sent
+// directly).
 func ExtProc(o Options) *extprocv3.ExternalProcessor {
 	return &extprocv3.ExternalProcessor{
 		GrpcService:      grpcService(o.Cluster, 0),
 		FailureModeAllow: o.FailOpen,
+		StatusOnError:    &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
 		ProcessingMode: &extprocv3.ProcessingMode{
 			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
 			RequestBodyMode:     extprocv3.ProcessingMode_BUFFERED,
