@@ -269,8 +269,13 @@
 //   - Typed metadata: typed forwarding namespaces never match (the emulator
 //     has no typed dynamic metadata); typed_dynamic_metadata is ignored.
 //   - request_attributes / response_attributes are not CEL: a fixed set of
-//     names is evaluated (extProcAttribute); others are skipped, as Envoy
-//     skips an expression that fails to evaluate.
+//     expressions is evaluated (compileAttribute), among them
+//     xds.upstream_host_metadata.filter_metadata['ns']['key'], read from
+//     the LbEndpoint metadata of the host of the stream's latest attempt
+//     (in an upstream filter chain, its attempt's: EDS, STATIC and DNS
+//     load assignments keep endpoint metadata on their hosts). Any other
+//     expression is refused at load; one that does not evaluate (an absent
+//     header or key, no upstream host yet) is skipped, as Envoy skips it.
 //   - Header limits are Envoy's defaults (100 headers, 60 KiB).
 //   - A route's ExtProcPerRoute replaces the virtual host's as a whole.
 //   - Watermarks are emulated by not reading the filter's input.

@@ -632,7 +632,7 @@ func (x *epInstance) addAttributes(d *epSide, req *extprocsvc.ProcessingRequest)
 	d.attrsSent = true
 	st := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	for _, n := range names {
-		if v, ok := x.extProcAttribute(n); ok {
+		if v, ok := x.f.attrs[n](x); ok {
 			st.Fields[n] = v
 		}
 	}

@@ -615,11 +615,14 @@ func (r *router) try(h *host, a *UpstreamAttempt) attemptResult {
 	src := make(chan frame, 16)
 	codecIn, codecOut := (<-chan frame)(src), make(chan frame, 16)
 	resp := (<-chan frame)(codecOut)
+	// UpstreamRequest's constructor puts the attempt's host on the stream
+	// info before the upstream filters run (upstream_request.cc).
+	s.setUpstreamHost(h)
 	if fl := r.cl.upstreamFilters; len(fl) > 0 {
 		child := &stream{
 			id: s.id, e: s.e, cfg: s.cfg, start: s.start, ctx: ctx, cancel: cancel, clientCtx: s.clientCtx,
 			reqHeaders: hdrs.Clone(), downstream: s.downstream, replies: make(chan localReply, 1), rec: s.rec,
-			parent: s, attempt: r.attempt,
+			parent: s, attempt: r.attempt, upstreamHost: h,
 		}
 		at.replies = child.replies
 		insts := make([]filterInstance, len(fl))

@@ -104,6 +104,25 @@ type stream struct {
 	// ctx ends with the attempt, and its local replies go to the router.
 	parent  *stream
 	attempt int
+	// upstreamHost is the host of the stream's latest router attempt
+	// (Envoy's StreamInfo upstreamInfo()->upstreamHost(), which each
+	// UpstreamRequest sets when it is created); on an upstream filter
+	// chain's stream, its attempt's host. Under mu.
+	upstreamHost *host
+}
+
+// setUpstreamHost records the host the router's new attempt goes to.
+func (s *stream) setUpstreamHost(h *host) {
+	s.mu.Lock()
+	s.upstreamHost = h
+	s.mu.Unlock()
+}
+
+// currentUpstreamHost is the host of the latest attempt, nil before any.
+func (s *stream) currentUpstreamHost() *host {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.upstreamHost
 }
 
 // streamPeer is what Envoy knows about the downstream connection.
