@@ -342,7 +342,7 @@ func (p *Processor) rewrite(body []byte, r resolved, dst destination) (*extprocs
 		return nil, err
 	}
 	if r.route.Fallback() {
-		resp.DynamicMetadata = handoffFrom(&p.clientRequest).Encode()
+		resp.DynamicMetadata = handoffFrom(&p.clientRequest, r.route.Name).Encode()
 	}
 	return resp, nil
 }

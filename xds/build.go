@@ -254,10 +254,10 @@ func adsSource() *corev3.ConfigSource {
 }
 
 // providerCluster is the cluster for provider p under the given name. A
-// fallback member has no outlier detection: the upstream processor knows an
-// attempt's provider only from its number, which is the member's place only
-// while every member is healthy (previous_priorities then sends attempt n
-// to member n); the fallback itself is the failure handling.
+// fallback member has no outlier detection: the fallback itself is the
+// failure handling. (An attempt's provider is read from its host's
+// metadata, see assignment, so a member without healthy hosts, which the
+// aggregate skips, never gets another provider's credential.)
 func (b *builder) providerCluster(p *policies.Provider, up upstream, name string, member bool) *clusterv3.Cluster {
 	c := &clusterv3.Cluster{
 		Name:           name,
@@ -408,8 +408,9 @@ func (b *builder) sluiceCluster() (*clusterv3.Cluster, error) {
 // routeConfig routes on the routing header: one route per provider, one
 // per fallback model, and a catch-all that answers with a clear error.
 func (b *builder) routeConfig() *routev3.RouteConfiguration {
-	// Envoy numbers attempts in x-envoy-attempt-count: the fallback
-	// upstream processor takes an attempt's provider from it.
+	// Envoy numbers attempts in x-envoy-attempt-count, which the fallback
+	// upstream processor removes before a provider sees it (an attempt's
+	// provider comes from its host, not its number).
 	vh := &routev3.VirtualHost{Name: "sluice", Domains: []string{"*"}, IncludeRequestAttemptCount: true}
 	for _, p := range b.snap.Providers() {
 		vh.Routes = append(vh.Routes, headerRoute(p.Name, p.Name, p.Timeout, p.IdleTimeout, retryPolicy(p)))

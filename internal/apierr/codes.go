@@ -40,7 +40,8 @@ const (
 	CodeModelUnpriced         = "model_unpriced"          // 403: gateway.unpriced_models: deny
 	CodeUnsupportedEndpoint   = "unsupported_endpoint"    // 400: the provider does not speak this API
 	CodeProviderNotConfigured = "provider_not_configured" // 503: the configuration changed under a fallback
-	CodeFallbackMisconfigured = "fallback_misconfigured"  // 503: an attempt without its number
+	CodeFallbackMisconfigured = "fallback_misconfigured"  // 503: an attempt whose upstream host names no provider
+	CodeFallbackHostUnknown   = "fallback_host_unknown"   // 503: an attempt whose upstream host is a provider the model does not fall back to
 
 	// Envoy's own local replies, rewritten by the listener's
 	// local_reply_config (chain.LocalReply); body_too_large above is one.

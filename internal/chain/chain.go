@@ -202,8 +202,8 @@ func HTTPFilters(o Options) []*hcmv3.HttpFilter {
 // UpstreamExtProc is the ext_proc filter configuration of the upstream HTTP
 // filter chain of a fallback model's aggregate cluster: one stream per
 // attempt, marked by the gRPC initial metadata UpstreamMetadataKey. Modes:
-// request headers SEND (the attempt count; the routing header is removed
-// there), request body BUFFERED (the model is in the body, and the
+// request headers SEND (with the host's provider; the routing and
+// attempt-count headers are removed there), request body BUFFERED (the model is in the body, and the
 // rewritten body and its headers go out together), response headers SEND
 // (the served-by headers are added), response body NONE, trailers SKIP.
 // Same cluster and message timeout as ExtProc; UsageNamespace is forwarded
