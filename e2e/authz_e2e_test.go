@@ -141,9 +141,17 @@ func TestAuthzThroughEnvoy(t *testing.T) {
 			t.Errorf("provider reached %d times; refused requests must not reach it", n)
 		}
 		if p.emu != nil {
-			xs := p.emu.Exchanges()
-			if len(xs) != 3 || len(xs[0].Authz) != 1 || len(xs[0].ExtProc) == 0 || len(xs[1].ExtProc) != 0 {
-				t.Errorf("recorded exchanges: %d", len(xs))
+			// A denial is a local reply, encoded through every encoder
+			// filter: ext_proc sees its response headers, never the
+			// request's (sendLocalReplyViaFilterChain).
+			xs := waitExchanges(t, p.emu, 3)
+			if len(xs) != 3 || len(xs[0].Authz) != 1 || len(xs[0].ExtProc) == 0 {
+				t.Fatalf("recorded exchanges: %d", len(xs))
+			}
+			for _, ev := range xs[1].ExtProc {
+				if ev.Sent != nil && ev.Sent.GetRequestHeaders() != nil {
+					t.Errorf("ext_proc saw the denied request's headers")
+				}
 			}
 		}
 	})

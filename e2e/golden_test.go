@@ -48,7 +48,7 @@ func TestGoldenExchanges(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e.ResetExchanges()
 			tc.call.do(t, url, key)
-			xs := e.Exchanges()
+			xs := waitExchanges(t, e, 1)
 			if len(xs) != 1 {
 				t.Fatalf("%d exchanges", len(xs))
 			}

@@ -137,7 +137,11 @@ func FuzzProcessor(f *testing.F) {
 //	                                       metadata for the key, p = for the poor key,
 //	                                       u = for an unknown key, b = bearer, x = x-api-key,
 //	                                       e = end_of_stream, m = the handoff of the
-//	                                       downstream stream S-5, n = no attempt count
+//	                                       downstream stream S-5, n = no attempt count;
+//	                                       an upstream attempt's host is a provider's
+//	                                       (5 openai, 6 az, 7 compat, 8 claude,
+//	                                       9 claude2), g = no host provider, v = an
+//	                                       unknown one
 //	bS BODY        request body (end_of_stream)
 //	pS BODY        request body chunk without end_of_stream
 //	zS N           a chat request body of N bytes (the body limit is 4096)
@@ -419,6 +423,15 @@ func scriptHeaders(s scriptStep, handoff [5]*structpb.Struct) *extprocsvc.Proces
 			st, _ := structpb.NewStruct(map[string]any{"key_id": id, "team": "t"})
 			md.FilterMetadata[chain.AuthzNamespace] = st
 		}
+	}
+	if s.stream >= 5 && !strings.Contains(flags, "g") {
+		host := [5]string{"openai", "az", "compat", "claude", "claude2"}[s.stream-5]
+		if strings.Contains(flags, "v") {
+			host = "nosuch"
+		}
+		m.Attributes = map[string]*structpb.Struct{chain.ExtProcAttributesKey: {Fields: map[string]*structpb.Value{
+			chain.UpstreamHostProviderAttribute: structpb.NewStringValue(host),
+		}}}
 	}
 	if strings.Contains(flags, "m") && s.stream >= 5 {
 		if h := handoff[s.stream-5]; h != nil {

@@ -1,9 +1,8 @@
 package extproc
 
 import (
-	"strconv"
-
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicegw/sluice/internal/chain"
@@ -20,8 +19,14 @@ import (
 //     attempt's rewrite;
 //   - chain.RoutingHeader (set downstream to route to the model's aggregate
 //     cluster) and chain.AttemptCountHeader (set by Envoy, numbering the
-//     attempt: attemptNumber), both removed by the attempt
-//     (attemptHeaders) so no provider sees them.
+//     attempt), both removed by the attempt (attemptHeaders) so no
+//     provider sees them.
+//
+// Envoy → each attempt's upstream processor: the provider of the host the
+// attempt goes to (hostProvider), the request attribute
+// chain.UpstreamHostProviderAttribute, which names the attempt's provider
+// (its number does not: an aggregate cluster skips members without
+// healthy hosts).
 //
 // Upstream processor → downstream processor: servedBy, in response
 // headers, which the downstream processor reads and removes.
@@ -35,11 +40,15 @@ type handoff struct {
 	// ClientAnthropicVersion: the client sent anthropic-version itself
 	// (chain.FallbackAnthropicVersionKey).
 	ClientAnthropicVersion bool
+	// Model is the fallback model the downstream processor routed the
+	// request to (chain.FallbackModelKey): an attempt's provider must be
+	// one of its providers.
+	Model string
 }
 
-// handoffFrom is the handoff of the client's request c.
-func handoffFrom(c *clientRequest) handoff {
-	return handoff{Path: c.path, ClientAnthropicVersion: c.clientAnthropicVersion}
+// handoffFrom is the handoff of the client's request c, routed to model.
+func handoffFrom(c *clientRequest, model string) handoff {
+	return handoff{Path: c.path, ClientAnthropicVersion: c.clientAnthropicVersion, Model: model}
 }
 
 // Encode is h as the dynamic metadata of the downstream processor's
@@ -49,6 +58,7 @@ func (h handoff) Encode() *structpb.Struct {
 		chain.UsageNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			chain.FallbackPathKey:             structpb.NewStringValue(h.Path),
 			chain.FallbackAnthropicVersionKey: structpb.NewBoolValue(h.ClientAnthropicVersion),
+			chain.FallbackModelKey:            structpb.NewStringValue(h.Model),
 		}}),
 	}}
 }
@@ -60,6 +70,7 @@ func decodeHandoff(md *corev3.Metadata) handoff {
 	return handoff{
 		Path:                   f[chain.FallbackPathKey].GetStringValue(),
 		ClientAnthropicVersion: f[chain.FallbackAnthropicVersionKey].GetBoolValue(),
+		Model:                  f[chain.FallbackModelKey].GetStringValue(),
 	}
 }
 
@@ -77,15 +88,13 @@ func (h handoff) request(get func(string) (string, bool)) clientRequest {
 	return c
 }
 
-// attemptNumber is the attempt's number, from 1, or ok false when the
-// attempt is not numbered (the route lacks include_request_attempt_count).
-func attemptNumber(get func(string) (string, bool)) (n int, ok bool) {
-	v, _ := get(chain.AttemptCountHeader)
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return 0, false
-	}
-	return n, true
+// hostProvider is the provider of the attempt's upstream host, from the
+// attributes of the attempt's first message (Envoy evaluates request
+// attributes for the first request-direction message only); "" when
+// Envoy sent none — the endpoint has no provider metadata, or the filter
+// does not ask for it.
+func hostProvider(m *extprocsvc.ProcessingRequest) string {
+	return m.GetAttributes()[chain.ExtProcAttributesKey].GetFields()[chain.UpstreamHostProviderAttribute].GetStringValue()
 }
 
 // attemptHeaders are the request headers of the handoff, removed by the

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -54,7 +55,7 @@ func TestHandoffRoundTrip(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var client clientRequest
 			client.note(headerGetter(hdrs(tt.client...)))
-			h := handoffFrom(&client)
+			h := handoffFrom(&client, "fb")
 			if got := decodeHandoff(delivered(h.Encode())); got != h {
 				t.Errorf("decodeHandoff(Encode(%+v)) = %+v", h, got)
 			}
@@ -68,21 +69,22 @@ func TestHandoffRoundTrip(t *testing.T) {
 
 // fallbackMeta is the handoff metadata as Envoy delivers it to an
 // attempt's stream, written out key by key.
-func fallbackMeta(path string, clientAnthropicVersion bool) *corev3.Metadata {
+func fallbackMeta(path string, clientAnthropicVersion bool, model string) *corev3.Metadata {
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{chain.UsageNamespace: {Fields: map[string]*structpb.Value{
 		chain.FallbackPathKey:             structpb.NewStringValue(path),
 		chain.FallbackAnthropicVersionKey: structpb.NewBoolValue(clientAnthropicVersion),
+		chain.FallbackModelKey:            structpb.NewStringValue(model),
 	}}}}
 }
 
 // TestHandoffWire: the metadata keys are chain's, as deployed Sluice
 // replicas and the golden fallback exchanges read them.
 func TestHandoffWire(t *testing.T) {
-	got := delivered(handoff{Path: "/v1/messages?beta=true", ClientAnthropicVersion: true}.Encode())
-	if diff := cmp.Diff(fallbackMeta("/v1/messages?beta=true", true), got, protocmp.Transform()); diff != "" {
+	got := delivered(handoff{Path: "/v1/messages?beta=true", ClientAnthropicVersion: true, Model: "fb-claude"}.Encode())
+	if diff := cmp.Diff(fallbackMeta("/v1/messages?beta=true", true, "fb-claude"), got, protocmp.Transform()); diff != "" {
 		t.Errorf("Encode (-want +got):\n%s", diff)
 	}
-	if got := decodeHandoff(fallbackMeta("/v1/chat/completions", false)); got != (handoff{Path: "/v1/chat/completions"}) {
+	if got := decodeHandoff(fallbackMeta("/v1/chat/completions", false, "fb")); got != (handoff{Path: "/v1/chat/completions", Model: "fb"}) {
 		t.Errorf("decodeHandoff = %+v", got)
 	}
 }
@@ -134,23 +136,30 @@ func TestServedByHeaders(t *testing.T) {
 	}
 }
 
-func TestAttemptNumber(t *testing.T) {
+// TestHostProvider: the attempt's provider is the attribute Envoy
+// evaluated for chain.UpstreamHostProviderAttribute, as it sends it (a
+// string under the expression, in the ext_proc filter's struct), and
+// nothing without it.
+func TestHostProvider(t *testing.T) {
+	attrs := func(fields map[string]*structpb.Value) *extprocsvc.ProcessingRequest {
+		return &extprocsvc.ProcessingRequest{Attributes: map[string]*structpb.Struct{chain.ExtProcAttributesKey: {Fields: fields}}}
+	}
 	tests := []struct {
-		headers []string
-		n       int
-		ok      bool
+		m    *extprocsvc.ProcessingRequest
+		want string
 	}{
-		{[]string{chain.AttemptCountHeader, "1"}, 1, true},
-		{[]string{chain.AttemptCountHeader, "3"}, 3, true},
-		{nil, 0, false},
-		{[]string{chain.AttemptCountHeader, ""}, 0, false},
-		{[]string{chain.AttemptCountHeader, "0"}, 0, false},
-		{[]string{chain.AttemptCountHeader, "-2"}, 0, false},
-		{[]string{chain.AttemptCountHeader, "two"}, 0, false},
+		{attrs(map[string]*structpb.Value{chain.UpstreamHostProviderAttribute: structpb.NewStringValue("az")}), "az"},
+		{attrs(map[string]*structpb.Value{"xds.upstream_host_metadata.filter_metadata['other']['provider']": structpb.NewStringValue("az")}), ""},
+		{attrs(map[string]*structpb.Value{chain.UpstreamHostProviderAttribute: structpb.NewBoolValue(true)}), ""},
+		{attrs(nil), ""},
+		{&extprocsvc.ProcessingRequest{}, ""},
 	}
 	for _, tt := range tests {
-		if n, ok := attemptNumber(headerGetter(hdrs(tt.headers...))); n != tt.n || ok != tt.ok {
-			t.Errorf("attemptNumber(%q) = %d, %v; want %d, %v", tt.headers, n, ok, tt.n, tt.ok)
+		if got := hostProvider(tt.m); got != tt.want {
+			t.Errorf("hostProvider(%v) = %q, want %q", tt.m.GetAttributes(), got, tt.want)
 		}
+	}
+	if chain.UpstreamHostProviderAttribute != "xds.upstream_host_metadata.filter_metadata['sluice']['provider']" {
+		t.Errorf("attribute %q", chain.UpstreamHostProviderAttribute)
 	}
 }

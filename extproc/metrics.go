@@ -20,6 +20,9 @@ type Metrics struct {
 	// upstreamAttempts counts fallback attempts the upstream processor
 	// rewrote, by provider.
 	upstreamAttempts *prometheus.CounterVec
+	// localReplies counts responses to requests Sluice never admitted
+	// (another filter's or Envoy's local reply), passed unchanged.
+	localReplies *prometheus.CounterVec
 }
 
 // NewMetrics registers the series on reg.
@@ -43,8 +46,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Open ext_proc streams (downstream and upstream)."}),
 		upstreamAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_upstream_attempts_total",
 			Help: "Attempts of fallback requests rewritten for a provider by the upstream processor, by provider."}, []string{"provider"}),
+		localReplies: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_local_replies_total",
+			Help: "Responses to requests Sluice never admitted (an ext_authz denial, Envoy's 413, another filter's local reply, which Envoy sends through ext_proc) passed unchanged and unmetered, by status."}, []string{"status"}),
 	}
-	reg.MustRegister(m.requests, m.denials, m.tokens, m.cost, m.unparsed, m.unpriced, m.ledgerErrors, m.streams, m.upstreamAttempts)
+	reg.MustRegister(m.requests, m.denials, m.tokens, m.cost, m.unparsed, m.unpriced, m.ledgerErrors, m.streams, m.upstreamAttempts, m.localReplies)
 	return m
 }
 

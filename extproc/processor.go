@@ -342,7 +342,7 @@ func (p *Processor) rewrite(body []byte, r resolved, dst destination) (*extprocs
 		return nil, err
 	}
 	if r.route.Fallback() {
-		resp.DynamicMetadata = handoffFrom(&p.clientRequest).Encode()
+		resp.DynamicMetadata = handoffFrom(&p.clientRequest, r.route.Name).Encode()
 	}
 	return resp, nil
 }
@@ -420,6 +420,9 @@ func compatible(ep llmapi.Endpoint, pr *policies.Provider) string {
 
 func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
 	if p.state != awaitResponseHeaders {
+		if p.state == awaitRequestHeaders || p.state == awaitRequestBody {
+			p.localReply(h)
+		}
 		return headersResponse(nil)
 	}
 	get := headerGetter(h.GetHeaders())
@@ -444,6 +447,24 @@ func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeade
 		resp.DynamicMetadata = p.settle(ctx, true)
 	}
 	return resp
+}
+
+// localReply answers the response headers of a request Sluice never
+// admitted: another filter's local reply, or Envoy's, which Envoy encodes
+// through every encoder filter, ext_proc's included, whether or not
+// ext_proc saw the request (FilterManager::sendLocalReplyViaFilterChain) —
+// an ext_authz denial (no request headers ever came), the buffer limit's
+// 413 (the request headers came, the body never). Nothing was reserved,
+// so nothing is metered, recorded or released: the reply passes
+// unchanged, its status and body intact (continue, and continue to every
+// body chunk), and it is counted.
+func (p *Processor) localReply(h *extprocsvc.HttpHeaders) {
+	st, _ := headerGetter(h.GetHeaders())(":status")
+	if n, err := strconv.Atoi(st); err != nil || n < 100 || n > 599 {
+		st = "other"
+	}
+	p.d.Metrics.localReplies.WithLabelValues(st).Inc()
+	p.state = finished
 }
 
 // servedBy reads who answered a fallback request from the served-by

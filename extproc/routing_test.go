@@ -107,8 +107,8 @@ func TestServerUpstreamStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The third attempt: fb's third provider, compat.
-	r := exchange(up, reqHeaders("/v1/chat/completions", false, nil, chain.RoutingHeader, "sluice.fallback.fb", chain.AttemptCountHeader, "3"))
+	// The third attempt, on a host of fb's third provider, compat.
+	r := exchange(up, withHost(reqHeaders("/v1/chat/completions", false, nil, chain.RoutingHeader, "sluice.fallback.fb", chain.AttemptCountHeader, "3"), "compat"))
 	if diff := cmp.Diff(mutation{Remove: []string{chain.RoutingHeader, chain.AttemptCountHeader}}, flatten(r.GetRequestHeaders().GetResponse().GetHeaderMutation())); diff != "" {
 		t.Errorf("request headers (-want +got):\n%s", diff)
 	}

@@ -15,39 +15,46 @@ import (
 // fallback request: the stream of chain.UpstreamExtProc, in the upstream
 // filter chain of the model's aggregate cluster (Envoy opens one per
 // attempt, so a retry on the next provider gets a new one). Its provider
-// is the model's target number n, n being the attempt's
-// chain.AttemptCountHeader: with every member healthy — fallback members
-// have no outlier detection — previous_priorities sends attempt n to the
-// n-th member. It rewrites from the request as the client sent it: the
-// body is the router's buffered copy, the path and whether the client sent
-// anthropic-version come from the dynamic metadata the downstream
-// processor left (the header map itself carries any previous attempt's
-// rewrite). It applies the same provider-specific rewrite as the
-// single-provider path (targetRewrite); on the response it adds the
-// served-by headers the downstream processor meters with. It never admits,
-// settles or writes the ledger: the downstream processor does, once per
-// request.
+// is the one the attempt's upstream host belongs to, which Envoy sends as
+// the request attribute chain.UpstreamHostProviderAttribute (the
+// endpoint metadata xds gives every provider endpoint): an aggregate
+// cluster skips members without healthy hosts, so the attempt's number
+// does not name its member, and rewriting for any provider but the host's
+// would send one provider's credential to another. It rewrites from the
+// request as the client sent it: the body is the router's buffered copy,
+// the path, whether the client sent anthropic-version and the model it was
+// routed for come from the dynamic metadata the downstream processor left
+// (the header map itself carries any previous attempt's rewrite). It
+// applies the same provider-specific rewrite as the single-provider path
+// (targetRewrite); on the response it adds the served-by headers the
+// downstream processor meters with. It never admits, settles or writes the
+// ledger: the downstream processor does, once per request.
 //
-// An attempt it cannot rewrite — the endpoint is one the provider cannot
-// serve, or the model or the provider is no longer configured (the
+// It fails closed: an attempt whose host names no provider
+// (fallback_misconfigured), one the model does not fall back to
+// (fallback_host_unknown), or a request whose model is no longer the one
+// it was routed for is refused with 503 and nothing of a provider's is
+// sent. An attempt it cannot rewrite — the endpoint is one the provider
+// cannot serve, or the model or the provider is no longer configured (the
 // configuration changed between the downstream decision and this attempt)
 // — is refused with an ImmediateResponse in the API's error dialect,
-// carrying the served-by header. Envoy sends an upstream filter's local
-// reply through the downstream filter chain, not the router's retry logic
-// (router/upstream_request.cc), so that refusal is the client's answer and
-// no later provider is tried.
+// carrying the served-by header once the provider is known. Envoy sends an
+// upstream filter's local reply through the downstream filter chain, not
+// the router's retry logic (router/upstream_request.cc), so that refusal
+// is the client's answer and no later provider is tried.
 //
 // It is not safe for concurrent use; Server gives each stream its own.
 type UpstreamProcessor struct {
 	d          *Deps
 	snap       *policies.Snapshot
 	state      state
-	attempt    int    // from chain.AttemptCountHeader, 1 for the first
+	host       string // the provider of the attempt's upstream host
+	model      string // the fallback model the request was routed for, from the handoff
 	headerPath string // :path as this attempt found it
 	// clientRequest is the request as the client sent it, built from the
 	// handoff the downstream processor left.
 	clientRequest
-	served servedBy // the provider once the model is known; sent once rewritten
+	served servedBy // the provider once it is known to be the model's; sent once rewritten
 }
 
 // NewUpstreamProcessor returns a processor for one attempt.
@@ -80,17 +87,18 @@ func (u *UpstreamProcessor) Cancel(context.Context) {}
 func (u *UpstreamProcessor) requestHeaders(m *extprocsvc.ProcessingRequest, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
 	get := headerGetter(h.GetHeaders())
 	u.headerPath, _ = get(":path")
-	u.clientRequest = decodeHandoff(m.GetMetadataContext()).request(get)
-	n, numbered := attemptNumber(get)
+	ho := decodeHandoff(m.GetMetadataContext())
+	u.clientRequest, u.model = ho.request(get), ho.Model
+	u.host = hostProvider(m)
 	switch {
-	case !numbered:
-		return u.refuse(apierr.New(503, apierr.CodeFallbackMisconfigured, "the fallback attempt has no "+chain.AttemptCountHeader+" header: the route must set include_request_attempt_count"))
+	case u.host == "":
+		return u.refuse(apierr.New(503, apierr.CodeFallbackMisconfigured, "the fallback attempt's upstream host names no provider (endpoint metadata %s.%s, sent as the request attribute %s), so no provider's credential can be sent with it",
+			chain.EndpointMetadataNamespace, chain.EndpointProviderKey, chain.UpstreamHostProviderAttribute))
 	case u.ep == llmapi.Unknown:
 		return u.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API Sluice can rewrite for a provider", pathOnly(u.path)))
 	case h.GetEndOfStream():
 		return u.refuse(apierr.New(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request"))
 	}
-	u.attempt = n
 	u.state = awaitRequestBody
 	return headersContinue(&extprocsvc.HeaderMutation{RemoveHeaders: attemptHeaders()})
 }
@@ -104,12 +112,16 @@ func (u *UpstreamProcessor) requestBody(b *extprocsvc.HttpBody) *extprocsvc.Proc
 	req, route := r.req, r.route
 	// (The routing header is not compared: the first attempt removed it
 	// from the header map every attempt shares.)
-	if !route.Fallback() {
+	switch {
+	case !route.Fallback():
 		return u.refuse(apierr.New(503, apierr.CodeProviderNotConfigured, "model %q no longer falls back over providers (the configuration changed); retry", route.Name))
+	case u.model != "" && u.model != route.Name:
+		return u.refuse(apierr.New(503, apierr.CodeProviderNotConfigured, "the request was routed for model %q, but its model %q is now %q (the configuration changed); retry", u.model, req.Model, route.Name))
 	}
-	// Attempts beyond the last provider start again from the first, as
-	// previous_priorities does once every priority has been tried.
-	t := route.Targets[(u.attempt-1)%len(route.Targets)]
+	t, ok := targetOf(route, u.host)
+	if !ok {
+		return u.refuse(apierr.New(503, apierr.CodeFallbackHostUnknown, "the fallback attempt went to a host of provider %q, which model %q does not fall back to; no credential was sent", u.host, route.Name))
+	}
 	u.served.Provider = t.Provider.Name
 	if msg := compatible(u.ep, t.Provider); msg != "" {
 		return u.refuse(unsupportedEndpoint(route.Name, msg))
@@ -140,4 +152,15 @@ func (u *UpstreamProcessor) responseHeaders() *extprocsvc.ProcessingResponse {
 func (u *UpstreamProcessor) refuse(e *apierr.Error) *extprocsvc.ProcessingResponse {
 	u.state = finished
 	return denial(u.d.Metrics, u.dialect, e, u.served.headers()...)
+}
+
+// targetOf is route's target on provider, ok false when the route has
+// none there.
+func targetOf(route *policies.ModelRoute, provider string) (policies.Target, bool) {
+	for _, t := range route.Targets {
+		if t.Provider.Name == provider {
+			return t, true
+		}
+	}
+	return policies.Target{}, false
 }

@@ -170,10 +170,11 @@ func (b *builder) build() (*Resources, error) {
 
 // upstream is a provider's parsed base URL and endpoints.
 type upstream struct {
-	host  string // base_url host, for SNI, Host and endpoint hostnames
-	tls   bool
-	eds   bool
-	addrs []*corev3.Address
+	provider string // the provider's name, in every endpoint's metadata
+	host     string // base_url host, for SNI, Host and endpoint hostnames
+	tls      bool
+	eds      bool
+	addrs    []*corev3.Address
 }
 
 func parseUpstream(p *policies.Provider) (upstream, error) {
@@ -181,7 +182,7 @@ func parseUpstream(p *policies.Provider) (upstream, error) {
 	if err != nil {
 		return upstream{}, fmt.Errorf("providers %s: base_url: %w", p.Name, err)
 	}
-	up := upstream{host: u.Hostname(), tls: u.Scheme == "https"}
+	up := upstream{provider: p.Name, host: u.Hostname(), tls: u.Scheme == "https"}
 	port := u.Port()
 	if port == "" {
 		port = "80"
@@ -220,19 +221,33 @@ func socketAddress(hostport string) (*corev3.Address, error) {
 	}}}, nil
 }
 
-// assignment is the ClusterLoadAssignment of an EDS provider: one locality
-// with weight 1 (gRPC clients need a locality weight), each endpoint named
-// by the base URL's host for auto_host_rewrite.
+// assignment is the ClusterLoadAssignment of a provider's cluster (EDS, or
+// a LOGICAL_DNS cluster's load_assignment): one locality with weight 1
+// (gRPC clients need a locality weight), each endpoint named by the base
+// URL's host for auto_host_rewrite and carrying the provider's name in its
+// metadata (chain.EndpointMetadataNamespace / chain.EndpointProviderKey).
+// A fallback attempt's upstream filter reads it from the host it goes to
+// (chain.UpstreamHostProviderAttribute): behind an aggregate cluster that
+// skips members without healthy hosts, the host, not the attempt's
+// number, names the provider whose credential the attempt may carry.
 func (up upstream) assignment(name string) *endpointv3.ClusterLoadAssignment {
 	// An empty Locality, not none: grpc-go NACKs a locality without one
 	// ("EDS response contains a locality without ID").
 	la := &endpointv3.LocalityLbEndpoints{Locality: &corev3.Locality{}, LoadBalancingWeight: wrapperspb.UInt32(1)}
 	for _, a := range up.addrs {
-		la.LbEndpoints = append(la.LbEndpoints, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{
-			Endpoint: &endpointv3.Endpoint{Address: a, Hostname: up.host},
-		}})
+		la.LbEndpoints = append(la.LbEndpoints, &endpointv3.LbEndpoint{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: a, Hostname: up.host}},
+			Metadata:       providerMetadata(up.provider),
+		})
 	}
 	return &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{la}}
+}
+
+// providerMetadata is an endpoint's metadata naming its provider.
+func providerMetadata(provider string) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		chain.EndpointMetadataNamespace: {Fields: map[string]*structpb.Value{chain.EndpointProviderKey: structpb.NewStringValue(provider)}},
+	}}
 }
 
 func adsSource() *corev3.ConfigSource {
@@ -243,10 +258,10 @@ func adsSource() *corev3.ConfigSource {
 }
 
 // providerCluster is the cluster for provider p under the given name. A
-// fallback member has no outlier detection: the upstream processor knows an
-// attempt's provider only from its number, which is the member's place only
-// while every member is healthy (previous_priorities then sends attempt n
-// to member n); the fallback itself is the failure handling.
+// fallback member has no outlier detection: the fallback itself is the
+// failure handling. (An attempt's provider is read from its host's
+// metadata, see assignment, so a member without healthy hosts, which the
+// aggregate skips, never gets another provider's credential.)
 func (b *builder) providerCluster(p *policies.Provider, up upstream, name string, member bool) *clusterv3.Cluster {
 	c := &clusterv3.Cluster{
 		Name:           name,
@@ -380,8 +395,9 @@ func (b *builder) sluiceCluster() (*clusterv3.Cluster, error) {
 // routeConfig routes on the routing header: one route per provider, one
 // per fallback model, and a catch-all that answers with a clear error.
 func (b *builder) routeConfig() *routev3.RouteConfiguration {
-	// Envoy numbers attempts in x-envoy-attempt-count: the fallback
-	// upstream processor takes an attempt's provider from it.
+	// Envoy numbers attempts in x-envoy-attempt-count, which the fallback
+	// upstream processor removes before a provider sees it (an attempt's
+	// provider comes from its host, not its number).
 	vh := &routev3.VirtualHost{Name: "sluice", Domains: []string{"*"}, IncludeRequestAttemptCount: true}
 	for _, p := range b.snap.Providers() {
 		vh.Routes = append(vh.Routes, headerRoute(p.Name, p.Name, p.Timeout, p.IdleTimeout, retryPolicy(p)))

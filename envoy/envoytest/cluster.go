@@ -70,6 +70,7 @@ type host struct {
 	priority int
 	health   corev3.HealthStatus
 	od       *hostOutlier
+	metadata *corev3.Metadata // the LbEndpoint's (xds.upstream_host_metadata)
 }
 
 // Envoy's connect_timeout default.
@@ -136,7 +137,7 @@ func (e *Emulator) newCluster(c *clusterv3.Cluster, eds map[string]*endpointv3.C
 			if err != nil {
 				return nil, fail("%v", err)
 			}
-			h := &host{cluster: cl, addr: addr, priority: p, health: lb.GetHealthStatus(), hostname: ep.GetHostname()}
+			h := &host{cluster: cl, addr: addr, priority: p, health: lb.GetHealthStatus(), hostname: ep.GetHostname(), metadata: lb.GetMetadata()}
 			if h.hostname == "" && dns {
 				h.hostname = ep.GetAddress().GetSocketAddress().GetAddress()
 			}

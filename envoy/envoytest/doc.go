@@ -52,7 +52,9 @@
 //     timeouts after headers become resets, upstream 5xx before headers),
 //     TestRouterStreamsChunkByChunk, TestRouterUpstreamResetMidBody,
 //     TestRouterClientDisconnect, TestRouterLocalReplyReachesExtProc (router
-//     local replies reach ext_proc, as since v1.37). Byte-level chunk
+//     local replies reach ext_proc, as since v1.37),
+//     TestLocalReplyThroughEncoderFilters (every filter's local reply
+//     does: see Local replies). Byte-level chunk
 //     splits (mid-event, mid-rune) are produced by the mock provider
 //     (bench/mockllm, x-mock-split) and pass through the router unchanged:
 //     the router turns each upstream read into one frame, as Envoy's codec
@@ -257,6 +259,33 @@
 // request and response data passing the router); locality weights (round
 // robin over hosts); the x-envoy-upstream-service-time header.
 //
+// # Local replies
+//
+// A local reply — an ext_authz denial or error reply, the buffer limits'
+// 413, an ext_proc ImmediateResponse or error, the router's replies, an
+// upstream filter's reply — is sent as Envoy's
+// DownstreamFilterManager::sendLocalReply sends it
+// (source/common/http/filter_manager.cc): the response-code details are
+// set first; while no response headers exist it goes through the filter
+// chain (sendLocalReplyViaFilterChain): prepared (Utility::prepareLocalReply
+// in source/common/http/utility.cc: local_reply_config's rewrite, then
+// content-length and content-type) and encoded from the FIRST encoder
+// filter (encodeHeaders(nullptr, …)), so every encoder filter sees it —
+// ext_proc's encodeHeaders/encodeData (EPC: it opens its stream then if
+// none is open, sends response_headers with the attributes and metadata it
+// has, and removes content-length as shouldRemoveContentLength says unless
+// processing is complete), the sender's own encoder side included — and
+// no decoder filter runs again (decoder_filter_chain_aborted_); the
+// router's response, if one still comes, is dropped. A local reply sent
+// while response headers are in the encoder filters but none went
+// downstream — ext_proc's ImmediateResponse to a local reply's headers, or
+// its stream failing on them (onGrpcError: status_on_error, details
+// ext_proc_error_gRPC_error_<code>{<message>}) — goes to the client
+// directly (sendDirectLocalReply), local_reply_config applied, the
+// encoder filters bypassed; once response headers went downstream the
+// stream is reset. Tests: TestLocalReplyThroughEncoderFilters
+// (localreply_chain_test.go).
+//
 // # Local replies (local_reply_config)
 //
 // Every local reply — the router's, the buffer limits' 413, and ext_authz
@@ -293,8 +322,13 @@
 //   - Typed metadata: typed forwarding namespaces never match (the emulator
 //     has no typed dynamic metadata); typed_dynamic_metadata is ignored.
 //   - request_attributes / response_attributes are not CEL: a fixed set of
-//     names is evaluated (extProcAttribute); others are skipped, as Envoy
-//     skips an expression that fails to evaluate.
+//     expressions is evaluated (compileAttribute), among them
+//     xds.upstream_host_metadata.filter_metadata['ns']['key'], read from
+//     the LbEndpoint metadata of the host of the stream's latest attempt
+//     (in an upstream filter chain, its attempt's: EDS, STATIC and DNS
+//     load assignments keep endpoint metadata on their hosts). Any other
+//     expression is refused at load; one that does not evaluate (an absent
+//     header or key, no upstream host yet) is skipped, as Envoy skips it.
 //   - Header limits are Envoy's defaults (100 headers, 60 KiB).
 //   - A route's ExtProcPerRoute replaces the virtual host's as a whole.
 //   - Watermarks are emulated by not reading the filter's input.
@@ -305,10 +339,6 @@
 //     when a stream is cancelled, so the emulator waits up to 100 ms after
 //     the half-close (less if the server ends the stream) before it
 //     cancels. The record shows half-close and cancel where Envoy does them.
-//   - Local replies of filters do not run through the encoder chain, so
-//     ext_proc never sees response_headers for another filter's local reply
-//     or for its own 413/500 overflow reply (UNCONFIRMED in §4). Router local
-//     replies do run through it.
 //   - In observability mode the deferred close happens after the Exchange
 //     is recorded, so its events are not in the record.
 //   - A direction's timer does not fire once processing is complete.

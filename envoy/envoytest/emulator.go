@@ -177,14 +177,15 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer done()
 	ctx, cancel := context.WithCancel(r.Context())
 	s := &stream{
-		id:        e.nextID.Add(1),
-		e:         e,
-		cfg:       cfg,
-		start:     time.Now(),
-		ctx:       ctx,
-		clientCtx: r.Context(),
-		cancel:    cancel,
-		replies:   make(chan localReply, 1),
+		id:         e.nextID.Add(1),
+		e:          e,
+		cfg:        cfg,
+		start:      time.Now(),
+		ctx:        ctx,
+		clientCtx:  r.Context(),
+		cancel:     cancel,
+		replies:    make(chan localReply, 1),
+		chainReply: make(chan localReply, 1),
 	}
 	s.downstream = peerOf(r)
 	s.reqHeaders = fromRequest(r, s.downstream.scheme)
@@ -201,8 +202,9 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			st(s, in, out)
 		}()
 	}
-	// Decode: source → filters → router; encode: router → filters
-	// reversed → downstream writer.
+	// Decode: source → filters → router; encode: router → the encode
+	// chain's head (where local replies sent before any response headers
+	// join: encodeHead) → filters reversed → downstream writer.
 	decIn := make(chan frame, 16)
 	next := decIn
 	instances := make([]filterInstance, len(cfg.filters))
@@ -216,8 +218,9 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		run(st, next, out)
 		next = out
 	}
-	encIn := make(chan frame, 16)
-	run(e.routerStage, next, encIn)
+	routerOut, encIn := make(chan frame, 16), make(chan frame, 16)
+	run(e.routerStage, next, routerOut)
+	run((*stream).encodeHead, routerOut, encIn)
 	enc := encIn
 	for i := len(instances) - 1; i >= 0; i-- {
 		out := make(chan frame, 16)
@@ -429,6 +432,10 @@ func (d *downstreamWriter) drain(in <-chan frame) {
 	}
 }
 
+// writeLocalReply writes a local reply straight to the client: Envoy's
+// sendDirectLocalReply, for a reply sent once response headers were in the
+// encode chain but none had gone downstream (the encoder filters do not
+// see it; local_reply_config still applies).
 func (e *Emulator) writeLocalReply(s *stream, w http.ResponseWriter, lr localReply) {
 	s.freezeRoute()
 	s.respSent.Store(true)

@@ -65,6 +65,7 @@ type extProcFilter struct {
 	checker             *mutationChecker
 	fwdNS, recvNS       []string // metadata_options untyped namespaces
 	reqAttrs, respAttrs []string
+	attrs               map[string]attrEval // every attribute named, compiled
 
 	// perRoute holds every ExtProcPerRoute of the route table naming this
 	// filter, parsed at config time, by the Any that carries it.
@@ -134,6 +135,17 @@ func (e *Emulator) newExtProcFilter(name string, c *extprocv3.ExternalProcessor,
 	}
 	if f.mode == nil {
 		f.mode = &extprocv3.ProcessingMode{}
+	}
+	f.attrs = map[string]attrEval{}
+	for field, names := range map[string][]string{"request_attributes": f.reqAttrs, "response_attributes": f.respAttrs} {
+		for _, n := range names {
+			ev, ok := compileAttribute(n)
+			if !ok {
+				bad("%s: %q is not an attribute the emulator evaluates (see compileAttribute)", field, n)
+				continue
+			}
+			f.attrs[n] = ev
+		}
 	}
 	if c.GetDisableClearRouteCache() {
 		f.routeCacheAction = extprocv3.ExternalProcessor_RETAIN

@@ -314,8 +314,14 @@ func replaceSpaces(s string) string {
 	}, s)
 }
 
-// extProcAttribute evaluates one attribute name, as Envoy's CEL activation
-// would, for the supported set:
+// attrEval evaluates one request or response attribute on a stream; ok
+// false when it does not evaluate (an absent header, no upstream host),
+// which Envoy skips (ExpressionManager::evaluateAttributes in
+// EP/matching_utils.cc).
+type attrEval func(x *epInstance) (*structpb.Value, bool)
+
+// compileAttribute is the CEL the emulator evaluates for request_attributes
+// and response_attributes, one fixed form per name:
 //
 //	request.path request.url_path request.host request.scheme
 //	request.method request.id request.protocol request.query
@@ -323,12 +329,15 @@ func replaceSpaces(s string) string {
 //	response.code response.headers['name']
 //	source.address source.port destination.address destination.port
 //	xds.route_name xds.virtual_host_name
+//	xds.upstream_host_metadata.filter_metadata['ns']['key']
 //
-// Strings stay strings, ports and codes become numbers. Any other name, or
-// a header that is absent, is skipped (ok false).
-func (x *epInstance) extProcAttribute(name string) (*structpb.Value, bool) {
-	s := x.s
-	rh := s.reqHeaders
+// (source/extensions/filters/common/expr/context.cc). Strings stay
+// strings, ports and codes become numbers; a metadata value is the
+// Struct value's — a string stays a string, a bool a bool, a number is
+// printed (EP/matching_utils.cc sends a CEL double through print), a list,
+// struct or null does not evaluate here. Any other expression is refused
+// when the configuration loads (ok false).
+func compileAttribute(name string) (attrEval, bool) {
 	str := func(v string) (*structpb.Value, bool) { return structpb.NewStringValue(v), true }
 	hdr := func(h *Headers, k string) (*structpb.Value, bool) {
 		if h == nil {
@@ -340,62 +349,139 @@ func (x *epInstance) extProcAttribute(name string) (*structpb.Value, bool) {
 		return nil, false
 	}
 	if k, ok := headerIndex(name, "request.headers"); ok {
-		return hdr(rh, k)
+		return func(x *epInstance) (*structpb.Value, bool) { return hdr(x.s.reqHeaders, k) }, true
 	}
 	if k, ok := headerIndex(name, "response.headers"); ok {
-		return hdr(x.enc.hdr, k)
+		return func(x *epInstance) (*structpb.Value, bool) { return hdr(x.enc.hdr, k) }, true
 	}
-	path := rh.Value(":path")
+	if ns, key, ok := hostMetadataIndex(name); ok {
+		// UpstreamInfo's upstreamHost()->metadata(): the host the stream's
+		// (last) UpstreamRequest was created for; in an upstream filter
+		// chain, the attempt's (upstream_request.cc sets it on the stream
+		// info before the upstream filters run).
+		return func(x *epInstance) (*structpb.Value, bool) {
+			h := x.s.currentUpstreamHost()
+			if h == nil {
+				return nil, false
+			}
+			v, ok := h.metadata.GetFilterMetadata()[ns].GetFields()[key]
+			if !ok {
+				return nil, false
+			}
+			switch k := v.GetKind().(type) {
+			case *structpb.Value_StringValue:
+				return str(k.StringValue)
+			case *structpb.Value_BoolValue:
+				return structpb.NewBoolValue(k.BoolValue), true
+			case *structpb.Value_NumberValue:
+				return str(strconv.FormatFloat(k.NumberValue, 'g', 6, 64))
+			}
+			return nil, false
+		}, true
+	}
+	path := func(x *epInstance) string { return x.s.reqHeaders.Value(":path") }
 	switch name {
 	case "request.path":
-		return str(path)
+		return func(x *epInstance) (*structpb.Value, bool) { return str(path(x)) }, true
 	case "request.url_path":
-		p, _, _ := strings.Cut(path, "?")
-		return str(p)
+		return func(x *epInstance) (*structpb.Value, bool) { p, _, _ := strings.Cut(path(x), "?"); return str(p) }, true
 	case "request.query":
-		_, q, _ := strings.Cut(path, "?")
-		return str(q)
+		return func(x *epInstance) (*structpb.Value, bool) { _, q, _ := strings.Cut(path(x), "?"); return str(q) }, true
 	case "request.host":
-		return str(rh.Value(":authority"))
+		return func(x *epInstance) (*structpb.Value, bool) { return str(x.s.reqHeaders.Value(":authority")) }, true
 	case "request.scheme":
-		return str(rh.Value(":scheme"))
+		return func(x *epInstance) (*structpb.Value, bool) { return str(x.s.reqHeaders.Value(":scheme")) }, true
 	case "request.method":
-		return str(rh.Value(":method"))
+		return func(x *epInstance) (*structpb.Value, bool) { return str(x.s.reqHeaders.Value(":method")) }, true
 	case "request.id":
-		return hdr(rh, "x-request-id")
+		return func(x *epInstance) (*structpb.Value, bool) { return hdr(x.s.reqHeaders, "x-request-id") }, true
 	case "request.referer":
-		return hdr(rh, "referer")
+		return func(x *epInstance) (*structpb.Value, bool) { return hdr(x.s.reqHeaders, "referer") }, true
 	case "request.useragent":
-		return hdr(rh, "user-agent")
+		return func(x *epInstance) (*structpb.Value, bool) { return hdr(x.s.reqHeaders, "user-agent") }, true
 	case "request.protocol":
-		return str(s.downstream.protocol)
+		return func(x *epInstance) (*structpb.Value, bool) { return str(x.s.downstream.protocol) }, true
 	case "response.code":
-		if x.enc.hdr == nil {
-			return nil, false
-		}
-		n, err := strconv.Atoi(x.enc.hdr.Value(":status"))
-		if err != nil {
-			return nil, false
-		}
-		return structpb.NewNumberValue(float64(n)), true
+		return func(x *epInstance) (*structpb.Value, bool) {
+			if x.enc.hdr == nil {
+				return nil, false
+			}
+			n, err := strconv.Atoi(x.enc.hdr.Value(":status"))
+			if err != nil {
+				return nil, false
+			}
+			return structpb.NewNumberValue(float64(n)), true
+		}, true
 	case "source.address":
-		return str(net.JoinHostPort(s.downstream.remoteIP, strconv.Itoa(int(s.downstream.remotePort))))
+		return func(x *epInstance) (*structpb.Value, bool) {
+			d := x.s.downstream
+			return str(net.JoinHostPort(d.remoteIP, strconv.Itoa(int(d.remotePort))))
+		}, true
 	case "source.port":
-		return structpb.NewNumberValue(float64(s.downstream.remotePort)), true
+		return func(x *epInstance) (*structpb.Value, bool) {
+			return structpb.NewNumberValue(float64(x.s.downstream.remotePort)), true
+		}, true
 	case "destination.address":
-		return str(net.JoinHostPort(s.downstream.localIP, strconv.Itoa(int(s.downstream.localPort))))
+		return func(x *epInstance) (*structpb.Value, bool) {
+			d := x.s.downstream
+			return str(net.JoinHostPort(d.localIP, strconv.Itoa(int(d.localPort))))
+		}, true
 	case "destination.port":
-		return structpb.NewNumberValue(float64(s.downstream.localPort)), true
+		return func(x *epInstance) (*structpb.Value, bool) {
+			return structpb.NewNumberValue(float64(x.s.downstream.localPort)), true
+		}, true
 	case "xds.route_name":
-		if rt := s.currentRoute(); rt != nil {
-			return str(rt.name)
-		}
+		return func(x *epInstance) (*structpb.Value, bool) {
+			if rt := x.s.currentRoute(); rt != nil {
+				return str(rt.name)
+			}
+			return nil, false
+		}, true
 	case "xds.virtual_host_name":
-		if rt := s.currentRoute(); rt != nil {
-			return str(rt.vhost)
-		}
+		return func(x *epInstance) (*structpb.Value, bool) {
+			if rt := x.s.currentRoute(); rt != nil {
+				return str(rt.vhost)
+			}
+			return nil, false
+		}, true
 	}
 	return nil, false
+}
+
+// hostMetadataIndex parses
+// xds.upstream_host_metadata.filter_metadata['ns']['key'] (either quote).
+func hostMetadataIndex(name string) (ns, key string, ok bool) {
+	rest, ok := strings.CutPrefix(name, "xds.upstream_host_metadata.filter_metadata")
+	if !ok {
+		return "", "", false
+	}
+	ns, rest, ok = quotedIndex(rest)
+	if !ok {
+		return "", "", false
+	}
+	key, rest, ok = quotedIndex(rest)
+	if !ok || rest != "" {
+		return "", "", false
+	}
+	return ns, key, true
+}
+
+// quotedIndex parses a leading ['x'] or ["x"] (no escapes) and returns x
+// and what follows.
+func quotedIndex(s string) (string, string, bool) {
+	if len(s) < 4 || s[0] != '[' || (s[1] != '\'' && s[1] != '"') {
+		return "", "", false
+	}
+	q := s[1]
+	end := strings.IndexByte(s[2:], q)
+	if end < 0 || len(s) < 2+end+2 || s[2+end+1] != ']' {
+		return "", "", false
+	}
+	v := s[2 : 2+end]
+	if strings.ContainsAny(v, "\\'\"") {
+		return "", "", false
+	}
+	return v, s[2+end+2:], true
 }
 
 // headerIndex parses `<prefix>['name']` or `<prefix>["name"]`.

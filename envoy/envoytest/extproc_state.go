@@ -189,8 +189,15 @@ func (x *epInstance) runStage(d *epSide, in <-chan frame, out chan<- frame) {
 		select {
 		case f, ok := <-inCh:
 			if !ok {
+				if d.dir == epRequest && s.decodingAborted() {
+					// An earlier decoder filter sent a local reply through
+					// the filter chain: this filter's decoding is never
+					// called again, but it lives on and encodes the reply
+					// (sendLocalReplyViaFilterChain).
+					return
+				}
 				// The input ended without end of stream: a reset (client
-				// disconnect, upstream reset, another filter's local reply).
+				// disconnect, upstream reset, a local reply sent directly).
 				x.gone()
 				return
 			}
@@ -625,7 +632,7 @@ func (x *epInstance) addAttributes(d *epSide, req *extprocsvc.ProcessingRequest)
 	d.attrsSent = true
 	st := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	for _, n := range names {
-		if v, ok := x.extProcAttribute(n); ok {
+		if v, ok := x.f.attrs[n](x); ok {
 			st.Fields[n] = v
 		}
 	}
@@ -1429,7 +1436,14 @@ func (x *epInstance) localReply(code int, h *Headers, body []byte, details strin
 		lr.status, lr.body, lr.grpc = 200, nil, true
 	}
 	lr.reset = x.enc.headersPassed || x.s.respSent.Load()
-	x.s.sendLocalReply(lr)
+	path := x.s.sendLocalReply(lr)
 	x.dec.abort()
-	x.enc.abort()
+	if path != replyViaChain {
+		x.enc.abort()
+	}
+	// Through the chain, the reply reaches this filter's own encodeHeaders
+	// too, like every encoder filter's: with processing complete (an
+	// ImmediateResponse, an error, a timeout) it passes unprocessed and
+	// keeps its content-length; a reply sent while processing goes on (the
+	// buffer limit's 413) is sent to the server as response headers.
 }

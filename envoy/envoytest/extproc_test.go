@@ -1389,9 +1389,10 @@ func epCases(t *testing.T) []epCase {
 
 		// ---- §1.10 attributes and metadata ----
 		{
-			name: "§1.10 attributes: request ones in the first request message only, response ones in the first response message only, unknown names skipped",
+			name: "§1.10 attributes: request ones in the first request message only, response ones in the first response message only, those that do not evaluate skipped",
 			cfg: epConfig{ep: epc(mode(&pmode{RequestBodyMode: modeBuffered}), func(c *extprocv3.ExternalProcessor) {
-				c.RequestAttributes = []string{"request.path", "request.method", "request.id", "request.headers['x-a']", "request.protocol", "unknown.attr"}
+				c.RequestAttributes = []string{"request.path", "request.method", "request.id", "request.headers['x-a']", "request.protocol", "request.headers['absent']",
+					"xds.upstream_host_metadata.filter_metadata['ns']['k']"} // no upstream host yet
 				c.ResponseAttributes = []string{"response.code", "request.path"}
 			})},
 			client: postOf("hi", "X-A", "1"),
@@ -1644,6 +1645,15 @@ func TestExtProcConfig(t *testing.T) {
 			Overrides: &extprocv3.ExtProcOverrides{GrpcService: grpcCluster("extproc", -1)}}}, wantErr: "overrides.grpc_service is not supported"},
 		{name: "per-route FULL_DUPLEX_STREAMED refused", ep: epc(), perRoute: &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{
 			Overrides: &extprocv3.ExtProcOverrides{ProcessingMode: full}}}, wantErr: "overrides.processing_mode.request_body_mode FULL_DUPLEX_STREAMED"},
+		{name: "§1.10 an attribute the emulator does not evaluate refused", ep: epc(func(c *extprocv3.ExternalProcessor) {
+			c.RequestAttributes = []string{"request.path", "unknown.attr"}
+		}), wantErr: `request_attributes: "unknown.attr" is not an attribute the emulator evaluates`},
+		{name: "§1.10 the whole upstream host metadata refused", ep: epc(func(c *extprocv3.ExternalProcessor) {
+			c.ResponseAttributes = []string{"xds.upstream_host_metadata"}
+		}), wantErr: `response_attributes: "xds.upstream_host_metadata" is not an attribute`},
+		{name: "§1.10 a malformed metadata index refused", ep: epc(func(c *extprocv3.ExternalProcessor) {
+			c.RequestAttributes = []string{"xds.upstream_host_metadata.filter_metadata['ns']"}
+		}), wantErr: `is not an attribute the emulator evaluates`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := buildEPFilter(t, tc.ep, tc.perRoute)

@@ -167,7 +167,8 @@ func (r *router) loop() {
 			return
 		case resultLocalReply:
 			// An upstream filter's local reply: sent through the downstream
-			// filter manager, never retried.
+			// filter manager (UpstreamFilterManager::sendLocalReply), so
+			// through the downstream encoder filters, and never retried.
 			res.lr.reset = res.lr.reset || r.started
 			s.sendLocalReply(res.lr)
 			return
@@ -374,12 +375,11 @@ func (r *router) reply(status int, body, details string, extra *Headers) {
 // encoded, so the encode filters see the rewritten reply).
 func (r *router) send(h *Headers, body, details string) {
 	s := r.s
-	out := s.cfg.localReply.rewrite(s.reqHeaders, h, []byte(body), details)
-	if len(out) == 0 {
-		// The HTTP/1 codec's content-length of a headers-only reply.
-		h.Set("content-length", "0")
-	}
-	if s.send(r.out, frame{headers: h, end: len(out) == 0}) && len(out) > 0 {
+	status, _ := strconv.Atoi(h.Value(":status"))
+	extra := h.Clone()
+	extra.Del(":status")
+	hd, out := s.prepareLocalReply(localReply{status: status, headers: extra, body: []byte(body), details: details})
+	if s.send(r.out, frame{headers: hd, end: len(out) == 0}) && len(out) > 0 {
 		s.send(r.out, frame{data: out, end: true})
 	}
 }
@@ -615,11 +615,14 @@ func (r *router) try(h *host, a *UpstreamAttempt) attemptResult {
 	src := make(chan frame, 16)
 	codecIn, codecOut := (<-chan frame)(src), make(chan frame, 16)
 	resp := (<-chan frame)(codecOut)
+	// UpstreamRequest's constructor puts the attempt's host on the stream
+	// info before the upstream filters run (upstream_request.cc).
+	s.setUpstreamHost(h)
 	if fl := r.cl.upstreamFilters; len(fl) > 0 {
 		child := &stream{
 			id: s.id, e: s.e, cfg: s.cfg, start: s.start, ctx: ctx, cancel: cancel, clientCtx: s.clientCtx,
 			reqHeaders: hdrs.Clone(), downstream: s.downstream, replies: make(chan localReply, 1), rec: s.rec,
-			parent: s, attempt: r.attempt,
+			parent: s, attempt: r.attempt, upstreamHost: h,
 		}
 		at.replies = child.replies
 		insts := make([]filterInstance, len(fl))

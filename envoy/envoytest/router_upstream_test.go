@@ -19,6 +19,7 @@ import (
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -272,6 +273,52 @@ func TestRouterUpstreamFilters(t *testing.T) {
 				}
 				if resp.Header.Get("X-Served-By") != "try-2" {
 					t.Errorf("x-served-by %q", resp.Header.Get("X-Served-By"))
+				}
+			},
+		},
+		{
+			name: "§1.10 aggregate: a member without a healthy host is skipped; the attempt's request attributes read its host's metadata",
+			setup: func(t *testing.T, e *env) *bootstrapv3.Bootstrap {
+				const attr = "xds.upstream_host_metadata.filter_metadata['sluice']['provider']"
+				withMeta := func(c *clusterv3.Cluster, provider string, health corev3.HealthStatus) *clusterv3.Cluster {
+					lb := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0]
+					lb.HealthStatus = health
+					lb.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"sluice": {Fields: map[string]*structpb.Value{"provider": structpb.NewStringValue(provider)}}}}
+					return c
+				}
+				agg := aggregateCluster(t, "agg", "a", "b")
+				ep := upstreamExtProc("proc", "agg")
+				ep.RequestAttributes = []string{attr}
+				setUpstreamFilters(t, agg, true, filterOf(t, "ext_proc", ep))
+				return testBootstrap(t, routeTo("agg", func(ra *routev3.RouteAction, vh *routev3.VirtualHost) {
+					ra.RetryPolicy = retryOn("5xx", 1)
+					ra.RetryPolicy.RetryPriority = previousPriorities(t, 1)
+					vh.IncludeRequestAttemptCount = true
+				}), []*clusterv3.Cluster{
+					withMeta(testCluster(t, "a", e.a.url, false), "provider-a", corev3.HealthStatus_UNHEALTHY),
+					withMeta(testCluster(t, "b", e.b.url, false), "provider-b", corev3.HealthStatus_UNKNOWN),
+					agg, testCluster(t, "proc", e.addr, true),
+				})
+			},
+			wantStatus: 200, wantBody: "ok",
+			check: func(t *testing.T, e *env, _ *http.Response, x *Exchange) {
+				streams := e.proc.snapshot()
+				if len(streams) != 1 || len(e.a.requests()) != 0 || len(e.b.requests()) != 1 {
+					t.Fatalf("%d streams, a got %d, b got %d; want attempt 1 on the second member", len(streams), len(e.a.requests()), len(e.b.requests()))
+				}
+				rh := streams[0].got[0]
+				if v, _ := headerOf(rh.GetRequestHeaders().GetHeaders(), "x-envoy-attempt-count"); v != "1" {
+					t.Errorf("x-envoy-attempt-count %q, want 1: the attempt's number does not name its member", v)
+				}
+				got := rh.GetAttributes()[ExtProcAttributesKey].AsMap()
+				if want := map[string]any{"xds.upstream_host_metadata.filter_metadata['sluice']['provider']": "provider-b"}; !cmp.Equal(want, got) {
+					t.Errorf("request attributes %v, want %v", got, want)
+				}
+				if len(streams[0].got) > 1 && streams[0].got[1].GetAttributes() != nil {
+					t.Errorf("attributes sent again on %s", reqKind(streams[0].got[1]))
+				}
+				if got := describeAttempts(x); strings.Join(got, ";") != "b 200" {
+					t.Errorf("attempts %q", got)
 				}
 			},
 		},

@@ -40,13 +40,16 @@ const (
 	CodeModelUnpriced         = "model_unpriced"          // 403: gateway.unpriced_models: deny
 	CodeUnsupportedEndpoint   = "unsupported_endpoint"    // 400: the provider does not speak this API
 	CodeProviderNotConfigured = "provider_not_configured" // 503: the configuration changed under a fallback
-	CodeFallbackMisconfigured = "fallback_misconfigured"  // 503: an attempt without its number
+	CodeFallbackMisconfigured = "fallback_misconfigured"  // 503: an attempt whose upstream host names no provider
+	CodeFallbackHostUnknown   = "fallback_host_unknown"   // 503: an attempt whose upstream host is a provider the model does not fall back to
 
 	// Envoy's own local replies, rewritten by the listener's
 	// local_reply_config (chain.LocalReply); body_too_large above is one.
 	CodeUpstreamTimeout     = "upstream_timeout"     // 504: the provider did not answer within the route's timeout
 	CodeUpstreamUnavailable = "upstream_unavailable" // 503: no healthy endpoint, or the connection failed before a response
 	CodeNoRoute             = "no_route"             // 404: the router met a request Sluice did not route (the no-provider route)
+	CodeGatewayUnavailable  = "gateway_unavailable"  // 503: Envoy could not reach Sluice's ext_authz or ext_proc (their failure replies)
+	CodeGatewayTimeout      = "gateway_timeout"      // 504: Sluice's ext_proc did not answer within its message timeout
 
 	// Limits and budgets.
 	CodeRateLimited          = "rate_limited"          // 429: a request-rate window is full

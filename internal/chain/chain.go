@@ -50,10 +50,9 @@ const RoutingHeader = "x-sluice-provider"
 // aggregate's member the host came from: envoyproxy/envoy#29318), an
 // ext_proc (UpstreamExtProc) whose gRPC stream carries the initial metadata
 // UpstreamMetadataKey. That stream is served by the upstream processor: it
-// learns the attempt's number from AttemptCountHeader (the route's virtual
-// host asks Envoy to set it), and so its provider — with every member
-// healthy, previous_priorities sends attempt n to the n-th member — and the
-// client's path from the dynamic metadata the downstream processor left
+// learns the attempt's provider from the attempt's upstream host
+// (UpstreamHostProviderAttribute, below), and the client's path and the
+// model from the dynamic metadata the downstream processor left
 // (FallbackPathKey in UsageNamespace; the header map is shared by all
 // attempts, so the :path an attempt sees may be a previous attempt's
 // rewrite). It rewrites the request for that provider and adds the
@@ -66,7 +65,8 @@ const (
 	UpstreamMetadataKey   = "x-sluice-upstream"
 	UpstreamMetadataValue = "fallback"
 	// AttemptCountHeader is the request header in which Envoy numbers the
-	// attempts of a request, from 1 (include_request_attempt_count).
+	// attempts of a request, from 1 (include_request_attempt_count); the
+	// attempt removes it, so no provider sees it.
 	AttemptCountHeader = "x-envoy-attempt-count"
 	// FallbackPathKey and FallbackAnthropicVersionKey are the dynamic
 	// metadata fields (namespace UsageNamespace) in which the downstream
@@ -80,6 +80,36 @@ const (
 	// ServedModelHeader is the response header naming the model sent to
 	// that provider (its upstream name).
 	ServedModelHeader = "x-sluice-served-model"
+	// FallbackModelKey is the dynamic metadata field (namespace
+	// UsageNamespace) in which the downstream processor names the model it
+	// routed to the fallback cluster.
+	FallbackModelKey = "fallback_model"
+)
+
+// The attempt's provider, from its upstream host. An aggregate cluster
+// skips members without healthy hosts when it spreads load over the
+// priorities (source/extensions/clusters/aggregate/cluster.cc), so an
+// attempt's number does not name its member: attempt 1 goes to the second
+// member when the first has no healthy host. Every endpoint of a provider's
+// clusters carries the provider's name in its metadata
+// (EndpointMetadataNamespace, EndpointProviderKey; xds builds it), and the
+// upstream ext_proc asks Envoy for it as a request attribute
+// (UpstreamHostProviderAttribute): a CEL expression over
+// xds.upstream_host_metadata, the metadata of the host the attempt's
+// UpstreamRequest was created for (source/common/router/upstream_request.cc
+// sets it on the stream info before the upstream filters run;
+// source/extensions/filters/common/expr/context.cc reads it), which
+// ext_proc evaluates for the first request-direction message — the request
+// headers — and sends in ProcessingRequest.attributes under
+// ExtProcAttributesKey, a string value keyed by the expression itself
+// (EP/matching_utils.cc: a CEL string stays a string).
+const (
+	EndpointMetadataNamespace     = "sluice"
+	EndpointProviderKey           = "provider"
+	UpstreamHostProviderAttribute = "xds.upstream_host_metadata.filter_metadata['" + EndpointMetadataNamespace + "']['" + EndpointProviderKey + "']"
+	// ExtProcAttributesKey is the key of ProcessingRequest.attributes under
+	// which Envoy's ext_proc puts the attributes it evaluated.
+	ExtProcAttributesKey = "envoy.filters.http.ext_proc"
 )
 
 // Timeouts. ext_authz answers from memory; the ext_proc final reply waits
@@ -131,10 +161,19 @@ func Authz(o Options) *extauthzv3.ExtAuthz {
 //     for any other response) and after every chunk was answered; the
 //     request is settled there and that reply carries the usage metadata;
 //   - request trailers SKIP (the body is read whole before them).
+//
+// When Sluice cannot be reached it fails closed (unless Options.FailOpen)
+// with 503, as ext_authz does: Envoy's default status_on_error is 500, and
+// ext_authz's failure reply runs through ext_proc's encode path
+// (FilterManager::sendLocalReplyViaFilterChain), where ext_proc's own
+// stream fails too and its status_on_error is what the client gets
+// (Filter::onGrpcError in ext_proc.cc, a second local reply, sent
+// directly).
 func ExtProc(o Options) *extprocv3.ExternalProcessor {
 	return &extprocv3.ExternalProcessor{
 		GrpcService:      grpcService(o.Cluster, 0),
 		FailureModeAllow: o.FailOpen,
+		StatusOnError:    &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
 		ProcessingMode: &extprocv3.ProcessingMode{
 			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
 			RequestBodyMode:     extprocv3.ProcessingMode_BUFFERED,
@@ -163,8 +202,8 @@ func HTTPFilters(o Options) []*hcmv3.HttpFilter {
 // UpstreamExtProc is the ext_proc filter configuration of the upstream HTTP
 // filter chain of a fallback model's aggregate cluster: one stream per
 // attempt, marked by the gRPC initial metadata UpstreamMetadataKey. Modes:
-// request headers SEND (the attempt count; the routing header is removed
-// there), request body BUFFERED (the model is in the body, and the
+// request headers SEND (with the host's provider; the routing and
+// attempt-count headers are removed there), request body BUFFERED (the model is in the body, and the
 // rewritten body and its headers go out together), response headers SEND
 // (the served-by headers are added), response body NONE, trailers SKIP.
 // Same cluster and message timeout as ExtProc; UsageNamespace is forwarded
@@ -174,11 +213,15 @@ func HTTPFilters(o Options) []*hcmv3.HttpFilter {
 // It always fails closed, whatever Options.FailOpen says, with 503: an
 // attempt Sluice could not rewrite would reach the provider without its
 // credential and with the client's model name, so it could never succeed.
+//
+// It asks for UpstreamHostProviderAttribute, the provider of the host the
+// attempt goes to, which names the attempt's provider.
 func UpstreamExtProc(o Options) *extprocv3.ExternalProcessor {
 	gs := grpcService(o.Cluster, 0)
 	gs.InitialMetadata = []*corev3.HeaderValue{{Key: UpstreamMetadataKey, Value: UpstreamMetadataValue}}
 	return &extprocv3.ExternalProcessor{
-		GrpcService: gs,
+		GrpcService:       gs,
+		RequestAttributes: []string{UpstreamHostProviderAttribute},
 		ProcessingMode: &extprocv3.ProcessingMode{
 			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
 			RequestBodyMode:     extprocv3.ProcessingMode_BUFFERED,

@@ -38,6 +38,12 @@ func TestConfigsValidate(t *testing.T) {
 	if Authz(Options{Cluster: "x", FailOpen: true}).GetFailureModeAllow() != true {
 		t.Error("FailOpen")
 	}
+	// Unreachable, both fail closed with the same retryable status: the
+	// client gets ext_proc's, since ext_authz's failure reply runs through
+	// ext_proc, whose stream fails too (Envoy's default would be 500).
+	if a, e := Authz(o).GetStatusOnError().GetCode(), ExtProc(o).GetStatusOnError().GetCode(); a != 503 || e != 503 {
+		t.Errorf("status_on_error: ext_authz %v, ext_proc %v; want 503 both", a, e)
+	}
 }
 
 func TestUpstreamConfigsValidate(t *testing.T) {

@@ -36,7 +36,9 @@ import (
 // Envoy's replies only, never Sluice's own JSON refusals: they match on
 // the response-code details (a CEL filter on response.code_details, which
 // Envoy sets before the rewrite), which for Sluice's replies are
-// "ext_authz_denied" and "sluice_<code>", never one of Envoy's.
+// "ext_authz_denied" and "sluice_<code>", never one of Envoy's. Envoy's
+// replies when Sluice cannot answer at all — ext_authz_error,
+// ext_proc_error_… — have no body, and get one here.
 
 // LocalReplyFilterCEL is the access-log extension filter a mapper matches
 // with (envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter).
@@ -85,6 +87,20 @@ func envoyReplies(maxBody int64) []envoyReply {
 			message: "the provider is unavailable: no healthy endpoint"},
 		{details: "upstream_reset_before_response_started", prefix: true, status: 503, code: apierr.CodeUpstreamUnavailable,
 			message: "the provider is unavailable: the connection failed or was reset before a response"},
+		// Sluice itself cannot be reached (fail closed): ext_authz's
+		// failure reply (ext_authz.cc, RcDetails AuthzError; its status is
+		// Authz's status_on_error), ext_proc's (Filter::onGrpcError in
+		// ext_proc.cc: "ext_proc_error_gRPC_error_<code>{<message>}", its
+		// status ExtProc's status_on_error — the one the client gets when
+		// both fail, since ext_authz's reply runs through ext_proc) and
+		// ext_proc's message timeout (Filter::onMessageTimeout, always 504).
+		// Envoy sends them without a body.
+		{details: "ext_authz_error", status: 503, code: apierr.CodeGatewayUnavailable,
+			message: "the gateway's policy service is unavailable; retry"},
+		{details: "ext_proc_error_gRPC_error_", prefix: true, status: 503, code: apierr.CodeGatewayUnavailable,
+			message: "the gateway's policy service is unavailable; retry"},
+		{details: "ext_proc_error_per-message_timeout_exceeded", status: 504, code: apierr.CodeGatewayTimeout,
+			message: "the gateway's policy service did not answer in time; retry"},
 		// The listener's no-provider route. Its body is already OpenAI's
 		// JSON, but a direct response gets content-type text/plain
 		// (Utility::prepareLocalReply sets it when no header did), and an

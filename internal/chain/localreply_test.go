@@ -28,7 +28,7 @@ func TestLocalReply(t *testing.T) {
 			t.Fatalf("%d mappers for %d kinds", len(cfg.GetMappers()), len(kinds))
 		}
 		for i, k := range kinds {
-			if strings.HasPrefix(k.details, "sluice_") || strings.HasPrefix(k.details, "ext_authz") {
+			if strings.HasPrefix(k.details, "sluice_") || k.details == "ext_authz_denied" {
 				t.Errorf("%s: Sluice's own replies carry such details", k.details)
 			}
 			anth, oai := cfg.GetMappers()[2*i], cfg.GetMappers()[2*i+1]
