@@ -72,8 +72,9 @@ func startLRChain(t *testing.T, o lrOpts) *lrChain {
 	ep := o.ep
 	ep.GrpcService = grpcCluster("proc", -1)
 	az := &extauthzv3.ExtAuthz{
-		Services:      &extauthzv3.ExtAuthz_GrpcService{GrpcService: grpcCluster("authz", -1)},
-		StatusOnError: &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
+		Services:            &extauthzv3.ExtAuthz_GrpcService{GrpcService: grpcCluster("authz", -1)},
+		StatusOnError:       &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
+		TransportApiVersion: corev3.ApiVersion_V3,
 	}
 	b := testBootstrap(t, routeAll("up"), []*clusterv3.Cluster{
 		testCluster(t, "up", startHTTP(t, c.up), false),
