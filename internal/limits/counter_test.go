@@ -104,6 +104,9 @@ func TestSortByKeyAscending(t *testing.T) {
 //   - counter.go, advance: "idx-n+1" as "idx-n-1": on a jump of n or more
 //     two more indices are visited, which map to slots the loop zeroes
 //     again; each slot ends with the same idx and amount.
+//   - counter.go, retryAfter: "j <= ct.head" as "<": when only the newest
+//     bucket frees enough, the fallback after the loop returns that
+//     bucket's exit, (head+B+1)·width − now, the same value.
 //   - counter.go, sumAt: "idx <= ct.head" as "<": at idx == head the sum
 //     over the slots still in the window is the total (saturating alike).
 //   - limits.go, AdmitInto: "cs[i].pend > 0" as ">= 0": adding 0 changes
