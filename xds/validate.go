@@ -1,22 +1,14 @@
 package xds
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/sluicegw/sluice/envoy/envoyrules"
 )
-
-// anyFullName is the full name of google.protobuf.Any.
-const anyFullName protoreflect.FullName = "google.protobuf.Any"
 
 // pgvValidator is what protoc-gen-validate generates on every Envoy message.
 type pgvValidator interface{ ValidateAll() error }
@@ -50,37 +42,28 @@ type pgvValidator interface{ ValidateAll() error }
 // (a route naming a cluster that does not exist, over RDS) are the
 // snapshot builder's to check. The rules are Envoy's: a resource served to
 // a proxyless gRPC client is checked with ValidateAPI instead.
-func Validate(m proto.Message) error {
-	errs := pgvErrors(m)
-	if m != nil {
-		for _, v := range envoyrules.Check(m) {
-			errs = append(errs, v)
-		}
-	}
-	return errors.Join(errs...)
-}
+func Validate(m proto.Message) error { return validate(m, true) }
 
 // ValidateAPI is the first half of Validate alone: PGV, into every Any.
 // It is what Sluice checks of a resource for a proxyless gRPC client,
 // which is not Envoy and has its own rules (grpc-go's xdsresource
 // unmarshalling): a TLS cluster for grpc-go names system_root_certs or a
 // certificate provider instance and no trusted_ca, which Envoy refuses.
-func ValidateAPI(m proto.Message) error { return errors.Join(pgvErrors(m)...) }
+func ValidateAPI(m proto.Message) error { return validate(m, false) }
 
-func pgvErrors(m proto.Message) []error {
+// validate walks m once (envoyrules.Walk): PGV at the root and at each
+// Any's content, and, with rules, the envoyrules table on every message.
+func validate(m proto.Message, rules bool) error {
 	if m == nil {
-		return []error{errors.New("validate: nil message")}
+		return errors.Join(errors.New("validate: nil message"))
 	}
-	w := &anyWalker{}
-	w.each = w.field // one method value for every Range
-	root := m.ProtoReflect()
-	if root.Descriptor().FullName() == anyFullName {
-		w.unpack(root)
-	} else {
-		w.validateAll(root)
-		w.message(root)
+	v := &validator{rules: rules}
+	envoyrules.Walk(m.ProtoReflect(), v)
+	errs := v.errs
+	for _, x := range v.checker.Violations {
+		errs = append(errs, x)
 	}
-	return w.errs
+	return errors.Join(errs...)
 }
 
 // ValidateSet checks r as one resource set, as Envoy loads it: the set
@@ -99,177 +82,53 @@ func ValidateSet(r *Resources) error {
 	return errors.Join(errs...)
 }
 
-// anyWalker finds the Any fields of a message. The path to the current
-// field is kept as a stack of steps and rendered only when there is an
-// error, so a valid message costs no string building.
-type anyWalker struct {
-	path []pathStep
-	errs []error
-	each func(protoreflect.FieldDescriptor, protoreflect.Value) bool
+// validator is the envoyrules.Visitor of validate. The path is rendered
+// only for an error, so a valid message costs no string building.
+type validator struct {
+	errs    []error            // PGV's, and the Anys that cannot be unpacked
+	rules   bool               // run the envoyrules table too (Validate)
+	checker envoyrules.Checker // its violations, when rules
 }
 
-// pathStep is one element of a field path: a field, an element of a
-// repeated field or map, or the unpacked content of an Any.
-type pathStep struct {
-	field protoreflect.FieldDescriptor
-	index int                   // list index, when field is a list
-	key   protoreflect.MapKey   // map key, when field is a map
-	typ   protoreflect.FullName // unpacked type, for an Any's content
-}
+var _ envoyrules.Visitor = (*validator)(nil)
 
-// message searches a message for Anys. Its own ValidateAll has already run,
-// as part of its closest enclosing Any's (or the root's): the generated
-// code descends into every nested message except an Any.
-func (w *anyWalker) message(m protoreflect.Message) {
-	d := m.Descriptor()
-	switch {
-	case d.FullName() == anyFullName:
-		w.unpack(m)
-	case d.ParentFile().Package() == "google.protobuf":
-		// The other well-known types (Struct, Duration, wrappers…) hold
-		// no Any.
-	default:
-		m.Range(w.each)
-	}
-}
-
-// field walks one populated field of a message.
-func (w *anyWalker) field(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-	switch {
-	case fd.IsList():
-		if fd.Message() == nil {
-			return true
-		}
-		l := v.List()
-		for i := range l.Len() {
-			w.path = append(w.path, pathStep{field: fd, index: i})
-			w.message(l.Get(i).Message())
-			w.path = w.path[:len(w.path)-1]
-		}
-	case fd.IsMap():
-		if fd.MapValue().Message() == nil {
-			return true
-		}
-		mp := v.Map()
-		// Sorted, so that errors come out in the same order every time.
-		keys := make([]protoreflect.MapKey, 0, mp.Len())
-		mp.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
-			keys = append(keys, k)
-			return true
-		})
-		kind := fd.MapKey().Kind()
-		slices.SortFunc(keys, func(a, b protoreflect.MapKey) int { return compareMapKeys(kind, a, b) })
-		for _, k := range keys {
-			w.path = append(w.path, pathStep{field: fd, key: k})
-			w.message(mp.Get(k).Message())
-			w.path = w.path[:len(w.path)-1]
-		}
-	case fd.Message() != nil:
-		w.path = append(w.path, pathStep{field: fd})
-		w.message(v.Message())
-		w.path = w.path[:len(w.path)-1]
-	}
-	return true
-}
-
-// unpack resolves an Any's type and unmarshals it, as anypb.UnmarshalNew
-// does but telling an unlinked type apart from bad bytes, validates the
-// content and walks it for further Anys.
-func (w *anyWalker) unpack(a protoreflect.Message) {
-	fields := a.Descriptor().Fields()
-	url := a.Get(fields.ByName("type_url")).String()
-	value := a.Get(fields.ByName("value")).Bytes()
-	if url == "" {
-		w.fail(errors.New("Any without a type_url"))
-		return
-	}
-	mt, err := protoregistry.GlobalTypes.FindMessageByURL(url)
-	if err != nil {
-		w.fail(fmt.Errorf("%s: type not linked into Sluice (see xds/extensions.go): %w", url, err))
-		return
-	}
-	inner := mt.New()
-	if err := proto.Unmarshal(value, inner.Interface()); err != nil {
-		w.fail(fmt.Errorf("%s: %w", url, err))
-		return
-	}
-	w.path = append(w.path, pathStep{typ: inner.Descriptor().FullName()})
-	w.validateAll(inner)
-	w.message(inner)
-	w.path = w.path[:len(w.path)-1]
-}
-
-func (w *anyWalker) validateAll(m protoreflect.Message) {
-	v, ok := m.Interface().(pgvValidator)
-	if !ok {
-		return
-	}
-	if err := v.ValidateAll(); err != nil {
-		w.fail(err)
-	}
-}
-
-// fail records err at the current path.
-func (w *anyWalker) fail(err error) {
-	if len(w.path) == 0 {
-		w.errs = append(w.errs, err)
-		return
-	}
-	w.errs = append(w.errs, fmt.Errorf("%s: %w", w.render(), err))
-}
-
-// render formats the current path, e.g.
-// filter_chains[0].filters[0].typed_config(envoy…HttpConnectionManager).
-func (w *anyWalker) render() string {
-	var b strings.Builder
-	for _, s := range w.path {
-		if s.field == nil {
-			b.WriteString("(")
-			b.WriteString(string(s.typ))
-			b.WriteString(")")
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteString(".")
-		}
-		b.WriteString(string(s.field.Name()))
-		switch {
-		case s.field.IsList():
-			b.WriteString("[")
-			b.WriteString(strconv.Itoa(s.index))
-			b.WriteString("]")
-		case s.field.IsMap():
-			b.WriteString("[")
-			if s.field.MapKey().Kind() == protoreflect.StringKind {
-				b.WriteString(strconv.Quote(s.key.String()))
-			} else {
-				b.WriteString(s.key.String())
+// Message runs ValidateAll on the root and on each Any's content, the
+// messages no field leads to, and the rules on every message. The
+// generated ValidateAll descends into every nested message except an Any,
+// so any other message is validated as part of its closest enclosing
+// Any's content (or the root).
+func (v *validator) Message(p envoyrules.Path, m protoreflect.Message) {
+	if p.Field() == nil {
+		if pv, ok := m.Interface().(pgvValidator); ok {
+			if err := pv.ValidateAll(); err != nil {
+				v.fail(p, err)
 			}
-			b.WriteString("]")
 		}
 	}
-	return b.String()
+	if v.rules {
+		v.checker.Message(p, m)
+	}
 }
 
-// compareMapKeys orders two keys of a map whose keys are of the given kind.
-func compareMapKeys(kind protoreflect.Kind, a, b protoreflect.MapKey) int {
-	switch kind {
-	case protoreflect.StringKind:
-		return cmp.Compare(a.String(), b.String())
-	case protoreflect.BoolKind:
-		return cmp.Compare(boolOrder(a.Bool()), boolOrder(b.Bool()))
-	case protoreflect.Int32Kind, protoreflect.Int64Kind,
-		protoreflect.Sint32Kind, protoreflect.Sint64Kind,
-		protoreflect.Sfixed32Kind, protoreflect.Sfixed64Kind:
-		return cmp.Compare(a.Int(), b.Int())
+// BadAny reports an Any Sluice cannot check: one without a type_url, one
+// whose type is not linked into the binary (Envoy would know it, but
+// Sluice could not check it), one whose bytes do not unmarshal.
+func (v *validator) BadAny(p envoyrules.Path, url string, linked bool, err error) {
+	switch {
+	case url == "":
+		err = errors.New("Any without a type_url")
+	case !linked:
+		err = fmt.Errorf("%s: type not linked into Sluice (see xds/extensions.go): %w", url, err)
 	default:
-		return cmp.Compare(a.Uint(), b.Uint())
+		err = fmt.Errorf("%s: %w", url, err)
 	}
+	v.fail(p, err)
 }
 
-func boolOrder(b bool) int {
-	if b {
-		return 1
+// fail records err at p.
+func (v *validator) fail(p envoyrules.Path, err error) {
+	if at := p.String(); at != "" {
+		err = fmt.Errorf("%s: %w", at, err)
 	}
-	return 0
+	v.errs = append(v.errs, err)
 }

@@ -16,6 +16,14 @@
 // serve, and the emulator refuses to load, what a real Envoy refuses. The
 // package must not import either of them; it imports only Envoy's API.
 //
+// Walk is the one traversal of a configuration: every message inside a
+// root, maps in key order, each google.protobuf.Any unpacked, with its
+// Path (rendered only on demand, e.g.
+// filter_chains[0].filters[0].typed_config(envoy…HttpConnectionManager).stat_prefix).
+// Check walks with a Checker, which runs the table; xds.Validate walks
+// once with its own Visitor, which also runs PGV and reports the Anys that
+// cannot be unpacked, and a Checker inside it.
+//
 // # Severity
 //
 // Refused: Envoy rejects the resource (an xDS NACK, or exit for a

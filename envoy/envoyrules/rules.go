@@ -142,15 +142,14 @@ var byType = sync.OnceValue(func() map[protoreflect.FullName][]*Rule {
 // unpacking each google.protobuf.Any whose type is linked into the binary
 // (an Any that does not resolve or unpack is left to PGV validation, which
 // reports it). Violations come in field order; paths are rendered as in
-// xds.Validate.
+// xds.Validate (Path.String). It is a Walk with a Checker.
 func Check(m proto.Message) []Violation {
 	if m == nil {
 		return nil
 	}
-	w := &walker{rules: byType()}
-	w.each = w.field
-	w.message(m.ProtoReflect())
-	return w.out
+	var c Checker
+	Walk(m.ProtoReflect(), &c)
+	return c.Violations
 }
 
 // CheckSet runs every set rule over s.
