@@ -52,6 +52,13 @@ func garbageCases(t testing.TB) []struct {
 	huge := strings.Repeat("x", 1000)
 	stream := "data: " + `{"choices":[{"index":0,"delta":{"content":"ok"}}]}` + "\n\n" +
 		"data: " + `{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2}}` + "\n\n"
+	// Three bytes that are no BOM, gzipped and flushed, then the stream
+	// breaks off: the decoder's failure comes after the first bytes.
+	var noBOM bytes.Buffer
+	zw := gzip.NewWriter(&noBOM)
+	if _, err := zw.Write([]byte("\xef\x00\x00")); err != nil || zw.Flush() != nil {
+		t.Fatal("gzip")
+	}
 	fallback := Result{Usage: Usage{InputTokens: 5}, Estimated: true, OutputEstimated: true}
 	with := func(r Result, f func(*Result)) Result { f(&r); return r }
 	return []struct {
@@ -73,6 +80,8 @@ func garbageCases(t testing.TB) []struct {
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, CodeEmptyBody })},
 		{splitCase{"prefix of a field name only", chatStreamOpts, "dat"}, false,
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, CodeNotSSE })},
+		{splitCase{"a field name alone is an event", chatStreamOpts, "data"}, true,
+			with(fallback, func(r *Result) { r.Unparsed, r.Events = true, 1 })},
 		{splitCase{"BOM then JSON", chatJSONOpts, "\ufeff" + chatBody}, true,
 			Result{Usage: Usage{InputTokens: 8, OutputTokens: 3}, Reported: true}},
 		{splitCase{"BOM then SSE", chatStreamOpts, "\ufeff" + stream}, true,
@@ -120,6 +129,8 @@ func garbageCases(t testing.TB) []struct {
 			Result{Usage: Usage{InputTokens: 8, OutputTokens: 3}, Reported: true}},
 		{splitCase{"gzip stream checksum", gzStream, gz(t, stream)[:len(gz(t, stream))-8] + "\x00\x00\x00\x00" + gz(t, stream)[len(gz(t, stream))-4:]}, true,
 			Result{Usage: Usage{InputTokens: 4, OutputTokens: 2}, Reported: true, Events: 2, OutputTextRunes: 2, Err: "gzip: checksum"}},
+		{splitCase{"gzip rejected by its first bytes before the stream breaks", gzOpts, noBOM.String()}, true,
+			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, CodeNotJSON })},
 		{splitCase{"gzip corrupt", gzOpts, "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + "\xff\xff\xff\xff\xff\xff"}, true,
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, "gzip: corrupt" })},
 		{splitCase{"gzip bad header", gzOpts, "\x1f\x8b\x07\x00\x00\x00\x00\x00\x00\xff" + "xyz"}, true,

@@ -23,6 +23,10 @@ func TestJSONScan(t *testing.T) {
 		{name: "string value usage is not a key", in: `{"k":"usage","v":1}`, end: 0},
 		{name: "escaped key is not matched", in: `{"us\u0061ge":{}}`, end: 0},
 		{name: "longer keys", in: `{"usages":{},"usag":{},"error_x":1}`, end: 0},
+		// A key is forgotten for good at an escape or its sixth byte: what
+		// follows never completes a match.
+		{name: "escape then the rest of usage", in: `{"u\"sage":{},"e\\rror":1,"\nusage":2}`, end: 0},
+		{name: "six bytes then the rest of usage", in: `{"uXXXXXsage":{},"eXXXXXrror":1}`, end: 0},
 		{name: "braces in strings", in: `{"s":"}{][\\","usage":{"t":"}"}}`, end: 0, usage: `{"t":"}"}`, usageOK: true},
 		{name: "top-level array", in: `[{"usage":{}}]`, end: 0},
 		{name: "truncated", in: `{"usage":{"prompt_tokens":3`, end: -1},
@@ -83,5 +87,32 @@ func TestJSONScanCaptureBound(t *testing.T) {
 	}
 	if e, ok := s.captured(capError); !ok || string(e) != `{"type":"x"}` || end != 23 {
 		t.Errorf("error after an oversized usage: %q %v, end %d", e, ok, end)
+	}
+}
+
+// TestJSONScanCaptureExactBound: a captured value of exactly maxCapture
+// bytes is kept, however it arrives; one byte more and it is dropped.
+func TestJSONScanCaptureExactBound(t *testing.T) {
+	value := func(n int) string { return `{"a":"` + strings.Repeat("x", n-8) + `"}` }
+	for _, tt := range []struct {
+		n    int
+		want bool
+	}{{maxCapture - 1, true}, {maxCapture, true}, {maxCapture + 1, false}, {2 * maxCapture, false}} {
+		v := value(tt.n)
+		in := `{"usage":` + v + `,"b":1}`
+		for _, split := range []int{0, 9, 10, len(in) / 2, len(in) - 7, len(in) - 6, len(in)} {
+			var s jsonScan
+			s.reset()
+			end := s.scan([]byte(in[:split]))
+			if end < 0 {
+				if e := s.scan([]byte(in[split:])); e >= 0 {
+					end = split + e
+				}
+			}
+			u, ok := s.captured(capUsage)
+			if end != len(in) || ok != tt.want || ok && string(u) != v {
+				t.Errorf("%d-byte value, split at %d: end %d, captured %v (%d bytes); want %v", tt.n, split, end, ok, len(u), tt.want)
+			}
+		}
 	}
 }

@@ -22,6 +22,21 @@ var lexerSeeds = []string{
 	`{"long":"` + strings.Repeat("x", 40) + "\t" + `"}`, `{"long":"` + strings.Repeat("x", 40) + `\n"}`,
 	`{"a":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
 	`{"a":` + strings.Repeat("[", 9998) + strings.Repeat("]", 9998) + `}`,
+	// Nesting of exactly maxDepth (10000) levels is accepted, as by
+	// encoding/json, one more is not, whether the deepest is an array or
+	// an object.
+	`{"a":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}`,
+	`{"a":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`,
+	`{"a":` + strings.Repeat("[", 9998) + `{}` + strings.Repeat("]", 9998) + `}`,
+	`{"a":` + strings.Repeat("[", 9999) + `{}` + strings.Repeat("]", 9999) + `}`,
+	strings.Repeat(`{"a":`, 9999) + `{"b":1}` + strings.Repeat("}", 9999),
+	strings.Repeat(`{"a":`, 10000) + `{"b":1}` + strings.Repeat("}", 10000),
+	// The depth counts nesting, not values: 10000 siblings of each kind
+	// of closed value leave it where it was.
+	`{"a":[` + strings.Repeat(`{},`, 10000) + `{}]}`,
+	`{"a":[` + strings.Repeat(`{"b":1},`, 10000) + `{}]}`,
+	`{"a":[` + strings.Repeat(`[],`, 10000) + `[]]}`,
+	`{"a":[` + strings.Repeat(`[1],`, 10000) + `[]]}`,
 }
 
 // checkLexer: the lexer accepts exactly the JSON objects encoding/json
@@ -98,6 +113,7 @@ func TestParseCount(t *testing.T) {
 	for in, want := range map[string]count{
 		"12": {12, true, false}, "0": {0, true, false}, "12.0": {12, true, false}, "1.2e1": {12, true, false},
 		"1073741824": {maxCount, true, false}, "1.073741824e9": {maxCount, true, false},
+		"-0": {0, true, false}, "0.0": {0, true, false}, "0e5": {0, true, false}, "-0.0": {0, true, false}, "1e0": {1, true, false},
 		"null": {}, `"12"`: {}, `"-5"`: {}, "true": {}, "{}": {}, "": {},
 		// Numbers that cannot be token counts.
 		"-5": bad, "-0.5": bad, "-1": bad, "1.5": bad, "1073741825": bad, "1099511627776": bad,

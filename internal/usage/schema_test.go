@@ -119,12 +119,25 @@ func TestSchemas(t *testing.T) {
 		body: "event: response.failed\ndata: " + `{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"x"},"usage":{"input_tokens":5,"output_tokens":0}}}` + "\n\n",
 		want: Result{Usage: Usage{InputTokens: 5}, Reported: true, Events: 1, ProviderError: "server_error"},
 	}, {
+		name: "responses events without names are routed by type", opts: resp, complete: true,
+		body: "data: " + `{"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"Hi 🙂"}` + "\n\n" +
+			"data: " + `{"type":"response.completed","response":{"usage":{"input_tokens":5,"output_tokens":2}}}` + "\n\n",
+		want: Result{Usage: Usage{InputTokens: 5, OutputTokens: 2}, Reported: true, Events: 2, OutputTextRunes: runes("Hi 🙂")},
+	}, {
 		name: "responses error event", opts: resp, complete: true,
 		body: "event: error\ndata: " + `{"type":"error","code":"rate_limit_exceeded","message":"slow down","param":null}` + "\n\n",
 		want: Result{Usage: Usage{InputTokens: 99}, Estimated: true, OutputEstimated: true, Events: 1, ProviderError: "rate_limit_exceeded"},
 	}, {
 		name: "responses JSON", opts: respJSON, body: responsesJSON, complete: true,
 		want: Result{Usage: Usage{InputTokens: 328, CachedInputTokens: 256, OutputTokens: 52, ReasoningTokens: 32}, Reported: true},
+	}, {
+		name: "responses JSON without usage counts each output item's text", opts: respJSON, complete: true,
+		body: `{"object":"response","output":[` +
+			`{"type":"reasoning","summary":[{"type":"summary_text","text":"Thinking it over"},{"type":"summary_text","text":"done"}]},` +
+			`{"type":"message","content":[{"type":"output_text","text":"Hi 🙂"},{"type":"refusal","refusal":"no"}]},` +
+			`{"type":"function_call","arguments":"{\"a\":1}"},{"type":"custom_tool_call","input":"x y"}]}`,
+		want: Result{Usage: Usage{InputTokens: 99, OutputTokens: o200k(t, "Thinking it over", "done", "Hi 🙂", "no", `{"a":1}`, "x y")},
+			Estimated: true, OutputEstimated: true, OutputTextRunes: runes("Thinking it over", "done", "Hi 🙂", "no", `{"a":1}`, "x y")},
 	}, {
 		name: "chat stream with usage chunk", opts: chat, body: openAIStreamUsage, complete: true,
 		want: Result{Usage: Usage{InputTokens: 1200, CachedInputTokens: 1024, OutputTokens: 40, ReasoningTokens: 16},

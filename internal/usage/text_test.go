@@ -20,6 +20,9 @@ func TestEncodingFor(t *testing.T) {
 		"o1":                      tokenizer.O200kBase,
 		"ft:gpt-4o-mini:org::id":  tokenizer.O200kBase,
 		"openai/GPT-4o":           tokenizer.O200kBase,
+		"azure/gpt-4":             tokenizer.Cl100kBase,
+		"org/team/gpt-3.5-turbo":  tokenizer.Cl100kBase,
+		"/gpt-4":                  tokenizer.Cl100kBase,
 		"gpt-4":                   tokenizer.Cl100kBase,
 		"gpt-4-turbo":             tokenizer.Cl100kBase,
 		"gpt-3.5-turbo":           tokenizer.Cl100kBase,
@@ -203,5 +206,112 @@ func TestCountPiecesBounded(t *testing.T) {
 	want, _ := codec.Count(s)
 	if got := countPieces(tokenizer.O200kBase, []byte(s)); got != int64(want) {
 		t.Errorf("prose: %d tokens in pieces, %d whole", got, want)
+	}
+}
+
+// TestSafeCut: a safe cut is a space right after a printable non-space
+// ASCII byte ('!' to '~'); the last one wins, and none is 0. A control
+// byte (tab, DEL), a space or a byte of a multi-byte rune before the
+// space is not one.
+func TestSafeCut(t *testing.T) {
+	for in, want := range map[string]int{
+		"": 0, " ": 0, "a": 0, " a": 0, "a ": 1, "a b": 1, "a b c": 3, "a b  c": 3, "a  b": 1,
+		"! x": 1, "~ x": 1, "\x7f x": 0, "\t x": 0, "\n x": 0, "é x": 0, "\x80 x": 0, "a \x7f x": 1,
+	} {
+		if got := safeCut([]byte(in)); got != want {
+			t.Errorf("safeCut(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// TestTextCounterKeepsTextUntilBudget: text is held untokenized (so that
+// it costs nothing when the provider reports usage) while the channels
+// hold at most textBudget bytes; the add that goes over tokenizes each
+// channel up to its last safe cut.
+func TestTextCounterKeepsTextUntilBudget(t *testing.T) {
+	quarter := strings.Repeat("abc ", textBudget/16) // textBudget/4 bytes
+	tests := []struct {
+		name        string
+		channels    int // add i goes to channel i%channels
+		adds        []string
+		wantPending int
+		tokenized   bool
+	}{
+		{name: "one word", channels: 1, adds: []string{"abc "}, wantPending: 4},
+		{name: "exactly the budget", channels: 1, adds: []string{quarter, quarter, quarter, quarter}, wantPending: textBudget},
+		{name: "exactly the budget over two channels", channels: 2, adds: []string{quarter, quarter, quarter, quarter},
+			wantPending: textBudget},
+		{name: "one byte over", channels: 1, adds: []string{quarter, quarter, quarter, quarter, "x"}, wantPending: len(" x"),
+			tokenized: true},
+		{name: "one byte over two channels", channels: 2, adds: []string{quarter, quarter, quarter, quarter, "x"},
+			wantPending: len(" x") + len(" "), tokenized: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := textCounter{enc: tokenizer.O200kBase}
+			for i, s := range tt.adds {
+				tc.add(chanKey{a: int32(i % tt.channels)}, []byte(s))
+			}
+			if tc.pending != tt.wantPending || (tc.counted > 0) != tt.tokenized {
+				t.Errorf("holding %d bytes, %d tokens counted; want %d bytes, tokenized %v", tc.pending, tc.counted, tt.wantPending, tt.tokenized)
+			}
+		})
+	}
+}
+
+// TestTextCounterFlushKeepsShortTail: flushing a channel tokenizes it up
+// to its last safe cut and keeps the rest, unless the rest is longer than
+// maxTail: then all of it is tokenized. Exactly maxTail bytes are kept.
+// What was tokenized is exactly the text before what is kept.
+func TestTextCounterFlushKeepsShortTail(t *testing.T) {
+	tests := []struct {
+		name     string
+		text     string
+		wantHeld int
+	}{
+		{name: "tail after a safe cut", text: "abc def", wantHeld: len(" def")},
+		{name: "no safe cut, maxTail bytes", text: strings.Repeat("x", maxTail), wantHeld: maxTail},
+		{name: "no safe cut, one byte more", text: strings.Repeat("x", maxTail+1), wantHeld: 0},
+		{name: "tail of maxTail bytes", text: "a " + strings.Repeat("x", maxTail-1), wantHeld: maxTail},
+		{name: "tail of one byte more", text: "a " + strings.Repeat("x", maxTail), wantHeld: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := textCounter{enc: tokenizer.O200kBase}
+			tc.add(chanKey{}, []byte(tt.text))
+			tc.flush(false)
+			if tc.pending != tt.wantHeld || len(tc.chans[0].buf) != tt.wantHeld {
+				t.Errorf("holding %d bytes (channel %d), want %d", tc.pending, len(tc.chans[0].buf), tt.wantHeld)
+			}
+			if want := countPieces(tc.enc, []byte(tt.text[:len(tt.text)-tt.wantHeld])); tc.counted != want {
+				t.Errorf("counted %d tokens, want %d", tc.counted, want)
+			}
+		})
+	}
+}
+
+// TestCountPiecesCutsAtRuneBoundary: text without a safe cut in its first
+// maxTail bytes is cut at the last rune boundary at or before maxTail
+// (splitting a rune would count its bytes as broken text); bytes that
+// start no rune at all (invalid UTF-8, as an Anthropic tool call's raw
+// input may hold) go one byte at a time, never as an empty piece (which
+// would loop forever).
+func TestCountPiecesCutsAtRuneBoundary(t *testing.T) {
+	runes := "x" + strings.Repeat("é", 600) // byte maxTail is the second byte of an é
+	bad := strings.Repeat("\x80", 2000)
+	tests := []struct {
+		name   string
+		text   string
+		pieces []string
+	}{
+		{name: "two-byte runes", text: runes, pieces: []string{runes[:maxTail-1], runes[maxTail-1:]}},
+		{name: "no rune starts", text: bad, pieces: append(slices.Repeat([]string{"\x80"}, len(bad)-maxTail), bad[:maxTail])},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, want := countPieces(tokenizer.O200kBase, []byte(tt.text)), o200k(t, tt.pieces...); got != want {
+				t.Errorf("%d tokens, want %d", got, want)
+			}
+		})
 	}
 }

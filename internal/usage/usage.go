@@ -289,7 +289,9 @@ func (m *Meter) sniff(p []byte, final bool) []byte {
 	}
 	b = b[i:]
 	if len(b) == 0 {
-		m.head = m.head[:0]
+		// Only whitespace so far (a BOM split across chunks leaves it in
+		// head): nothing to keep, and its buffer may be as large as a chunk.
+		m.head = nil
 		if final {
 			m.reject(CodeEmptyBody)
 		}
