@@ -261,7 +261,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 			{"malformed JSON", call{path: "/v1/chat/completions", body: `{"model":"mini",`}, 400, "invalid_json", ""},
 			{"model is a number", call{path: "/v1/chat/completions", body: `{"model":5,"messages":[]}`}, 400, "invalid_model", ""},
 			{"missing model", call{path: "/v1/chat/completions", body: `{"messages":[]}`}, 400, "missing_model", ""},
-			{"unknown path", call{path: "/v1/models", body: `{}`}, 404, "unknown_path", "/v1/models is not an API"},
+			{"unknown path", call{path: "/v1/files", body: `{}`}, 404, "unknown_path", "/v1/files is not an API"},
 			{"Anthropic model on the OpenAI endpoint", call{path: "/v1/chat/completions", body: `{"model":"claude-sonnet-4","messages":[]}`}, 400, "unsupported_endpoint", "call /v1/messages"},
 		}
 		for _, d := range denials {

@@ -3,6 +3,8 @@ package e2e
 import (
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -70,6 +72,84 @@ func TestOfficialSDKs(t *testing.T) {
 		var aerr *anthropic.Error
 		if !errors.As(err, &aerr) || aerr.StatusCode != 401 {
 			t.Errorf("messages with an unknown key: %v, want the SDK's 401 error", err)
+		}
+	})
+}
+
+// TestSDKModelsAndCountTokens: for a key with a narrow allow-list, each
+// SDK's models.list() returns exactly the models it may use (Sluice
+// answers, nothing reaches the provider), models.get() of one it may not
+// use is the SDK's typed 404, and Anthropic's Messages.CountTokens goes
+// through Sluice to the provider, which receives Sluice's credential and
+// the upstream model name.
+func TestSDKModelsAndCountTokens(t *testing.T) {
+	mock, mockAddr := mockProvider(t, mockllm.Options{APIKey: openaiKey, AnthropicAPIKey: anthropicKey, AzureAPIKey: azureKey})
+	s := startSluice(t, gatewayConfig)
+	_, key := s.createKey(t, "apps", "--models", "mini,claude-*")
+	b := gatewayBootstrap(t, s.grpcAddr, mockAddr)
+	eachProxy(t, b, func(t *testing.T, p proxy) {
+		ctx := testctx.Deadline(t)
+		mock.Reset()
+		oc, ac := sdkClients(p.url, key)
+		want := []string{"gpt-4o-mini", "mini", "claude-sonnet-4"}
+
+		page, err := oc.Models.List(ctx)
+		if err != nil {
+			t.Fatalf("openai models.list: %v", err)
+		}
+		var got []string
+		for _, m := range page.Data {
+			got = append(got, m.ID)
+			if m.OwnedBy != "sluice" {
+				t.Errorf("openai model %+v, want owned_by sluice", m)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("openai models.list = %v, want %v", got, want)
+		}
+		apage, err := ac.Models.List(ctx, anthropic.ModelListParams{})
+		if err != nil {
+			t.Fatalf("anthropic models.list: %v", err)
+		}
+		got = nil
+		for _, m := range apage.Data {
+			got = append(got, m.ID)
+		}
+		if !slices.Equal(got, want) || apage.HasMore || apage.FirstID != "gpt-4o-mini" || apage.LastID != "claude-sonnet-4" {
+			t.Errorf("anthropic models.list = %v (%+v), want %v", got, apage, want)
+		}
+
+		if m, err := oc.Models.Get(ctx, "mini"); err != nil || m.ID != "mini" {
+			t.Errorf("openai models.get(mini) = %+v, %v", m, err)
+		}
+		if m, err := ac.Models.Get(ctx, "claude-sonnet-4", anthropic.ModelGetParams{}); err != nil || m.ID != "claude-sonnet-4" || m.DisplayName != "claude-sonnet-4" {
+			t.Errorf("anthropic models.get(claude-sonnet-4) = %+v, %v", m, err)
+		}
+		_, err = oc.Models.Get(ctx, "gpt-4o")
+		var oerr *openai.Error
+		if !errors.As(err, &oerr) || oerr.StatusCode != 404 || oerr.Code != "model_not_found" {
+			t.Errorf("openai models.get of a model the key may not use: %v, want the SDK's 404", err)
+		}
+		_, err = ac.Models.Get(ctx, "gpt-4o", anthropic.ModelGetParams{})
+		var aerr *anthropic.Error
+		if !errors.As(err, &aerr) || aerr.StatusCode != 404 {
+			t.Errorf("anthropic models.get of a model the key may not use: %v, want the SDK's 404", err)
+		}
+		if n := mock.Requests(); n != 0 {
+			t.Errorf("the provider received %d requests for the model endpoints, want 0", n)
+		}
+
+		count, err := ac.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{
+			Model:    "claude-sonnet-4",
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello there"))},
+		})
+		if err != nil || count.InputTokens <= 0 {
+			t.Fatalf("count_tokens: %+v, %v", count, err)
+		}
+		rec := mock.Received()
+		if len(rec) != 1 || rec[0].Path != "/v1/messages/count_tokens" || rec[0].Header.Get("X-Api-Key") != anthropicKey ||
+			!strings.Contains(string(rec[0].Body), `"claude-sonnet-4-20250514"`) {
+			t.Errorf("the provider received %+v, want one count_tokens with Sluice's key and the upstream model", rec)
 		}
 	})
 }

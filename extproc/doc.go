@@ -44,6 +44,15 @@
 // ledger, admission and metrics.
 // docs/architecture.md describes the state machine.
 //
+// Two kinds of request are not metered. GET /v1/models and
+// /v1/models/{id} are answered here, from the request headers, with an
+// ImmediateResponse listing the models and aliases the caller may use
+// (mayUse, the allow-list check authorize makes) in OpenAI's shape, or
+// Anthropic's when the request carries anthropic-version (models.go). POST
+// /v1/messages/count_tokens goes through resolve, authorize and rewrite
+// like /v1/messages and is then forwarded without reserve: no meter, no
+// spend record.
+//
 // Processor and UpstreamProcessor are transport-free (ProcessingRequest in,
 // ProcessingResponse out); Server is the stream loop. It must not own
 // policy, keys, counters or storage; it uses them through the interfaces it

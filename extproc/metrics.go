@@ -29,7 +29,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_requests_total",
-			Help: "Metered requests settled, by endpoint and outcome (ok, upstream_error, cancelled, unparsed; passed for unmetered pass-through)."}, []string{"endpoint", "outcome"}),
+			Help: "Metered requests settled, by endpoint and outcome (ok, upstream_error, cancelled, unparsed); unmetered ones: passed (unknown path passed through), answered (models, model: answered by Sluice), forwarded (count_tokens sent to its provider)."}, []string{"endpoint", "outcome"}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_denials_total",
 			Help: "Requests refused by ext_proc, by stable code."}, []string{"code"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_tokens_total",

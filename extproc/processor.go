@@ -97,6 +97,9 @@ const (
 	awaitResponseHeaders
 	streamingResponse
 	passThrough // unmetered: every message is answered with continue
+	// forwarded: an unmetered request (count_tokens) sent to its
+	// provider; the response passes, only the served-by headers removed.
+	forwarded
 	finished
 )
 
@@ -212,10 +215,13 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 			p.d.Metrics.requests.WithLabelValues("unknown", "passed").Inc()
 			return headersContinue(nil)
 		}
-		return p.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API this gateway serves; use /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses or /v1/messages", pathOnly(p.path)))
+		return p.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API this gateway serves; use POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, /v1/messages or /v1/messages/count_tokens, or GET /v1/models or /v1/models/{id}", pathOnly(p.path)))
 	}
-	if p.method != "POST" {
-		return p.refuse(apierr.New(405, apierr.CodeMethodNotAllowed, "%s takes POST, got %s", pathOnly(p.path), p.method))
+	if want := p.ep.Method(); p.method != want {
+		return p.refuse(apierr.New(405, apierr.CodeMethodNotAllowed, "%s takes %s, got %s", pathOnly(p.path), want, p.method))
+	}
+	if p.ep == llmapi.ModelList || p.ep == llmapi.ModelGet {
+		return p.answerModels()
 	}
 	if h.GetEndOfStream() {
 		return p.refuse(apierr.New(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request"))
@@ -243,6 +249,14 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 	resp, err := p.rewrite(body, r, dst)
 	if err != nil {
 		return p.refuse(err)
+	}
+	if p.ep == llmapi.CountTokens {
+		// Counting tokens costs nothing: nothing is reserved, metered or
+		// recorded; the response passes (forwarded).
+		p.route, p.provider, p.upstream = r.route, dst.target.Provider.Name, dst.target.Upstream
+		p.state = forwarded
+		p.d.Metrics.requests.WithLabelValues(p.ep.String(), outcomeForwarded).Inc()
+		return resp
 	}
 	id, idErr := p.d.newID()
 	if idErr != nil || id == "" {
@@ -287,7 +301,11 @@ func (p *Processor) resolve(body []byte) (resolved, *apierr.Error) {
 // in snap (both processors: the upstream one reads the body an attempt
 // carries).
 func parseModel(snap *policies.Snapshot, ep llmapi.Endpoint, body []byte) (resolved, *apierr.Error) {
-	req, err := payload.Parse(ep, body)
+	shape := ep
+	if ep == llmapi.CountTokens {
+		shape = llmapi.Messages // a count_tokens body is a Messages request's
+	}
+	req, err := payload.Parse(shape, body)
 	if err != nil {
 		return resolved{}, parseRefusal(err)
 	}
@@ -304,7 +322,7 @@ func parseModel(snap *policies.Snapshot, ep llmapi.Endpoint, body []byte) (resol
 // (compatibleRoute), and the gateway's policy for unpriced models.
 func (p *Processor) authorize(r resolved) (destination, *apierr.Error) {
 	route := r.route
-	if !route.AllowedBy(p.principal.KeyModels) || !route.AllowedBy(p.principal.TeamModels) {
+	if !mayUse(p.principal, route) {
 		return destination{}, apierr.New(403, apierr.CodeModelNotAllowed, "API key %s (team %s) may not use model %q", p.principal.KeyID, p.principal.Team, r.req.Model)
 	}
 	var dst destination
@@ -419,6 +437,10 @@ func compatible(ep llmapi.Endpoint, pr *policies.Provider) string {
 }
 
 func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
+	if p.state == forwarded {
+		p.state = finished
+		return headersResponse(p.servedBy(headerGetter(h.GetHeaders())))
+	}
 	if p.state != awaitResponseHeaders {
 		if p.state == awaitRequestHeaders || p.state == awaitRequestBody {
 			p.localReply(h)

@@ -308,7 +308,7 @@ func TestTrailersEndTheResponse(t *testing.T) {
 
 	d, led = newDeps(t)
 	p = NewProcessor(d)
-	p.Handle(ctx, reqHeaders("/v1/models", false, authzMeta("config:k")))
+	p.Handle(ctx, reqHeaders("/v1/files", false, authzMeta("config:k")))
 	if resp := p.Handle(ctx, respTrailers()); resp.GetResponseTrailers() == nil || resp.GetDynamicMetadata() != nil {
 		t.Errorf("trailers of a refused request answered %v", resp)
 	}

@@ -31,7 +31,7 @@ func (c *clientRequest) note(get func(string) (string, bool)) {
 	c.requestID, _ = get("x-request-id")
 	_, c.clientAnthropicVersion = get("anthropic-version")
 	c.ep = llmapi.EndpointFor(c.path)
-	c.dialect = llmapi.DialectFor(c.path)
+	c.dialect = llmapi.RequestDialect(c.path, get)
 }
 
 // targetRewrite is the provider-specific rewrite of the request for target

@@ -94,7 +94,7 @@ func (u *UpstreamProcessor) requestHeaders(m *extprocsvc.ProcessingRequest, h *e
 	case u.host == "":
 		return u.refuse(apierr.New(503, apierr.CodeFallbackMisconfigured, "the fallback attempt's upstream host names no provider (endpoint metadata %s.%s, sent as the request attribute %s), so no provider's credential can be sent with it",
 			chain.EndpointMetadataNamespace, chain.EndpointProviderKey, chain.UpstreamHostProviderAttribute))
-	case u.ep == llmapi.Unknown:
+	case u.ep == llmapi.Unknown || u.ep.Method() != "POST": // the model endpoints never reach a provider
 		return u.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API Sluice can rewrite for a provider", pathOnly(u.path)))
 	case h.GetEndOfStream():
 		return u.refuse(apierr.New(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request"))

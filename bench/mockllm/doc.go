@@ -47,6 +47,10 @@
 //     output_tokens 1), content_block_start, ping, content_block_delta
 //     (text_delta)…, content_block_stop, message_delta (usage.output_tokens
 //     is the final cumulative count), message_stop.
+//   - /v1/messages/count_tokens — Anthropic's token count:
+//     {"input_tokens": N}, N the prompt tokens /v1/messages would charge
+//     for the same messages and system; the Anthropic credential is
+//     checked and the request recorded like any other.
 //   - GET /healthz — "ok", for readiness polling; not counted or recorded.
 //
 // Every reply echoes the requested model. Errors use the endpoint's

@@ -471,7 +471,7 @@ func TestBadRequests(t *testing.T) {
 		{"embeddings bad format", "/v1/embeddings", `{"model":"m","input":"x","encoding_format":"hex"}`, 400, "encoding_format"},
 		{"anthropic without max_tokens", "/v1/messages", `{"model":"m","messages":[{"role":"user","content":"x"}]}`, 400, "invalid_request_error"},
 		{"unknown path", "/v1/nothing", `{}`, 404, ""},
-		{"unknown anthropic path", "/v1/messages/count_tokens", `{}`, 404, "not_found_error"},
+		{"unknown anthropic path", "/v1/messages/batches", `{}`, 404, "not_found_error"},
 		{"too large", "/v1/chat/completions", `{"model":"` + strings.Repeat("x", 2000) + `"}`, 413, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -557,5 +557,31 @@ func TestNegativeReasoningTokens(t *testing.T) {
 	r = post(t, c, base+"/v1/chat/completions", withStream(chatBody, ""), "x-mock-reasoning-tokens", "-1099511627777")
 	if r.status != 400 || dig(obj(t, r.body), "error", "code") != "mock_control" {
 		t.Errorf("below -2^40: %d %s", r.status, r.body)
+	}
+}
+
+// TestCountTokens: /v1/messages/count_tokens answers the prompt tokens of
+// the Messages request it is given (system included, no max_tokens
+// needed), checks the Anthropic credential, and is recorded.
+func TestCountTokens(t *testing.T) {
+	s, base := start(t, Options{AnthropicAPIKey: "sk-ant"})
+	c := client(t, false)
+	url := base + "/v1/messages/count_tokens"
+	body := strings.Replace(withStream(messagesBody, ""), `"max_tokens":1024,`, "", 1)
+	r := post(t, c, url, body, "x-api-key", "sk-ant", "anthropic-version", "2023-06-01")
+	if r.status != 200 {
+		t.Fatalf("count_tokens: %d %s", r.status, r.body)
+	}
+	if diff := cmp.Diff(map[string]any{"input_tokens": float64(promptTokens11)}, obj(t, r.body)); diff != "" {
+		t.Errorf("count_tokens body (-want +got):\n%s", diff)
+	}
+	if r := post(t, c, url, body, "x-api-key", "wrong", "anthropic-version", "2023-06-01"); r.status != 401 || dig(obj(t, r.body), "type") != "error" {
+		t.Errorf("count_tokens with a wrong key: %d %s, want Anthropic's 401", r.status, r.body)
+	}
+	if r := post(t, c, url, `{"model":"claude-test","messages":[]}`, "x-api-key", "sk-ant", "anthropic-version", "2023-06-01"); r.status != 400 {
+		t.Errorf("count_tokens without messages: %d %s, want 400", r.status, r.body)
+	}
+	if got := s.Received(); len(got) != 3 || got[0].Path != "/v1/messages/count_tokens" {
+		t.Errorf("recorded %d requests, want the 3 count_tokens ones", len(got))
 	}
 }

@@ -24,6 +24,7 @@ const (
 	epEmbeddings
 	epResponses
 	epMessages
+	epCountTokens // Anthropic POST /v1/messages/count_tokens
 )
 
 // route is where a request path leads.
@@ -33,9 +34,9 @@ type route struct {
 }
 
 func (rt route) azure() bool     { return rt.deployment != "" }
-func (rt route) anthropic() bool { return rt.ep == epMessages }
+func (rt route) anthropic() bool { return rt.ep == epMessages || rt.ep == epCountTokens }
 func (rt route) dialect() dialect {
-	if rt.ep == epMessages {
+	if rt.anthropic() {
 		return anthropic
 	}
 	return openAI
@@ -66,6 +67,8 @@ func parseRoute(path string) route {
 		return route{ep: epResponses}
 	case "/v1/messages":
 		return route{ep: epMessages}
+	case "/v1/messages/count_tokens":
+		return route{ep: epCountTokens}
 	}
 	if rest, ok := strings.CutPrefix(path, azurePrefix); ok {
 		deployment, op, ok := strings.Cut(rest, "/")

@@ -62,6 +62,10 @@ func (s *Server) synthesize(w http.ResponseWriter, r *http.Request, c *controls,
 		s.failParam(w, r, c, d, http.StatusBadRequest, "", "", "mock: the request body is not a valid JSON request: "+err.Error())
 		return
 	}
+	if rt.ep == epCountTokens {
+		s.countTokens(w, r, c, &req)
+		return
+	}
 	p, err := s.newCall(c, rt, &req)
 	if err != nil {
 		s.failParam(w, r, c, d, http.StatusBadRequest, "", err.param, err.msg)
@@ -616,4 +620,22 @@ func messagesReply(p *call) reply {
 	add(phasePost, anthropicEvent{Type: "message_stop"})
 	errEvent := sseNamed(crlf, "error", errorBody(anthropic, 529, "", "", "Overloaded (mock: injected mid-stream error, x-mock-error-after)"))
 	return reply{status: http.StatusOK, events: events, errEvent: errEvent}
+}
+
+// countTokens answers Anthropic's count_tokens: {"input_tokens": N}, N the
+// prompt tokens a /v1/messages request with the same messages and system
+// is charged (without max_tokens, which count_tokens does not take).
+func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, c *controls, req *apiRequest) {
+	var msgs []json.RawMessage
+	switch {
+	case req.Model == "":
+		s.failParam(w, r, c, anthropic, http.StatusBadRequest, "", "model", "you must provide a model parameter")
+		return
+	case json.Unmarshal(req.Messages, &msgs) != nil || len(msgs) == 0:
+		s.failParam(w, r, c, anthropic, http.StatusBadRequest, "", "messages", "messages: a non-empty array of messages is required")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Request-Id", "req_mock_count_tokens")
+	_ = json.NewEncoder(w).Encode(map[string]int64{"input_tokens": promptTokens(req.Messages) + promptTokens(req.System)}) // a failed write means the client left
 }

@@ -38,3 +38,23 @@ func DialectFor(path string) Dialect {
 	}
 	return OpenAI
 }
+
+// RequestDialect is the dialect of a request, for its answer and its
+// error bodies: DialectFor(path), except on the model endpoints
+// (/v1/models, /v1/models/{id}), which both families serve at the same
+// path: there a request carrying an anthropic-version header is
+// Anthropic's (Anthropic's API requires the header on every request, and
+// its SDKs always send it), any other OpenAI's. The credential header
+// does not decide: ext_authz removes it before ext_proc sees the request,
+// so it would answer differently with and without ext_authz in the
+// chain.
+func RequestDialect(path string, header func(string) (string, bool)) Dialect {
+	switch EndpointFor(path) {
+	case ModelList, ModelGet:
+		if _, ok := header("anthropic-version"); ok {
+			return Anthropic
+		}
+		return OpenAI
+	}
+	return DialectFor(path)
+}

@@ -7,7 +7,7 @@ import (
 )
 
 // Anthropic is the Anthropic Messages API (kind "anthropic"): /v1/messages
-// only, the credential in x-api-key, an anthropic-version header, api_key
+// and /v1/messages/count_tokens only, the credential in x-api-key, an anthropic-version header, api_key
 // required.
 type Anthropic struct{}
 
@@ -16,9 +16,10 @@ var _ Provider = Anthropic{}
 // Dialect is Anthropic's.
 func (Anthropic) Dialect() llmapi.Dialect { return llmapi.Anthropic }
 
-// Unsupported refuses every endpoint but the Messages API.
+// Unsupported refuses every endpoint but the Messages API's (messages and
+// count_tokens).
 func (Anthropic) Unsupported(ep llmapi.Endpoint, name string) string {
-	if ep != llmapi.Messages {
+	if ep.Dialect() != llmapi.Anthropic {
 		return fmt.Sprintf("its provider %q speaks the Anthropic Messages API; call /v1/messages", name)
 	}
 	return ""

@@ -55,11 +55,11 @@ func TestUnsupported(t *testing.T) {
 		anthropicMsg = `its provider "p" speaks the Anthropic Messages API; call /v1/messages`
 		azureMsg     = `the Responses API is not routed to Azure OpenAI provider "p"`
 	)
-	eps := []llmapi.Endpoint{llmapi.ChatCompletions, llmapi.Completions, llmapi.Embeddings, llmapi.Responses, llmapi.Messages}
+	eps := []llmapi.Endpoint{llmapi.ChatCompletions, llmapi.Completions, llmapi.Embeddings, llmapi.Responses, llmapi.Messages, llmapi.CountTokens}
 	want := map[Kind]map[llmapi.Endpoint]string{
-		KindOpenAI:           {llmapi.Messages: openAIMsg},
-		KindOpenAICompatible: {llmapi.Messages: openAIMsg},
-		KindAzureOpenAI:      {llmapi.Messages: openAIMsg, llmapi.Responses: azureMsg},
+		KindOpenAI:           {llmapi.Messages: openAIMsg, llmapi.CountTokens: openAIMsg},
+		KindOpenAICompatible: {llmapi.Messages: openAIMsg, llmapi.CountTokens: openAIMsg},
+		KindAzureOpenAI:      {llmapi.Messages: openAIMsg, llmapi.CountTokens: openAIMsg, llmapi.Responses: azureMsg},
 		KindAnthropic: {
 			llmapi.ChatCompletions: anthropicMsg, llmapi.Completions: anthropicMsg,
 			llmapi.Embeddings: anthropicMsg, llmapi.Responses: anthropicMsg,

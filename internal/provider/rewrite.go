@@ -75,9 +75,10 @@ func (rw *Rewrite) done() Rewrite {
 	return *rw
 }
 
-// openAIFamily is the endpoint check of the kinds speaking the OpenAI API.
+// openAIFamily is the endpoint check of the kinds speaking the OpenAI API:
+// the Anthropic Messages API's endpoints (messages, count_tokens) refused.
 func openAIFamily(ep llmapi.Endpoint, name string) string {
-	if ep == llmapi.Messages {
+	if ep.Dialect() == llmapi.Anthropic {
 		return fmt.Sprintf("its provider %q speaks the OpenAI API; call /v1/chat/completions", name)
 	}
 	return ""

@@ -1,0 +1,99 @@
+package extproc
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/sluicegw/sluice/internal/testctx"
+)
+
+func getHeaders(path string, extra ...string) *extprocsvc.ProcessingRequest {
+	return &extprocsvc.ProcessingRequest{MetadataContext: authzMeta("config:k"), Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{
+		Headers: hdrs(append([]string{":method", "GET", ":path", path, ":authority", "gw"}, extra...)...), EndOfStream: true,
+	}}}
+}
+
+// TestModelListAnswered: GET /v1/models is answered from the request
+// headers with the team's models and aliases in configured order, counted
+// as answered; the local reply coming back through the filter is not
+// metered, and nothing is recorded.
+func TestModelListAnswered(t *testing.T) {
+	ctx := testctx.Deadline(t)
+	d, led := newDeps(t)
+	p := NewProcessor(d)
+	resp := p.Handle(ctx, getHeaders("/v1/models"))
+	ir := resp.GetImmediateResponse()
+	if ir.GetStatus().GetCode() != 200 {
+		t.Fatalf("GET /v1/models answered %v, want an immediate 200", resp)
+	}
+	var raw struct {
+		Object string           `json:"object"`
+		Data   []map[string]any `json:"data"`
+	}
+	if err := json.Unmarshal(ir.GetBody(), &raw); err != nil || raw.Object != "list" {
+		t.Fatalf("body %s: %v", ir.GetBody(), err)
+	}
+	var ids []string
+	for _, m := range raw.Data {
+		ids = append(ids, m["id"].(string))
+		if m["object"] != "model" || m["owned_by"] != "sluice" || m["created"] != 0.0 {
+			t.Errorf("model entry %v", m)
+		}
+	}
+	want := []string{"gpt-4o-mini", "mini", "plain", "sonnet", "az-4o", "mix", "mix-az", "fb", "fb-alias", "fb-claude"}
+	if !slices.Equal(ids, want) {
+		t.Errorf("ids %v, want %v (gpt-4o is not the team's)", ids, want)
+	}
+	if got := counterValue(t, d.Metrics.requests.WithLabelValues("models", outcomeAnswered)); got != 1 {
+		t.Errorf("answered models requests %v, want 1", got)
+	}
+	if resp := p.Handle(ctx, respHeaders("200", "application/json")); resp.GetResponseHeaders() == nil || resp.GetDynamicMetadata() != nil {
+		t.Errorf("the answer's response headers got %v", resp)
+	}
+	p.Cancel(ctx)
+	if len(led.records) != 0 {
+		t.Errorf("records %+v for an answered request", led.records)
+	}
+}
+
+// TestCountTokensUnmetered: a count_tokens request for a fallback model
+// is routed like a completion, its served-by headers removed from the
+// response, and nothing is reserved, metered or recorded — not at the end
+// of the response, nor on cancellation.
+func TestCountTokensUnmetered(t *testing.T) {
+	ctx := testctx.Deadline(t)
+	for _, cancel := range []bool{false, true} {
+		d, led := newDeps(t)
+		p := NewProcessor(d)
+		p.Handle(ctx, reqHeaders("/v1/messages/count_tokens", false, authzMeta("config:k")))
+		resp := p.Handle(ctx, reqBody(`{"model":"fb-claude","messages":[{"role":"user","content":"hi"}]}`))
+		if got := setHeaders(resp.GetRequestBody().GetResponse().GetHeaderMutation())["x-sluice-provider"]; got != "sluice.fallback.fb-claude" {
+			t.Fatalf("count_tokens body reply %v, want it routed to the fallback cluster", resp)
+		}
+		if got := counterValue(t, d.Metrics.requests.WithLabelValues("count_tokens", outcomeForwarded)); got != 1 {
+			t.Errorf("forwarded count_tokens requests %v, want 1", got)
+		}
+		if cancel {
+			p.Cancel(ctx)
+		} else {
+			rh := &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocsvc.HttpHeaders{
+				Headers: hdrs(":status", "200", "content-type", "application/json", "x-sluice-served-by", "claude", "x-sluice-served-model", "claude-sonnet-4")}}}
+			resp = p.Handle(ctx, rh)
+			if rm := resp.GetResponseHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !slices.Contains(rm, "x-sluice-served-by") {
+				t.Errorf("response headers reply %v, want the served-by headers removed", resp)
+			}
+			if resp = p.Handle(ctx, respBody(`{"input_tokens":7}`, true)); resp.GetDynamicMetadata() != nil {
+				t.Errorf("count_tokens response carried usage metadata %v", resp.GetDynamicMetadata())
+			}
+		}
+		if len(led.records) != 0 {
+			t.Errorf("cancel %v: records %+v for count_tokens", cancel, led.records)
+		}
+		if n := counterValue(t, d.Metrics.unpriced.WithLabelValues("fb-claude")) + counterValue(t, d.Metrics.tokens.WithLabelValues("fb-claude", "input")); n != 0 {
+			t.Errorf("cancel %v: count_tokens settled (unpriced or token counters %v)", cancel, n)
+		}
+	}
+}
