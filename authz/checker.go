@@ -62,8 +62,11 @@ func NewChecker(ring *keyring.Ring, counters *limits.Counters, now func() time.T
 func (c *Checker) Check(req *authv3.CheckRequest) Decision {
 	h := req.GetAttributes().GetRequest().GetHttp()
 	headers := h.GetHeaders()
-	d := c.Authenticate(func(k string) (string, bool) { v, ok := headers[k]; return v, ok })
-	d.Dialect = llmapi.DialectFor(h.GetPath())
+	get := func(k string) (string, bool) { v, ok := headers[k]; return v, ok }
+	d := c.Authenticate(get)
+	// The dialect ext_proc answers the same request in (a model list
+	// asked with anthropic-version is Anthropic's).
+	d.Dialect = llmapi.RequestDialect(h.GetPath(), get)
 	if d.Allowed() {
 		c.admit(&d)
 	}
