@@ -96,8 +96,10 @@ func TestProviderSeesOnlyWhatSluiceSends(t *testing.T) {
 // no-provider route, a direct response; the client gets a 404 it can
 // read — JSON, with content-type application/json, in Anthropic's error
 // shape on Anthropic's paths and OpenAI's elsewhere — never text/plain.
+// A client that sends Sluice's routing header itself is not routed by it:
+// the provider sees nothing.
 func TestUnroutedRequestGetsAJSONError(t *testing.T) {
-	_, addr := mockProvider(t, mockllm.Options{APIKey: "sk-upstream-compat", AnthropicAPIKey: "sk-ant-upstream"})
+	mock, addr := mockProvider(t, mockllm.Options{APIKey: "sk-upstream-compat", AnthropicAPIKey: "sk-ant-upstream"})
 	s := startSluice(t, fmt.Sprintf(headersPolicy, addr)+"gateway: {unknown_paths: pass}\n")
 	_, key := s.createKey(t, "t")
 	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"), XDSAddress: s.xdsAddr})
@@ -109,9 +111,19 @@ func TestUnroutedRequestGetsAJSONError(t *testing.T) {
 			{"/v1/files", `{"error":{"message":"` + chain.NoRoute.Message + `","type":"invalid_request_error","param":null,"code":"no_route"}}`},
 			{"/v1/messages/batches", `{"type":"error","error":{"type":"not_found_error","message":"` + chain.NoRoute.Message + `"}}`},
 		} {
-			st, h, body := call{path: tc.path, body: `{}`}.do(t, p.url, key)
-			if st != 404 || h.Get("content-type") != "application/json" || strings.TrimSpace(body) != tc.want {
-				t.Errorf("%s: %d %q %s, want 404 application/json %s", tc.path, st, h.Get("content-type"), body, tc.want)
+			for _, routing := range []string{"", "keyed"} {
+				n := mock.Requests()
+				c := call{path: tc.path, body: `{}`}
+				if routing != "" {
+					c.headers = map[string]string{chain.RoutingHeader: routing}
+				}
+				st, h, body := c.do(t, p.url, key)
+				if st != 404 || h.Get("content-type") != "application/json" || strings.TrimSpace(body) != tc.want {
+					t.Errorf("%s (routing header %q): %d %q %s, want 404 application/json %s", tc.path, routing, st, h.Get("content-type"), body, tc.want)
+				}
+				if mock.Requests() != n {
+					t.Errorf("%s (routing header %q): the provider saw the request", tc.path, routing)
+				}
 			}
 		}
 	})

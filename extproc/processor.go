@@ -213,6 +213,18 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 		if p.snap.Gateway().UnknownPaths == "pass" {
 			p.state = passThrough
 			p.d.Metrics.requests.WithLabelValues("unknown", "passed").Inc()
+			// A client's routing header is never honoured. Envoy may
+			// already have chosen a route on it (ext_authz asks for the
+			// route before ext_proc runs), so it is removed and the route
+			// chosen again.
+			if _, ok := get(chain.RoutingHeader); ok {
+				return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocsvc.HeadersResponse{
+					Response: &extprocsvc.CommonResponse{
+						HeaderMutation:  &extprocsvc.HeaderMutation{RemoveHeaders: []string{chain.RoutingHeader}},
+						ClearRouteCache: true,
+					},
+				}}}
+			}
 			return headersContinue(nil)
 		}
 		return p.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API this gateway serves; use POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, /v1/messages or /v1/messages/count_tokens, or GET /v1/models or /v1/models/{id}", pathOnly(p.path)))
