@@ -7,6 +7,7 @@ import (
 
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/testctx"
 )
 
@@ -94,6 +95,23 @@ func TestCountTokensUnmetered(t *testing.T) {
 		}
 		if n := counterValue(t, d.Metrics.unpriced.WithLabelValues("fb-claude")) + counterValue(t, d.Metrics.tokens.WithLabelValues("fb-claude", "input")); n != 0 {
 			t.Errorf("cancel %v: count_tokens settled (unpriced or token counters %v)", cancel, n)
+		}
+	}
+}
+
+// TestEmptyModelList: a key that may use no model gets an empty list in
+// either shape — Anthropic's with null first and last ids — not an error.
+func TestEmptyModelList(t *testing.T) {
+	for _, tt := range []struct {
+		d    llmapi.Dialect
+		want string
+	}{
+		{llmapi.OpenAI, `{"object":"list","data":[]}`},
+		{llmapi.Anthropic, `{"data":[],"has_more":false,"first_id":null,"last_id":null}`},
+	} {
+		b, err := json.Marshal(modelListBody(tt.d, nil))
+		if err != nil || string(b) != tt.want {
+			t.Errorf("%v: %s %v, want %s", tt.d, b, err, tt.want)
 		}
 	}
 }
