@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -17,10 +16,6 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	grpcxds "google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/sluicegw/sluice/internal/chain"
@@ -533,28 +528,4 @@ func TestGRPCClientPrivateCA(t *testing.T) {
 	if !strings.Contains(n.LastError, `root certificate provider instance name "sluice.a" missing in bootstrap configuration`) {
 		t.Errorf("NACK error %q, want the missing instance sluice.a", n.LastError)
 	}
-}
-
-// newGRPCClientBootstrap is newGRPCClient with extra top-level bootstrap
-// fields.
-func newGRPCClientBootstrap(t *testing.T, xdsAddr, extra string) *grpcClient {
-	t.Helper()
-	node := fmt.Sprintf("grpc-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
-	if extra != "" {
-		extra = "," + extra
-	}
-	bootstrap := fmt.Sprintf(`{
-		"xds_servers": [{"server_uri": "passthrough:///%s", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": %q}%s
-	}`, xdsAddr, node, extra)
-	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient("xds:///sluice-grpc", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	return &grpcClient{t: t, node: node, hc: healthpb.NewHealthClient(cc)}
 }

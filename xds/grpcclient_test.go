@@ -78,11 +78,21 @@ type grpcClient struct {
 
 func newGRPCClient(t *testing.T, xdsAddr string) *grpcClient {
 	t.Helper()
+	return newGRPCClientBootstrap(t, xdsAddr, "")
+}
+
+// newGRPCClientBootstrap is newGRPCClient with extra top-level bootstrap
+// fields (JSON members, without the braces).
+func newGRPCClientBootstrap(t *testing.T, xdsAddr, extra string) *grpcClient {
+	t.Helper()
 	node := fmt.Sprintf("grpc-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
+	if extra != "" {
+		extra = "," + extra
+	}
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": "passthrough:///%s", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": %q}
-	}`, xdsAddr, node)
+		"node": {"id": %q}%s
+	}`, xdsAddr, node, extra)
 	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	if err != nil {
 		t.Fatal(err)
