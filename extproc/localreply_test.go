@@ -64,3 +64,20 @@ func TestLocalReplyOfAnotherFilter(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalReplyStatusLabel: a local reply is counted by its status when
+// it is one HTTP can carry (100 to 599, both ends included), and as
+// "other" otherwise, so a hostile status cannot grow the label set.
+func TestLocalReplyStatusLabel(t *testing.T) {
+	ctx := testctx.Deadline(t)
+	for _, tt := range []struct{ status, label string }{
+		{"99", "other"}, {"100", "100"}, {"401", "401"}, {"599", "599"}, {"600", "other"}, {"2x0", "other"},
+	} {
+		d, _ := newDeps(t)
+		p := NewProcessor(d)
+		p.Handle(ctx, respHeaders(tt.status, "application/json"))
+		if got := counterValue(t, d.Metrics.localReplies.WithLabelValues(tt.label)); got != 1 {
+			t.Errorf("status %s: %v counted as %q, want 1", tt.status, got, tt.label)
+		}
+	}
+}
