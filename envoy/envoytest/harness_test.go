@@ -148,3 +148,28 @@ func readAll(r io.Reader) (string, error) {
 	b, err := io.ReadAll(r)
 	return string(b), err
 }
+
+// closedAddr is a loopback address with nothing listening: connecting to
+// it fails at once (a connect failure).
+func closedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// slowUpstream is an upstream that answers nothing for 5 s (or until the
+// request is cancelled): longer than any route timeout the tests set.
+func slowUpstream(t testing.TB) string {
+	t.Helper()
+	return startHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+}

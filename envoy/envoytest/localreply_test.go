@@ -2,7 +2,6 @@ package envoytest
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -86,15 +85,8 @@ func withHCM(t testing.TB, b *bootstrapv3.Bootstrap, limit uint32, fn func(*hcmv
 // leave every other reply (ext_proc's own, a direct response) and every
 // upstream response as they were.
 func TestLocalReplyConfig(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := ln.Addr().String()
-	ln.Close()
-	slow := startHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-time.After(5 * time.Second):
-		}
-	}))
+	dead := closedAddr(t)
+	slow := slowUpstream(t)
 	up := startHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "upstream")

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -273,16 +272,8 @@ func TestRouterClientDisconnect(t *testing.T) {
 }
 
 func TestRouterFailures(t *testing.T) {
-	// A port with nothing listening: connect failure.
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := ln.Addr().String()
-	ln.Close()
-	slow := startHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-time.After(5 * time.Second):
-		}
-	}))
+	dead := closedAddr(t) // connect failure
+	slow := slowUpstream(t)
 	rc := &routev3.RouteConfiguration{Name: "r", VirtualHosts: []*routev3.VirtualHost{{
 		Name: "all", Domains: []string{"*"},
 		Routes: []*routev3.Route{
@@ -334,9 +325,7 @@ func TestConfigRefusesWhatItCannotEmulate(t *testing.T) {
 // local replies (here a connect failure, 503) run through ext_proc's
 // encode path (envoy-protocol.md §4, "Upstream error before headers").
 func TestRouterLocalReplyReachesExtProc(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := closedAddr(t)
 	proc := &procServer{}
 	procAddr := startGRPC(t, func(s *grpc.Server) { extprocsvc.RegisterExternalProcessorServer(s, proc) })
 	ep := &extprocv3.ExternalProcessor{
