@@ -26,6 +26,17 @@ type Usage struct {
 	// ReasoningTokens is the reasoning part of OutputTokens
 	// (*_tokens_details.reasoning_tokens).
 	ReasoningTokens int64
+	// CacheCreation1hTokens is the part of CacheCreationTokens written
+	// with the 1-hour TTL (Anthropic
+	// cache_creation.ephemeral_1h_input_tokens); the rest has the
+	// 5-minute TTL.
+	CacheCreation1hTokens int64
+	// AudioInputTokens is the audio part of InputTokens
+	// (prompt_tokens_details.audio_tokens).
+	AudioInputTokens int64
+	// AudioOutputTokens is the audio part of OutputTokens
+	// (completion_tokens_details.audio_tokens).
+	AudioOutputTokens int64
 }
 
 // Result is what a Meter read from one response body.
