@@ -91,40 +91,83 @@ func TestProviderSeesOnlyWhatSluiceSends(t *testing.T) {
 	})
 }
 
-// TestUnroutedRequestGetsAJSONError: a request Sluice lets through without
-// routing it (gateway.unknown_paths: pass) reaches the listener's
-// no-provider route, a direct response; the client gets a 404 it can
-// read — JSON, with content-type application/json, in Anthropic's error
-// shape on Anthropic's paths and OpenAI's elsewhere — never text/plain.
-// A client that sends Sluice's routing header itself is not routed by it:
-// the provider sees nothing.
-func TestUnroutedRequestGetsAJSONError(t *testing.T) {
+// TestUnknownPathsPass: under gateway.unknown_paths: pass a path Sluice
+// does not serve goes to the provider gateway.pass_to names for its API
+// (OpenAI's here; Anthropic's by default, its only provider), with that
+// provider's credential and the caller's removed, whatever routing header
+// the client sends; the client gets the provider's answer unchanged. It is
+// counted against the caller's request rate and never recorded as spend.
+func TestUnknownPathsPass(t *testing.T) {
 	mock, addr := mockProvider(t, mockllm.Options{APIKey: "sk-upstream-compat", AnthropicAPIKey: "sk-ant-upstream"})
-	s := startSluice(t, fmt.Sprintf(headersPolicy, addr)+"gateway: {unknown_paths: pass}\n")
+	policy := strings.Replace(fmt.Sprintf(headersPolicy, addr), "teams: [{name: t}]", "teams: [{name: t}, {name: slow, limits: {requests: {per_minute: 3}}}]", 1)
+	s := startSluice(t, policy+"gateway: {unknown_paths: pass, pass_to: {openai: keyed}}\n")
 	_, key := s.createKey(t, "t")
+	_, slowKey := s.createKey(t, "slow")
 	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"), XDSAddress: s.xdsAddr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	eachProxy(t, b, func(t *testing.T, p proxy) {
-		for _, tc := range []struct{ path, want string }{
-			{"/v1/files", `{"error":{"message":"` + chain.NoRoute.Message + `","type":"invalid_request_error","param":null,"code":"no_route"}}`},
-			{"/v1/messages/batches", `{"type":"error","error":{"type":"not_found_error","message":"` + chain.NoRoute.Message + `"}}`},
+		for _, tc := range []struct {
+			path, body         string
+			credential, secret string
+			account            string // the provider kind's account header, removed
+			want               string // the mock's own 404 for the path, unchanged
+		}{
+			{"/v1/files?purpose=batch", `{}`, "authorization", "Bearer sk-upstream-compat", "openai-organization",
+				`{"error":{"message":"mock: no endpoint at /v1/files","type":"invalid_request_error","param":null,"code":"model_not_found"}}`},
+			{"/v1/messages/batches", `{"requests":[]}`, "x-api-key", "sk-ant-upstream", "anthropic-workspace-id",
+				`{"type":"error","error":{"type":"not_found_error","message":"mock: no endpoint at /v1/messages/batches"}}`},
 		} {
-			for _, routing := range []string{"", "keyed"} {
+			for _, routing := range []string{"", "fwd", "ant", "keyed"} {
 				n := mock.Requests()
-				c := call{path: tc.path, body: `{}`}
+				c := call{path: tc.path, body: tc.body, headers: map[string]string{tc.account: "client-account"}}
 				if routing != "" {
-					c.headers = map[string]string{chain.RoutingHeader: routing}
+					c.headers[chain.RoutingHeader] = routing
 				}
-				st, h, body := c.do(t, p.url, key)
-				if st != 404 || h.Get("content-type") != "application/json" || strings.TrimSpace(body) != tc.want {
-					t.Errorf("%s (routing header %q): %d %q %s, want 404 application/json %s", tc.path, routing, st, h.Get("content-type"), body, tc.want)
+				st, _, body := c.do(t, p.url, key)
+				if st != 404 || strings.TrimSpace(body) != tc.want {
+					t.Errorf("%s (routing header %q): %d %s, want the provider's 404 %s", tc.path, routing, st, body, tc.want)
 				}
-				if mock.Requests() != n {
-					t.Errorf("%s (routing header %q): the provider saw the request", tc.path, routing)
+				got := mock.Received()
+				if mock.Requests() != n+1 || len(got) == 0 {
+					t.Fatalf("%s (routing header %q): the provider saw %d requests, want 1", tc.path, routing, mock.Requests()-n)
+				}
+				r := got[len(got)-1]
+				if r.Path+"?"+r.RawQuery != tc.path && r.Path != tc.path {
+					t.Errorf("%s: the provider got %s?%s", tc.path, r.Path, r.RawQuery)
+				}
+				if v := r.Header.Get(tc.credential); v != tc.secret {
+					t.Errorf("%s: the provider got %s %q, want %q", tc.path, tc.credential, v, tc.secret)
+				}
+				for _, k := range []string{chain.RoutingHeader, tc.account} {
+					if v := r.Header.Values(k); len(v) > 0 {
+						t.Errorf("%s: the provider got %s %q", tc.path, k, v)
+					}
+				}
+				if strings.Contains(strings.Join(r.Header.Values("authorization"), ",")+r.Header.Get("x-api-key"), key) {
+					t.Errorf("%s: the caller's key reached the provider", tc.path)
+				}
+				if string(r.Body) != tc.body {
+					t.Errorf("%s: the provider got body %q, want %q", tc.path, r.Body, tc.body)
 				}
 			}
 		}
+		// Counted: of a team's 3 requests a minute, the harness's key check
+		// (waitForKey) took one; the third passed request is refused
+		// before any provider sees it.
+		for i := range 3 {
+			n := mock.Requests()
+			st, _, body := call{path: "/v1/files", body: `{}`}.do(t, p.url, slowKey)
+			if want := map[bool]int{true: 404, false: 429}[i < 2]; st != want {
+				t.Errorf("passed request %d of a team allowed 3 a minute (one taken): %d %s, want %d", i+1, st, body, want)
+			}
+			if i == 2 && mock.Requests() != n {
+				t.Errorf("the refused request reached the provider")
+			}
+		}
 	})
+	if recs := s.records(t); len(recs) != 0 {
+		t.Errorf("passed requests were recorded as spend: %+v", recs)
+	}
 }

@@ -44,14 +44,17 @@
 // ledger, admission and metrics.
 // docs/architecture.md describes the state machine.
 //
-// Two kinds of request are not metered. GET /v1/models and
+// Three kinds of request are not metered. GET /v1/models and
 // /v1/models/{id} are answered here, from the request headers, with an
 // ImmediateResponse listing the models and aliases the caller may use
 // (mayUse, the allow-list check authorize makes) in OpenAI's shape, or
 // Anthropic's when the request carries anthropic-version (models.go). POST
 // /v1/messages/count_tokens goes through resolve, authorize and rewrite
 // like /v1/messages and is then forwarded without reserve: no meter, no
-// spend record.
+// spend record. Under gateway.unknown_paths: pass, any other path is
+// forwarded from its request headers to the provider gateway.pass_to
+// names for its API (pass), with that provider's credential and nothing
+// else changed.
 //
 // Processor and UpstreamProcessor are transport-free (ProcessingRequest in,
 // ProcessingResponse out); Server is the stream loop. It must not own

@@ -86,7 +86,7 @@ type fuzzEnv struct {
 
 func newFuzzEnv(t testing.TB) *fuzzEnv {
 	e := &fuzzEnv{metrics: extproc.NewMetrics(prometheus.NewRegistry()), log: slog.New(slog.DiscardHandler)}
-	for i, gw := range []string{"unknown_paths: pass, unpriced_models: allow", "unknown_paths: deny, unpriced_models: deny"} {
+	for i, gw := range []string{"unknown_paths: pass, pass_to: {openai: openai, anthropic: claude}, unpriced_models: allow", "unknown_paths: deny, unpriced_models: deny"} {
 		cfg, err := policies.Parse(fmt.Appendf(nil, fuzzConfig, gw, apikey.HashHex(goldenKey), apikey.HashHex(fuzzPoorKey)), "sluice.yaml", nil)
 		if err != nil {
 			t.Fatal(err)

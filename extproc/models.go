@@ -131,7 +131,8 @@ func (p *Processor) answerModels() *extprocsvc.ProcessingResponse {
 }
 
 // outcomeAnswered labels a request Sluice answered itself, and
-// outcomeForwarded one it forwarded unmetered (count_tokens), in
+// outcomeForwarded one it forwarded unmetered (count_tokens, an unknown
+// path under unknown_paths: pass), in
 // sluice_extproc_requests_total.
 const (
 	outcomeAnswered  = "answered"

@@ -96,9 +96,9 @@ const (
 	awaitRequestBody
 	awaitResponseHeaders
 	streamingResponse
-	passThrough // unmetered: every message is answered with continue
-	// forwarded: an unmetered request (count_tokens) sent to its
-	// provider; the response passes, only the served-by headers removed.
+	// forwarded: an unmetered request (count_tokens, or an unknown path
+	// under unknown_paths: pass) sent to its provider; its body and
+	// response pass, only the served-by headers removed.
 	forwarded
 	finished
 )
@@ -153,7 +153,7 @@ func (p *Processor) Handle(ctx context.Context, m *extprocsvc.ProcessingRequest)
 			return p.requestHeaders(ctx, m, r.RequestHeaders)
 		}
 	case *extprocsvc.ProcessingRequest_RequestBody:
-		if p.state == awaitRequestBody || p.state == passThrough {
+		if p.state == awaitRequestBody || p.state == forwarded {
 			return p.requestBody(ctx, r.RequestBody)
 		}
 	case *extprocsvc.ProcessingRequest_ResponseHeaders:
@@ -210,22 +210,8 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 	}
 
 	if p.ep == llmapi.Unknown {
-		if p.snap.Gateway().UnknownPaths == "pass" {
-			p.state = passThrough
-			p.d.Metrics.requests.WithLabelValues("unknown", "passed").Inc()
-			// A client's routing header is never honoured. Envoy may
-			// already have chosen a route on it (ext_authz asks for the
-			// route before ext_proc runs), so it is removed and the route
-			// chosen again.
-			if _, ok := get(chain.RoutingHeader); ok {
-				return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocsvc.HeadersResponse{
-					Response: &extprocsvc.CommonResponse{
-						HeaderMutation:  &extprocsvc.HeaderMutation{RemoveHeaders: []string{chain.RoutingHeader}},
-						ClearRouteCache: true,
-					},
-				}}}
-			}
-			return headersContinue(nil)
+		if pr := p.snap.PassTo(p.dialect); pr != nil {
+			return p.pass(pr)
 		}
 		return p.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API this gateway serves; use POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, /v1/messages or /v1/messages/count_tokens, or GET /v1/models or /v1/models/{id}", pathOnly(p.path)))
 	}
@@ -242,12 +228,30 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 	return headersContinue(nil)
 }
 
+// pass sends a request for a path Sluice does not serve to pr, the
+// provider gateway.pass_to names for its API: with pr's credential and
+// path prefix, the caller's credential headers removed, unmetered,
+// reserving nothing and writing no spend record. ext_authz has counted it
+// against the caller's request-rate limits like any other request. The
+// routing header Sluice sets replaces any a client sent (a set
+// overwrites), and clear_route_cache chooses the route again on it.
+func (p *Processor) pass(pr *policies.Provider) *extprocsvc.ProcessingResponse {
+	hm, _ := p.targetRewrite(p.snap, policies.Target{Provider: pr}, "")
+	hm.SetHeaders = append(hm.SetHeaders, rawHeader(chain.RoutingHeader, pr.Name))
+	p.provider = pr.Name
+	p.state = forwarded
+	p.d.Metrics.requests.WithLabelValues(p.ep.String(), outcomeForwarded).Inc()
+	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocsvc.HeadersResponse{
+		Response: &extprocsvc.CommonResponse{HeaderMutation: hm, ClearRouteCache: true},
+	}}}
+}
+
 // requestBody runs the request-body steps in order — resolve, authorize,
 // rewrite, reserve — and answers with the first refusal, or with the
 // rewrite once the request is admitted.
 func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
-	if p.state == passThrough {
-		return bodyContinue(nil)
+	if p.state == forwarded {
+		return bodyContinue(nil) // the body passes as sent
 	}
 	body := b.GetBody()
 	r, err := p.resolve(body)

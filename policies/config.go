@@ -67,9 +67,15 @@ type Gateway struct {
 	// parsing them. Envoy's listener buffer must be at least as large.
 	MaxRequestBodyBytes int64 `yaml:"max_request_body_bytes"`
 	// UnknownPaths says what happens to requests for paths that are not
-	// an LLM API Sluice meters: "deny" (404 with a clear error) or "pass"
-	// (forwarded untouched, unmetered).
+	// an API Sluice serves: "deny" (404 with a clear error) or "pass"
+	// (authenticated, sent to the provider PassTo names for the request's
+	// API with that provider's credential, unmetered).
 	UnknownPaths string `yaml:"unknown_paths"`
+	// PassTo names, per API, the provider that takes unknown paths under
+	// unknown_paths: pass. An API left unset goes to its only provider
+	// when exactly one speaks it (azure-openai never: its paths are its
+	// own).
+	PassTo PassTo `yaml:"pass_to"`
 	// UnpricedModels says what happens to a request for a model the
 	// pricing table does not list: "allow" (served, recorded as unpriced
 	// at cost 0, counted in sluice_unpriced_requests_total; budgets cannot
@@ -84,6 +90,12 @@ type Gateway struct {
 	// ReservationTTL releases a reservation that was never settled (a
 	// stream Sluice lost track of) after this long. Default 15m.
 	ReservationTTL time.Duration `yaml:"reservation_ttl"`
+}
+
+// PassTo is gateway.pass_to: a provider name per API.
+type PassTo struct {
+	OpenAI    string `yaml:"openai"`
+	Anthropic string `yaml:"anthropic"`
 }
 
 // Provider is an upstream LLM API.

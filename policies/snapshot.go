@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/provider"
 )
 
@@ -28,7 +29,8 @@ type Snapshot struct {
 	sqlitePath string
 	ledgerPath string
 	providers  map[string]*Provider
-	pathPrefix map[string]string      // provider name → base_url path, no trailing slash
+	pathPrefix map[string]string // provider name → base_url path, no trailing slash
+	passTo     map[llmapi.Dialect]*Provider
 	models     map[string]*ModelRoute // by name and by alias
 	modelNames []string
 	orgs       map[string]Limits
@@ -190,6 +192,13 @@ func Compile(cfg *Config, file string) (*Snapshot, error) {
 			s.pathPrefix[p.Name] = strings.TrimSuffix(u.Path, "/")
 		}
 	}
+	passTo, _ := passTargets(c) // validated already
+	for d, i := range passTo {
+		if s.passTo == nil {
+			s.passTo = map[llmapi.Dialect]*Provider{}
+		}
+		s.passTo[d] = s.providers[c.Providers[i].Name]
+	}
 	for _, m := range c.Models {
 		r := &ModelRoute{Name: m.Name, Aliases: slices.Clone(m.Aliases), Routing: m.Routing, MaxOutputTokens: m.MaxOutputTokens}
 		if r.MaxOutputTokens == 0 {
@@ -305,6 +314,11 @@ func (s *Snapshot) Gateway() Gateway { return s.cfg.Gateway }
 // PathPrefix is the path of a provider's base_url (no trailing slash),
 // put before the request path: parsed once here, not per request.
 func (s *Snapshot) PathPrefix(provider string) string { return s.pathPrefix[provider] }
+
+// PassTo is the provider that takes unknown paths of API d under
+// gateway.unknown_paths: pass (gateway.pass_to), or nil: none does, or
+// unknown_paths is deny.
+func (s *Snapshot) PassTo(d llmapi.Dialect) *Provider { return s.passTo[d] }
 
 // Provider returns the provider with the given name, with defaults applied
 // (an anthropic provider's AnthropicVersion is never empty) and its Impl

@@ -47,6 +47,8 @@ func (c *Config) check() []issue {
 	v.store(c.Store)
 	v.ledgerAndGateway(c.Ledger, c.Gateway)
 	providers := v.providers(c.Providers)
+	_, passIssues := passTargets(c)
+	v.issues = append(v.issues, passIssues...)
 	kinds := make(map[string]provider.Kind, len(c.Providers))
 	for _, p := range c.Providers {
 		kinds[p.Name] = p.Kind
