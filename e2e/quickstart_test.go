@@ -71,9 +71,21 @@ func TestQuickstartFiles(t *testing.T) {
 		if status, body := send(key, "gpt-4o"); status != 403 || !strings.Contains(body, `may not use model \"gpt-4o\"`) {
 			t.Errorf("disallowed model: %d %s", status, body)
 		}
+		// Every endpoint the mock serves is configured: embeddings and
+		// Anthropic's Messages API too.
+		for _, c := range []call{
+			{path: "/v1/embeddings", body: `{"model":"text-embedding-3-small","input":"Hello!"}`},
+			{path: "/v1/messages", body: `{"model":"claude-haiku-4-5","max_tokens":64,"messages":[{"role":"user","content":"Hello!"}]}`, headers: map[string]string{"anthropic-version": "2023-06-01"}},
+		} {
+			if status, _, body := c.do(t, p.url, key); status != 200 {
+				t.Errorf("%s: %d %s", c.path, status, body)
+			}
+		}
 	})
 	out := s.run(t, "spend", "--by", "model")
-	if !strings.Contains(out, "gpt-4o-mini") {
-		t.Errorf("sluice spend lacks the request:\n%s", out)
+	for _, m := range []string{"gpt-4o-mini", "text-embedding-3-small", "claude-haiku-4-5"} {
+		if !strings.Contains(out, m) {
+			t.Errorf("sluice spend lacks %s:\n%s", m, out)
+		}
 	}
 }
