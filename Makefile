@@ -5,7 +5,7 @@ BIN      := bin/sluice
 DEV_BIN  := bin/sluice-dev
 PKGS     := ./...
 
-.PHONY: all build build-dev run test lint vet fmt-check bench fuzz mutation clean check-go
+.PHONY: all build build-dev run test lint vet fmt-check jsclients bench fuzz mutation clean check-go
 
 all: build
 
@@ -31,12 +31,24 @@ run: build build-dev
 # Tests whose timing the race detector breaks (multi-megabyte bodies
 # against ext_proc's message timeout) skip under it and run here without it.
 RACE_FREE_TESTS := ^TestBodyLimitAtEverySize$$
-test: check-go lint
+test: check-go lint jsclients
 	$(GO) test -race -count=1 $(PKGS)
 	$(GO) test -count=1 -run='$(RACE_FREE_TESTS)' ./e2e/
 	$(GO) test -run='^$$' -bench=. -benchtime=1x $(PKGS)
 
 lint: vet fmt-check
+
+# The JavaScript SDKs TestJSClients drives (the official OpenAI and
+# Anthropic SDKs, the Vercel AI SDK), at the versions package-lock.json
+# pins: npm ci when node_modules is missing or older than the lock file.
+# Without Node.js the test skips, saying so.
+jsclients:
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "jsclients: no npm on PATH; TestJSClients will skip (install Node.js 20+ to run it)"; \
+	elif [ ! -f e2e/jsclients/node_modules/.package-lock.json ] || [ e2e/jsclients/package-lock.json -nt e2e/jsclients/node_modules/.package-lock.json ]; then \
+		echo "jsclients: npm ci in e2e/jsclients (the SDKs TestJSClients drives)"; \
+		cd e2e/jsclients && npm ci --no-audit --no-fund --loglevel=error; \
+	fi
 
 vet: check-go
 	$(GO) vet $(PKGS)
@@ -74,4 +86,4 @@ mutation: check-go
 	GREMLINS="$(GREMLINS)" scripts/mutation.sh $(MUTATION_THRESHOLD) $(MUTATION_WORKERS) $(MUTATION_PKGS)
 
 clean:
-	rm -rf bin examples/quickstart.db examples/quickstart.db-wal examples/quickstart.db-shm
+	rm -rf bin examples/quickstart.db examples/quickstart.db-wal examples/quickstart.db-shm e2e/jsclients/node_modules
