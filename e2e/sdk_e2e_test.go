@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	anthropicoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	openaioption "github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/internal/testctx"
@@ -152,4 +154,99 @@ func TestSDKModelsAndCountTokens(t *testing.T) {
 			t.Errorf("the provider received %+v, want one count_tokens with Sluice's key and the upstream model", rec)
 		}
 	})
+}
+
+// TestOfficialSDKEndpoints: each metered endpoint the Go SDKs call —
+// chat streamed with include_usage, Responses plain and streamed,
+// embeddings, Anthropic messages streamed — reads the provider's answer
+// through Envoy and Sluice, and the spend record of each call holds the
+// usage the SDK reported.
+func TestOfficialSDKEndpoints(t *testing.T) {
+	_, mockAddr := mockProvider(t, mockllm.Options{APIKey: openaiKey, AnthropicAPIKey: anthropicKey, AzureAPIKey: azureKey})
+	s := startSluice(t, gatewayConfig)
+	_, key := s.createKey(t, "apps")
+	b := gatewayBootstrap(t, s.grpcAddr, mockAddr)
+	type reported struct {
+		endpoint, model string
+		in, out         int64
+	}
+	var want []reported
+	eachProxy(t, b, func(t *testing.T, p proxy) {
+		ctx := testctx.Deadline(t)
+		oc, ac := sdkClients(p.url, key)
+		hello := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}
+
+		cs := oc.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+			Model: "gpt-4o-mini", Messages: hello,
+			StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+		})
+		var acc openai.ChatCompletionAccumulator
+		for cs.Next() {
+			acc.AddChunk(cs.Current())
+		}
+		if err := cs.Err(); err != nil || len(acc.Choices) == 0 || acc.Choices[0].Message.Content == "" || acc.Usage.TotalTokens == 0 {
+			t.Fatalf("chat stream with include_usage: %v %+v", err, acc.ChatCompletion)
+		}
+		want = append(want, reported{"chat_completions", "gpt-4o-mini", acc.Usage.PromptTokens, acc.Usage.CompletionTokens})
+
+		r, err := oc.Responses.New(ctx, responses.ResponseNewParams{
+			Model: "gpt-4o-mini", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hello")},
+		})
+		if err != nil || r.OutputText() == "" || r.Usage.TotalTokens == 0 {
+			t.Fatalf("responses: %v %+v", err, r)
+		}
+		want = append(want, reported{"responses", "gpt-4o-mini", r.Usage.InputTokens, r.Usage.OutputTokens})
+
+		rs := oc.Responses.NewStreaming(ctx, responses.ResponseNewParams{
+			Model: "gpt-4o-mini", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hello")},
+		})
+		var text string
+		var completed *responses.Response
+		for rs.Next() {
+			switch ev := rs.Current(); ev.Type {
+			case "response.output_text.delta":
+				text += ev.Delta
+			case "response.completed":
+				c := ev.AsResponseCompleted().Response
+				completed = &c
+			}
+		}
+		if err := rs.Err(); err != nil || text == "" || completed == nil || completed.Usage.TotalTokens == 0 {
+			t.Fatalf("responses stream: %v text %q completed %+v", err, text, completed)
+		}
+		want = append(want, reported{"responses", "gpt-4o-mini", completed.Usage.InputTokens, completed.Usage.OutputTokens})
+
+		e, err := oc.Embeddings.New(ctx, openai.EmbeddingNewParams{
+			Model: "text-embedding-3-small", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("hello")},
+		})
+		if err != nil || len(e.Data) == 0 || len(e.Data[0].Embedding) == 0 || e.Usage.PromptTokens == 0 {
+			t.Fatalf("embeddings: %v %+v", err, e)
+		}
+		want = append(want, reported{"embeddings", "text-embedding-3-small", e.Usage.PromptTokens, 0})
+
+		ms := ac.Messages.NewStreaming(ctx, anthropic.MessageNewParams{
+			Model: "claude-sonnet-4", MaxTokens: 32,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))},
+		})
+		var msg anthropic.Message
+		for ms.Next() {
+			if err := msg.Accumulate(ms.Current()); err != nil {
+				t.Fatalf("messages stream: %v", err)
+			}
+		}
+		if err := ms.Err(); err != nil || len(msg.Content) == 0 || msg.Content[0].Text == "" || msg.Usage.OutputTokens == 0 {
+			t.Fatalf("messages stream: %v %+v", err, msg)
+		}
+		in := msg.Usage.InputTokens + msg.Usage.CacheReadInputTokens + msg.Usage.CacheCreationInputTokens
+		want = append(want, reported{"messages", "claude-sonnet-4", in, msg.Usage.OutputTokens})
+	})
+	var got []reported
+	for _, r := range s.records(t) {
+		got = append(got, reported{r.Endpoint, r.Model, r.InputTokens, r.OutputTokens})
+	}
+	slices.SortFunc(got, func(a, b reported) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+	slices.SortFunc(want, func(a, b reported) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+	if !slices.Equal(got, want) {
+		t.Errorf("spend records %+v, want what the SDKs reported %+v", got, want)
+	}
 }
