@@ -128,8 +128,8 @@ const (
 	// ExcessAsOutput charges the excess as output tokens, and as
 	// reasoning tokens: the servers known to send one (Gemini's
 	// OpenAI-compatible endpoint) leave thinking out of
-	// completion_tokens but bill it. The zero value: a count the
-	// provider reported is not silently dropped.
+	// completion_tokens but bill it. It is the zero value, so that
+	// nothing the provider counted is dropped unless asked.
 	ExcessAsOutput TotalExcess = iota
 	// ExcessIgnored charges input and output as reported, for a provider
 	// whose total_tokens counts tokens it does not bill.
