@@ -478,7 +478,14 @@ func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeade
 			hm.SetHeaders = append(hm.SetHeaders, rawHeader(h[0], h[1]))
 		}
 	}
-	p.meter = usage.NewMeter(usage.Options{Endpoint: p.ep, Stream: p.req.Stream, ContentType: ct, ContentEncoding: ce, Model: p.upstream})
+	// The provider that answered (servedBy above) reads its usage by its
+	// own total_tokens rule.
+	excess := usage.ExcessAsOutput
+	if pr, ok := p.snap.Provider(p.provider); ok && pr.Usage.TotalExcess == policies.TotalExcessIgnore {
+		excess = usage.ExcessIgnored
+	}
+	p.meter = usage.NewMeter(usage.Options{Endpoint: p.ep, Stream: p.req.Stream, ContentType: ct, ContentEncoding: ce, Model: p.upstream,
+		TotalExcess: excess})
 	p.state = streamingResponse
 	resp := headersResponse(hm)
 	if h.GetEndOfStream() {

@@ -150,7 +150,27 @@ type Provider struct {
 	CircuitBreaker CircuitBreaker `yaml:"circuit_breaker"`
 	// OutlierDetection ejects an endpoint after consecutive failures.
 	OutlierDetection OutlierDetection `yaml:"outlier_detection"`
+	// Usage says how the usage the provider reports is read.
+	Usage ProviderUsage `yaml:"usage"`
 }
+
+// ProviderUsage holds a provider's rules for reading the usage it
+// reports (internal/usage applies them).
+type ProviderUsage struct {
+	// TotalExcess is what is done with an OpenAI-shaped total_tokens
+	// above prompt + completion: TotalExcessOutput (the default) charges
+	// the difference as output tokens, counted as reasoning (the servers
+	// known to send one, Gemini's OpenAI-compatible endpoint, bill their
+	// thinking tokens that way); TotalExcessIgnore charges the counts as
+	// reported.
+	TotalExcess string `yaml:"total_excess"`
+}
+
+// The values of ProviderUsage.TotalExcess.
+const (
+	TotalExcessOutput = "output"
+	TotalExcessIgnore = "ignore"
+)
 
 // Retries says when Envoy retries a request to a provider. A retry happens
 // only before any response byte has reached the client.

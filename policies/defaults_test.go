@@ -19,6 +19,7 @@ providers:
     idle_timeout: 2s
     retries: {max: 0, on: [reset]}
     outlier_detection: {consecutive_5xx: 3, base_ejection_time: 10s}
+    usage: {total_excess: ignore}
 models:
   - {name: m, provider: bare}
 `
@@ -37,18 +38,50 @@ models:
 		c5xx          int64
 		ejection      time.Duration
 		prefix        string
+		totalExcess   string
 	}
 	for name, want := range map[string]settings{
-		"bare":  {DefaultConnectTimeout, DefaultIdleTimeout, DefaultRetries, "connect-failure", DefaultConsecutive5xx, DefaultBaseEjectionTime, ""},
-		"tuned": {time.Second, 2 * time.Second, 0, "reset", 3, 10 * time.Second, "/api/v1"},
+		"bare":  {DefaultConnectTimeout, DefaultIdleTimeout, DefaultRetries, "connect-failure", DefaultConsecutive5xx, DefaultBaseEjectionTime, "", TotalExcessOutput},
+		"tuned": {time.Second, 2 * time.Second, 0, "reset", 3, 10 * time.Second, "/api/v1", TotalExcessIgnore},
 	} {
 		p, ok := snap.Provider(name)
 		if !ok {
 			t.Fatalf("provider %s missing", name)
 		}
-		got := settings{p.ConnectTimeout, p.IdleTimeout, *p.Retries.Max, p.Retries.On[0], p.OutlierDetection.Consecutive5xx, p.OutlierDetection.BaseEjectionTime, snap.PathPrefix(name)}
+		got := settings{p.ConnectTimeout, p.IdleTimeout, *p.Retries.Max, p.Retries.On[0], p.OutlierDetection.Consecutive5xx, p.OutlierDetection.BaseEjectionTime, snap.PathPrefix(name),
+			p.Usage.TotalExcess}
 		if got != want {
 			t.Errorf("provider %s: %+v, want %+v", name, got, want)
+		}
+	}
+}
+
+// TestProviderUsageTotalExcess: usage.total_excess is output, ignore or
+// unset (output); anything else is a problem at its path, with the value
+// it probably meant.
+func TestProviderUsageTotalExcess(t *testing.T) {
+	for value, want := range map[string]string{
+		"output": "", "ignore": "", `""`: "",
+		"ouput":  `providers[0].usage.total_excess: must be output or ignore, got "ouput" (did you mean "output"?)`,
+		"Output": `providers[0].usage.total_excess: must be output or ignore, got "Output" (did you mean "output"?)`,
+		"drop":   `providers[0].usage.total_excess: must be output or ignore, got "drop"`,
+	} {
+		doc := "providers:\n  - {name: p, kind: openai-compatible, base_url: \"http://127.0.0.1:1\", usage: {total_excess: " + value + "}}\n" +
+			"models: [{name: m, provider: p}]\n"
+		_, err := Parse([]byte(doc), "f.yaml", nil)
+		var msgs []string
+		if ps, ok := err.(Problems); ok {
+			for _, p := range ps {
+				msgs = append(msgs, p.Path+": "+p.Msg)
+			}
+		} else if err != nil {
+			t.Fatalf("%s: %v", value, err)
+		}
+		switch {
+		case want == "" && len(msgs) > 0:
+			t.Errorf("%s: problems %q, want none", value, msgs)
+		case want != "" && (len(msgs) != 1 || msgs[0] != want):
+			t.Errorf("%s: problems %q, want %q", value, msgs, want)
 		}
 	}
 }

@@ -531,6 +531,9 @@ func (p *Provider) applyDefaults() {
 	if p.OutlierDetection.BaseEjectionTime == 0 {
 		p.OutlierDetection.BaseEjectionTime = DefaultBaseEjectionTime
 	}
+	if p.Usage.TotalExcess == "" {
+		p.Usage.TotalExcess = TotalExcessOutput
+	}
 }
 
 // Dialable turns a listen address into one a client can dial: an

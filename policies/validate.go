@@ -241,6 +241,12 @@ func (v *validator) upstreamSettings(path string, p Provider) {
 	if n := p.OutlierDetection.Consecutive5xx; n < -1 {
 		v.add(path+".outlier_detection.consecutive_5xx", "must be -1 (off), 0 (default 5) or more, got %d", n)
 	}
+	switch te := p.Usage.TotalExcess; te {
+	case "", TotalExcessOutput, TotalExcessIgnore:
+	default:
+		v.add(path+".usage.total_excess", "must be %s or %s, got %q%s", TotalExcessOutput, TotalExcessIgnore, te,
+			didYouMean(te, []string{TotalExcessOutput, TotalExcessIgnore}))
+	}
 }
 
 // hostPort checks a host:port address; with dial, the host must not be

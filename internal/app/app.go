@@ -44,6 +44,7 @@ Commands:
   check-config   validate a sluice.yaml and print every problem
   keys           create, list and revoke API keys
   spend          report tokens and cost from the spend ledger
+  pricing        pricing import: turn a LiteLLM price file into sluice.yaml's pricing section
   envoy          envoy bootstrap: print the bootstrap for an Envoy that takes its config from Sluice
   version        print the version
 
@@ -69,6 +70,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) 
 		return runKeys(ctx, rest, stdout, stderr, env)
 	case "spend":
 		return runSpend(ctx, rest, stdout, stderr, env)
+	case "pricing":
+		return runPricing(rest, stdout, stderr, env)
 	case "envoy":
 		return runEnvoy(rest, stdout, stderr, env)
 	case "dev-envoy", "dev-llm":

@@ -1,6 +1,7 @@
 // Package app owns the sluice command line: parsing flags, the
-// subcommands (serve, check-config, keys, spend, envoy bootstrap,
-// version), wiring the components together and the process lifecycle.
+// subcommands (serve, check-config, keys, spend, pricing import, envoy
+// bootstrap, version), wiring the components together and the process
+// lifecycle.
 //
 // `sluice serve` is built in explicit steps (components.go): metrics, the
 // config and its watcher, the key store and key ring, the spend ledger,

@@ -7,13 +7,26 @@ import (
 
 // wireUsage is every usage field of the schemas: OpenAI chat/completions
 // (prompt_/completion_tokens), OpenAI Responses and Anthropic
-// (input_/output_tokens), Anthropic's cache counts and OpenAI's details.
+// (input_/output_tokens), Anthropic's cache counts and their TTL
+// breakdown, and the *_tokens_details of OpenAI and the providers that
+// copy its shape.
 type wireUsage struct {
 	PromptTokens, CompletionTokens, TotalTokens count
 	InputTokens, OutputTokens                   count
 	CacheCreation, CacheRead                    count // cache_creation_input_tokens, cache_read_input_tokens
-	PromptCached, InputCached                   count // {prompt,input}_tokens_details.cached_tokens
-	CompletionReasoning, OutputReasoning        count // {completion,output}_tokens_details.reasoning_tokens
+	CacheCreation5m, CacheCreation1h            count // cache_creation.ephemeral_{5m,1h}_input_tokens
+	Prompt, Input                               details
+	Completion, Output                          details
+}
+
+// details is a {prompt,input,completion,output}_tokens_details object.
+// Each count is read from any of them; the apply functions use the ones
+// that belong where they were found.
+type details struct {
+	Cached     count // cached_tokens (prompt/input)
+	CacheWrite count // cache_write_tokens (prompt/input): an OpenRouter-style extension
+	Reasoning  count // reasoning_tokens (completion/output)
+	Audio      count // audio_tokens (every side)
 }
 
 // count is a token count as a provider wrote it: ok when it was present
@@ -31,12 +44,14 @@ func firstOf(a, b count) count {
 	return b
 }
 
-// bad reports whether any count of u is a number that cannot be a token
-// count (negative, fractional, above maxCount).
+// bad reports whether any count of u that the meter reads is a number
+// that cannot be a token count (negative, fractional, above maxCount).
 func (u *wireUsage) bad() bool {
 	for _, c := range [...]count{
 		u.PromptTokens, u.CompletionTokens, u.TotalTokens, u.InputTokens, u.OutputTokens,
-		u.CacheCreation, u.CacheRead, u.PromptCached, u.InputCached, u.CompletionReasoning, u.OutputReasoning,
+		u.CacheCreation, u.CacheRead, u.CacheCreation5m, u.CacheCreation1h,
+		u.Prompt.Cached, u.Prompt.CacheWrite, u.Prompt.Audio, u.Input.Cached, u.Input.CacheWrite, u.Input.Audio,
+		u.Completion.Reasoning, u.Completion.Audio, u.Output.Reasoning, u.Output.Audio,
 	} {
 		if c.bad {
 			return true
@@ -45,7 +60,9 @@ func (u *wireUsage) bad() bool {
 	return false
 }
 
-// parseUsage reads a raw "usage" value; false unless it is an object.
+// parseUsage reads a raw "usage" value; false unless it is an object. A
+// key that occurs twice takes its last value; a details object that
+// occurs twice is the last one, whole.
 func parseUsage(raw []byte) (wireUsage, bool) {
 	var u wireUsage
 	ok := eachObject(raw, func(k, v []byte) {
@@ -64,31 +81,60 @@ func parseUsage(raw []byte) (wireUsage, bool) {
 			u.CacheCreation = parseCount(v)
 		case "cache_read_input_tokens":
 			u.CacheRead = parseCount(v)
+		case "cache_creation":
+			u.CacheCreation5m, u.CacheCreation1h = count{}, count{}
+			eachObject(v, func(k, v []byte) {
+				switch string(k) {
+				case "ephemeral_5m_input_tokens":
+					u.CacheCreation5m = parseCount(v)
+				case "ephemeral_1h_input_tokens":
+					u.CacheCreation1h = parseCount(v)
+				}
+			})
 		case "prompt_tokens_details":
-			u.PromptCached = detail(v, "cached_tokens")
+			u.Prompt = parseDetails(v)
 		case "input_tokens_details":
-			u.InputCached = detail(v, "cached_tokens")
+			u.Input = parseDetails(v)
 		case "completion_tokens_details":
-			u.CompletionReasoning = detail(v, "reasoning_tokens")
+			u.Completion = parseDetails(v)
 		case "output_tokens_details":
-			u.OutputReasoning = detail(v, "reasoning_tokens")
+			u.Output = parseDetails(v)
 		}
 	})
 	return u, ok
 }
 
-func detail(raw []byte, name string) count {
-	var c count
+func parseDetails(raw []byte) details {
+	var d details
 	eachObject(raw, func(k, v []byte) {
-		if string(k) == name {
-			c = parseCount(v)
+		switch string(k) {
+		case "cached_tokens":
+			d.Cached = parseCount(v)
+		case "cache_write_tokens":
+			d.CacheWrite = parseCount(v)
+		case "reasoning_tokens":
+			d.Reasoning = parseCount(v)
+		case "audio_tokens":
+			d.Audio = parseCount(v)
 		}
 	})
-	return c
+	return d
 }
 
 // applyOpenAI records an OpenAI-shaped usage object (chat, completions,
-// embeddings, Responses). The last one wins.
+// embeddings, Responses). The last one wins. Input details (cached, cache
+// write, audio) come with the input count and output details (reasoning,
+// audio) with the output count; the chat and Responses spellings are
+// both read, the larger winning.
+//
+// total_tokens above input + output is charged as output and as
+// reasoning, unless the provider's rule says to ignore it (Options.
+// TotalExcess): some OpenAI-compatible servers (Gemini's) leave thinking
+// out of completion_tokens but bill it, and count it only in the total.
+// The reasoning count is then at least the excess; a larger reported
+// reasoning_tokens is kept (a server that reports reasoning outside
+// completion_tokens reports exactly the excess there). Embeddings have no
+// output, so their total is never an excess.
 func (m *Meter) applyOpenAI(u *wireUsage) {
 	in := firstOf(u.PromptTokens, u.InputTokens)
 	if !in.ok && m.embeddings {
@@ -102,13 +148,24 @@ func (m *Meter) applyOpenAI(u *wireUsage) {
 	if in.ok {
 		c.haveIn = true
 		c.input = in.v
-		c.cacheRead = max(u.PromptCached.v, u.InputCached.v)
+		c.cacheRead = max(u.Prompt.Cached.v, u.Input.Cached.v)
+		c.cacheCreate = max(u.Prompt.CacheWrite.v, u.Input.CacheWrite.v)
+		c.audioIn = max(u.Prompt.Audio.v, u.Input.Audio.v)
 	}
 	switch {
 	case out.ok:
 		c.haveOut = true
 		c.output = out.v
-		c.reasoning = max(u.CompletionReasoning.v, u.OutputReasoning.v)
+		c.reasoning = max(u.Completion.Reasoning.v, u.Output.Reasoning.v)
+		c.audioOut = max(u.Completion.Audio.v, u.Output.Audio.v)
+		if in.ok && u.TotalTokens.ok && !m.embeddings && m.excess == ExcessAsOutput {
+			// Each count is at most maxCount, so neither the difference
+			// nor the new output (at most the total) can overflow.
+			if e := u.TotalTokens.v - in.v - out.v; e > 0 {
+				c.output += e
+				c.reasoning = max(c.reasoning, e)
+			}
+		}
 	case m.embeddings:
 		c.haveOut, c.output, c.reasoning = true, 0, 0
 	}
@@ -116,8 +173,10 @@ func (m *Meter) applyOpenAI(u *wireUsage) {
 }
 
 // applyAnthropic records an Anthropic usage object. Input counts present
-// replace earlier ones field by field; output_tokens is final unless it
-// comes from message_start (outFinal=false).
+// (the cache_creation breakdown's two included) replace earlier ones
+// field by field; output_tokens is final unless it comes from
+// message_start (outFinal=false). How the breakdown and
+// cache_creation_input_tokens combine is decided in result.
 func (m *Meter) applyAnthropic(u *wireUsage, outFinal bool) {
 	c := &m.c
 	if u.InputTokens.ok {
@@ -128,6 +187,12 @@ func (m *Meter) applyAnthropic(u *wireUsage, outFinal bool) {
 	}
 	if u.CacheCreation.ok {
 		c.cacheCreate, c.haveIn = u.CacheCreation.v, true
+	}
+	if u.CacheCreation5m.ok {
+		c.cacheCreate5m, c.haveIn = u.CacheCreation5m.v, true
+	}
+	if u.CacheCreation1h.ok {
+		c.cacheCreate1h, c.haveIn = u.CacheCreation1h.v, true
 	}
 	if u.OutputTokens.ok {
 		if outFinal {

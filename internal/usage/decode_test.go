@@ -59,11 +59,6 @@ import (
 //     sniff decides SSE or rejects the body (JSON is decided by its first
 //     byte, never there), and feedJSON(nil) on a rejected body does
 //     nothing.
-//   - usage.go, result: "r.InputTokens-r.CachedInputTokens" as "+" (both
-//     mutators): only Anthropic usage has a cache creation count, and its
-//     InputTokens is input + cache read + cache creation (each at most
-//     maxCount: no saturation), so the clamp is the creation count either
-//     way.
 
 // TestProviderErrorLabel: a JSON error body's label is its error's "type",
 // else its "code", as a string or a number written as the provider wrote

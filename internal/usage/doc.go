@@ -20,12 +20,44 @@
 //     response.failed.
 //   - OpenAI embeddings: "usage.prompt_tokens" (total_tokens if it is
 //     absent); output is 0.
+//   - In every OpenAI-shaped usage, prompt_tokens_details (or
+//     input_tokens_details) gives cached_tokens, audio_tokens and the
+//     cache_write_tokens of OpenAI-compatible providers (OpenRouter
+//     style: cache writes, inside prompt_tokens) — CachedInputTokens,
+//     AudioInputTokens, CacheCreationTokens; completion_tokens_details (or
+//     output_tokens_details) gives reasoning_tokens and audio_tokens.
+//     Both spellings are read, the larger winning; a details object
+//     counts only with the count it details (prompt_tokens for the input
+//     side, completion_tokens for the output side).
+//   - total_tokens above input + output (prompt + completion, or
+//     input_tokens + output_tokens) is handled by the provider's rule,
+//     Options.TotalExcess. ExcessAsOutput (the default) adds the excess to
+//     OutputTokens and makes ReasoningTokens at least the excess: Gemini's
+//     OpenAI-compatible endpoint leaves its thinking tokens out of
+//     completion_tokens, bills them as output, and counts them only in the
+//     total (a larger reported reasoning_tokens is kept, as a server that
+//     reports reasoning outside completion_tokens has then reported exactly
+//     the excess). ExcessIgnored charges the counts as reported. A total at
+//     or below the sum, or without both counts beside it, changes nothing;
+//     embeddings have no output, so their total is never an excess.
 //   - Anthropic messages: the JSON body's "usage"; in a stream,
 //     message_start's message.usage (input, cache read, cache creation and a
 //     provisional output count) and message_delta's usage (the final,
 //     cumulative output_tokens; input counts it carries replace the start's,
 //     field by field). Anthropic's input_tokens excludes cached tokens, so
-//     InputTokens = input_tokens + cache_read + cache_creation.
+//     InputTokens = input_tokens + cache_read + cache creation.
+//   - Anthropic's cache_creation breakdown, {ephemeral_5m_input_tokens,
+//     ephemeral_1h_input_tokens}, in bodies, message_start and
+//     message_delta (each of its two fields replaces the earlier one, like
+//     the other input counts). CacheCreation1hTokens is the 1-hour count.
+//     The breakdown should add up to cache_creation_input_tokens; when it
+//     does not, or comes alone, CacheCreationTokens is the larger of the
+//     two (the breakdown's sum capped at 2^30), so that a cache write is
+//     never charged below a count the provider reported: a breakdown of
+//     zeros under a total of 1 is one 5-minute write, a breakdown alone is
+//     its sum. The 1-hour part is as reported; the rest has the 5-minute
+//     TTL. Other schemas' breakdowns and Anthropic bodies' OpenAI-style
+//     fields (total_tokens, *_tokens_details) are not read.
 //   - Error bodies (any status) and SSE error events, mid-stream too
 //     (Anthropic's `event: error`, an OpenAI `data: {"error":{…}}`): their
 //     error type or code becomes Result.ProviderError; the body still
@@ -39,9 +71,15 @@
 // sides are estimated (see below; an output count already reported is a
 // floor for the output estimate) and the result is Unparsed with Err
 // "bad_usage", so that the caller charges an estimate and counts it, never
-// a silent zero. Counts are normalised: Sluice's own estimates are clamped
-// to [0, 2^30]; CachedInputTokens+CacheCreationTokens ≤ InputTokens and
-// ReasoningTokens ≤ OutputTokens.
+// a silent zero. That holds for every count read, the details and the
+// breakdown included; a key that occurs twice counts with its last value
+// (a details or breakdown object that occurs twice: the last one, whole).
+// Counts are normalised: Sluice's own estimates are clamped to [0, 2^30];
+// parts never exceed their wholes: CachedInputTokens+CacheCreationTokens ≤
+// InputTokens, CacheCreation1hTokens ≤ CacheCreationTokens,
+// AudioInputTokens ≤ InputTokens, ReasoningTokens ≤ OutputTokens and
+// AudioOutputTokens ≤ OutputTokens (a larger part is cut to its whole).
+// Estimated sides carry no parts.
 //
 // # Reported and Estimated
 //

@@ -115,3 +115,96 @@ func streamText(t *testing.T, body string) string {
 	}
 	return b.String()
 }
+
+// TestThirdPartyFixtures reads every third-party cassette (bodies of
+// OpenAI- and Anthropic-compatible providers) whole and checks the usage
+// the meter reports against the table "Usage each body reports" in
+// ../shared/fixtures/thirdparty/README.md, under both total_tokens rules.
+// Only the two Gemini bodies, whose total_tokens exceeds prompt +
+// completion, differ between the rules.
+func TestThirdPartyFixtures(t *testing.T) {
+	type usage struct {
+		Usage
+		Reported, Estimated, Unparsed bool
+		Err, ProviderError            string
+	}
+	rep := func(u Usage) usage { return usage{Usage: u, Reported: true} }
+	want := map[string]usage{
+		// Anthropic: InputTokens = input + cache read + cache creation.
+		"agw-messages-basic":                rep(Usage{InputTokens: 40, CachedInputTokens: 12, CacheCreationTokens: 13, OutputTokens: 21}),
+		"agw-messages-multiple-text-blocks": rep(Usage{InputTokens: 15, OutputTokens: 21}),
+		// cache_creation_input_tokens 1, its breakdown {5m: 0, 1h: 0}: the
+		// larger, 1, all with the 5-minute TTL.
+		"agw-messages-thinking":        rep(Usage{InputTokens: 50, CachedInputTokens: 2, CacheCreationTokens: 1, OutputTokens: 251}),
+		"agw-messages-tool":            rep(Usage{InputTokens: 561, CachedInputTokens: 2, CacheCreationTokens: 1, OutputTokens: 48}),
+		"agw-messages-stream-basic":    rep(Usage{InputTokens: 15, OutputTokens: 21}),
+		"agw-messages-stream-thinking": rep(Usage{InputTokens: 47, OutputTokens: 264}),
+		// message_delta's counts replace message_start's field by field;
+		// its OpenAI-style prompt_tokens_details is not counted again.
+		"agw-messages-stream-message-delta-usage": rep(Usage{InputTokens: 34347, CachedInputTokens: 30464, OutputTokens: 49}),
+		"agw-messages-stream-tool":                rep(Usage{InputTokens: 15, OutputTokens: 12}),
+		"agw-messages-stream-tool-empty-args":     rep(Usage{InputTokens: 15, OutputTokens: 8}),
+
+		"agw-chat-audio": rep(Usage{InputTokens: 320, CachedInputTokens: 12, AudioInputTokens: 240,
+			OutputTokens: 180, ReasoningTokens: 15, AudioOutputTokens: 90}),
+		"agw-chat-basic":       rep(Usage{InputTokens: 17, OutputTokens: 23}),
+		"agw-chat-cache-write": rep(Usage{InputTokens: 1000, CachedInputTokens: 300, CacheCreationTokens: 200, OutputTokens: 10}),
+		// total_tokens 402 = 7 + 12 + 383 hidden thinking tokens.
+		"agw-chat-gemini-with-completion-tokens": rep(Usage{InputTokens: 7, OutputTokens: 12 + 383, ReasoningTokens: 383}),
+		// total_tokens 8 = 7 + 0 + 1.
+		"agw-chat-gemini-zero-completion-tokens": rep(Usage{InputTokens: 7, OutputTokens: 1, ReasoningTokens: 1}),
+		"agw-chat-openrouter-reasoning":          rep(Usage{InputTokens: 23, OutputTokens: 796}),
+		"agw-chat-stream":                        rep(Usage{InputTokens: 18, OutputTokens: 286, ReasoningTokens: 192}),
+		"agw-chat-stream-tool-empty-content":     rep(Usage{InputTokens: 12, OutputTokens: 8}),
+		"agw-chat-tool-call":                     rep(Usage{InputTokens: 25, OutputTokens: 18}),
+		"agw-chat-truncated-tool-call":           rep(Usage{InputTokens: 20, OutputTokens: 15}),
+		"agw-embeddings":                         rep(Usage{InputTokens: 8}),
+		// No usage, no text: the caller's input estimate, no output.
+		"agw-embeddings-gemini":     {Usage: Usage{InputTokens: fallbackIn}, Estimated: true},
+		"agw-responses-basic":       rep(Usage{InputTokens: 10, OutputTokens: 10}),
+		"agw-responses-custom-tool": rep(Usage{InputTokens: 10, CachedInputTokens: 4, OutputTokens: 5}),
+		// reasoning_tokens 8 > output_tokens 5, total 23 = 18 + 5: the
+		// reasoning part is clamped to the output.
+		"agw-responses-reasoning":          rep(Usage{InputTokens: 18, OutputTokens: 5, ReasoningTokens: 5}),
+		"agw-responses-stream":             rep(Usage{InputTokens: 12, OutputTokens: 8}),
+		"agw-responses-stream-custom-tool": rep(Usage{InputTokens: 10, CachedInputTokens: 4, OutputTokens: 5}),
+		"agw-responses-stream-image":       rep(Usage{InputTokens: 1755, OutputTokens: 1314, ReasoningTokens: 1152}),
+		"agw-responses-stream-refusal":     rep(Usage{InputTokens: 5, OutputTokens: 3}),
+		"agw-responses-tool":               rep(Usage{InputTokens: 30, CachedInputTokens: 4, CacheCreationTokens: 6, OutputTokens: 5}),
+		// No usage: the function call's truncated arguments are counted.
+		"agw-responses-truncated-tool-call": {Usage: Usage{InputTokens: fallbackIn, OutputTokens: o200k(t, `{"location": "Par`)}, Estimated: true},
+	}
+	ignored := map[string]Usage{
+		"agw-chat-gemini-with-completion-tokens": {InputTokens: 7, OutputTokens: 12},
+		"agw-chat-gemini-zero-completion-tokens": {InputTokens: 7},
+	}
+	cs := readThirdParty(t, fixturesDir(t))
+	if len(cs) != len(want) {
+		t.Errorf("%d third-party cassettes, the table has %d", len(cs), len(want))
+	}
+	for _, c := range cs {
+		t.Run(c.Name, func(t *testing.T) {
+			w, ok := want[c.Name]
+			if !ok {
+				t.Fatalf("no expectation for fixture %s: add one", c.Name)
+			}
+			for _, rule := range []TotalExcess{ExcessAsOutput, ExcessIgnored} {
+				opts := c.options()
+				opts.TotalExcess = rule
+				if rule == ExcessIgnored {
+					if u, ok := ignored[c.Name]; ok {
+						w.Usage = u
+					}
+				}
+				m := NewMeter(opts)
+				m.Write([]byte(c.Body))
+				r := m.Close(true, fallbackIn)
+				got := usage{Usage: r.Usage, Reported: r.Reported, Estimated: r.Estimated, Unparsed: r.Unparsed,
+					Err: r.Err, ProviderError: r.ProviderError}
+				if d := cmp.Diff(w, got); d != "" {
+					t.Errorf("rule %d: usage (-want +got):\n%s", rule, d)
+				}
+			}
+		})
+	}
+}

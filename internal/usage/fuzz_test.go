@@ -15,8 +15,10 @@ import (
 )
 
 // The fuzz targets feed arbitrary bytes, as a provider (or anything in
-// between) could send them, in random chunks. Invariants: no panic; the
-// result does not depend on the chunking nor on gzip; counts are sane.
+// between) could send them, in random chunks; the endpoint byte picks the
+// schema (modulo 6) and the total_tokens rule (the parity of its sixes).
+// Invariants: no panic; the result does not depend on the chunking nor on
+// gzip; counts are sane, and parts are at most their wholes.
 // Their seed corpus is the recorded and hand-written bodies (added below)
 // plus the inputs checked in under testdata/fuzz.
 
@@ -29,7 +31,7 @@ func FuzzMeterSSE(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, seed uint64, endpoint uint8) {
 		checkMeter(t, Options{
 			Endpoint: llmapi.Endpoint(endpoint % 6), Stream: true, ContentType: "text/event-stream",
-			Model: "gpt-4o", MaxJSONBytes: 4 << 10,
+			Model: "gpt-4o", MaxJSONBytes: 4 << 10, TotalExcess: TotalExcess(endpoint / 6 % 2),
 		}, body, seed)
 	})
 }
@@ -43,7 +45,7 @@ func FuzzMeterJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, seed uint64, endpoint uint8) {
 		checkMeter(t, Options{
 			Endpoint: llmapi.Endpoint(endpoint % 6), ContentType: "application/json",
-			Model: "gpt-4o", MaxJSONBytes: 4 << 10,
+			Model: "gpt-4o", MaxJSONBytes: 4 << 10, TotalExcess: TotalExcess(endpoint / 6 % 2),
 		}, body, seed)
 	})
 }
@@ -106,11 +108,14 @@ func checkMeter(t *testing.T, opts Options, body []byte, seed uint64) {
 	}
 	r := whole
 	if r.InputTokens < 0 || r.OutputTokens < 0 || r.CachedInputTokens < 0 || r.CacheCreationTokens < 0 ||
-		r.ReasoningTokens < 0 || r.Events < 0 || r.OutputTextRunes < 0 {
+		r.ReasoningTokens < 0 || r.CacheCreation1hTokens < 0 || r.AudioInputTokens < 0 || r.AudioOutputTokens < 0 ||
+		r.Events < 0 || r.OutputTextRunes < 0 {
 		t.Fatalf("negative count: %+v", r)
 	}
 	if r.CachedInputTokens+r.CacheCreationTokens > r.InputTokens || r.ReasoningTokens > r.OutputTokens ||
-		r.InputTokens > 3*maxCount || r.OutputTokens > maxCount && r.Reported {
+		r.CacheCreation1hTokens > r.CacheCreationTokens || r.AudioInputTokens > r.InputTokens ||
+		r.AudioOutputTokens > r.OutputTokens ||
+		r.InputTokens > 3*maxCount || r.CacheCreationTokens > maxCount || r.OutputTokens > maxCount && r.Reported {
 		t.Fatalf("inconsistent counts: %+v", r)
 	}
 	if !r.Reported && !r.Estimated {

@@ -52,7 +52,8 @@ func loadCassettes(t testing.TB) []cassette {
 }
 
 // loadCassettesOrNone is loadCassettes for tests that also run without
-// the fixtures: it logs the missing folder instead of skipping.
+// the fixtures: it logs the missing folder instead of skipping. It holds
+// the third-party cassettes too.
 func loadCassettesOrNone(t testing.TB) []cassette {
 	t.Helper()
 	dir, err := findFixtures()
@@ -60,7 +61,18 @@ func loadCassettesOrNone(t testing.TB) []cassette {
 		t.Logf("fixtures not used: %v", err)
 		return nil
 	}
-	return readCassettes(t, dir)
+	return append(readCassettes(t, dir), readThirdParty(t, dir)...)
+}
+
+// readThirdParty reads the third-party cassettes, ../thirdparty/{anthropic,
+// openai} beside the OpenAI folder dir.
+func readThirdParty(t testing.TB, dir string) []cassette {
+	t.Helper()
+	var out []cassette
+	for _, sub := range []string{"anthropic", "openai"} {
+		out = append(out, readCassettes(t, filepath.Join(dir, "..", "thirdparty", sub))...)
+	}
+	return out
 }
 
 func readCassettes(t testing.TB, dir string) []cassette {

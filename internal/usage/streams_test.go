@@ -153,7 +153,7 @@ func handWritten() []splitCase {
 	resp := Options{Endpoint: llmapi.Responses, Stream: true, ContentType: "text/event-stream", Model: "gpt-5"}
 	respJSON := Options{Endpoint: llmapi.Responses, ContentType: "application/json", Model: "gpt-5"}
 	chat := Options{Endpoint: llmapi.ChatCompletions, Stream: true, ContentType: "text/event-stream", Model: "gpt-4o"}
-	return []splitCase{
+	return append([]splitCase{
 		{"anthropic-stream-crlf", anth, crlf(anthropicStream)},
 		{"anthropic-stream-cr", anth, cr(anthropicStream)},
 		{"anthropic-stream-repeat", anth, anthropicStreamRepeat},
@@ -165,5 +165,5 @@ func handWritten() []splitCase {
 		{"responses-json", respJSON, responsesJSON},
 		{"chat-stream-usage-cr", chat, cr(openAIStreamUsage)},
 		{"chat-stream-usage-cut", chat, openAIStreamUsage[:len(openAIStreamUsage)/2]},
-	}
+	}, shapeCases()...)
 }

@@ -12,19 +12,23 @@ import (
 type Usage struct {
 	// InputTokens is every prompt token, cached ones included (OpenAI
 	// prompt_tokens / input_tokens; Anthropic input_tokens +
-	// cache_read_input_tokens + cache_creation_input_tokens).
+	// cache_read_input_tokens + CacheCreationTokens).
 	InputTokens int64
 	// CachedInputTokens were read from the prompt cache (OpenAI
 	// *_tokens_details.cached_tokens; Anthropic cache_read_input_tokens).
 	CachedInputTokens int64
 	// CacheCreationTokens were written to the prompt cache (Anthropic
-	// cache_creation_input_tokens).
+	// cache_creation_input_tokens, or its cache_creation breakdown's sum
+	// where that is larger; OpenAI-compatible
+	// {prompt,input}_tokens_details.cache_write_tokens).
 	CacheCreationTokens int64
 	// OutputTokens is every output token, reasoning included
-	// (completion_tokens / output_tokens).
+	// (completion_tokens / output_tokens, plus a total_tokens excess
+	// under ExcessAsOutput).
 	OutputTokens int64
 	// ReasoningTokens is the reasoning part of OutputTokens
-	// (*_tokens_details.reasoning_tokens).
+	// (*_tokens_details.reasoning_tokens, at least a total_tokens excess
+	// under ExcessAsOutput).
 	ReasoningTokens int64
 	// CacheCreation1hTokens is the part of CacheCreationTokens written
 	// with the 1-hour TTL (Anthropic
@@ -32,10 +36,10 @@ type Usage struct {
 	// 5-minute TTL.
 	CacheCreation1hTokens int64
 	// AudioInputTokens is the audio part of InputTokens
-	// (prompt_tokens_details.audio_tokens).
+	// ({prompt,input}_tokens_details.audio_tokens).
 	AudioInputTokens int64
 	// AudioOutputTokens is the audio part of OutputTokens
-	// (completion_tokens_details.audio_tokens).
+	// ({completion,output}_tokens_details.audio_tokens).
 	AudioOutputTokens int64
 }
 
@@ -109,7 +113,28 @@ type Options struct {
 	// MaxJSONBytes bounds the buffered JSON body and each buffered SSE
 	// event's data; 0 means DefaultMaxJSONBytes.
 	MaxJSONBytes int
+	// TotalExcess is the provider's rule for an OpenAI-shaped
+	// total_tokens above input + output (default ExcessAsOutput).
+	TotalExcess TotalExcess
 }
+
+// TotalExcess says what a Meter does with the part of an OpenAI-shaped
+// usage's total_tokens above its input + output counts (prompt_tokens +
+// completion_tokens, or input_tokens + output_tokens): tokens the
+// provider counted but put in neither.
+type TotalExcess uint8
+
+const (
+	// ExcessAsOutput charges the excess as output tokens, and as
+	// reasoning tokens: the servers known to send one (Gemini's
+	// OpenAI-compatible endpoint) leave thinking out of
+	// completion_tokens but bill it. It is the zero value, so that
+	// nothing the provider counted is dropped unless asked.
+	ExcessAsOutput TotalExcess = iota
+	// ExcessIgnored charges input and output as reported, for a provider
+	// whose total_tokens counts tokens it does not bill.
+	ExcessIgnored
+)
 
 // schema is the shape of a response body: which fields carry usage and
 // which SSE events exist. It is not the API family (llmapi.Dialect): the
@@ -146,6 +171,7 @@ type Meter struct {
 	embeddings bool
 	expectSSE  bool
 	enc        encoding
+	excess     TotalExcess
 
 	format format
 	done   bool   // stop reading: parsing ended or failed
@@ -172,7 +198,7 @@ type Meter struct {
 // NewMeter returns a Meter for a response described by opts. It starts no
 // goroutine.
 func NewMeter(opts Options) *Meter {
-	m := &Meter{max: opts.MaxJSONBytes}
+	m := &Meter{max: opts.MaxJSONBytes, excess: opts.TotalExcess}
 	if m.max <= 0 {
 		m.max = DefaultMaxJSONBytes
 	}
@@ -427,7 +453,9 @@ func clampCount(v int64) int64 { return min(max(v, 0), maxCount) }
 // counts is what the provider reported so far.
 type counts struct {
 	input, cacheRead, cacheCreate int64 // Anthropic: input excludes the cache counts
-	output, reasoning             int64
+	cacheCreate5m, cacheCreate1h  int64 // Anthropic's cache_creation breakdown
+	audioIn                       int64
+	output, reasoning, audioOut   int64
 	provisionalOut                int64 // Anthropic message_start output_tokens
 	haveIn, haveOut               bool
 }
@@ -454,11 +482,23 @@ func (m *Meter) result(fallbackInput int64) Result {
 	r.Reported = c.haveIn || c.haveOut
 	if c.haveIn {
 		r.InputTokens = c.input
-		if m.schema == anthropic {
-			r.InputTokens = sat.Add(r.InputTokens, sat.Add(c.cacheRead, c.cacheCreate))
-		}
 		r.CachedInputTokens = c.cacheRead
 		r.CacheCreationTokens = c.cacheCreate
+		r.CacheCreation1hTokens = c.cacheCreate1h
+		r.AudioInputTokens = c.audioIn
+		if m.schema == anthropic {
+			// The breakdown should add up to cache_creation_input_tokens;
+			// where it does not (or comes alone), the larger is charged,
+			// so a write is never charged below a count the provider
+			// reported. The 1-hour part is as reported; the rest is
+			// 5-minute. So CacheCreation1hTokens ≤ CacheCreationTokens,
+			// and the clamp below cannot cut CacheCreationTokens (it is
+			// part of InputTokens here); OpenAI-shaped usage has no 1-hour
+			// count.
+			bd := min(c.cacheCreate5m+c.cacheCreate1h, maxCount) // each ≤ maxCount: no overflow
+			r.CacheCreationTokens = max(r.CacheCreationTokens, bd)
+			r.InputTokens = sat.Add(r.InputTokens, sat.Add(c.cacheRead, r.CacheCreationTokens))
+		}
 	} else {
 		r.InputTokens = clampCount(fallbackInput)
 		r.Estimated = true
@@ -466,12 +506,15 @@ func (m *Meter) result(fallbackInput int64) Result {
 	if c.haveOut {
 		r.OutputTokens = c.output
 		r.ReasoningTokens = c.reasoning
+		r.AudioOutputTokens = c.audioOut
 	} else {
 		r.OutputTokens = max(c.provisionalOut, m.text.tokens())
 		r.Estimated, r.OutputEstimated = true, true
 	}
 	r.CachedInputTokens = min(r.CachedInputTokens, r.InputTokens)
 	r.CacheCreationTokens = min(r.CacheCreationTokens, r.InputTokens-r.CachedInputTokens)
+	r.AudioInputTokens = min(r.AudioInputTokens, r.InputTokens)
 	r.ReasoningTokens = min(r.ReasoningTokens, r.OutputTokens)
+	r.AudioOutputTokens = min(r.AudioOutputTokens, r.OutputTokens)
 	return r
 }
