@@ -398,7 +398,7 @@ func TestKeysCLI(t *testing.T) {
 		{[]string{"keys", "create", "--config", config, "--team", "nope"}, `--team: unknown team "nope" (teams: demo)`},
 		{[]string{"keys", "create", "--config", config, "--team", "demo", "--rpm", "-1"}, "--rpm must not be negative, got -1"},
 		{[]string{"keys", "create", "--config", config, "--team", "demo", "--expires", "yesterday"}, `--expires: want a duration (720h), a date (2027-01-31) or an RFC 3339 time, got "yesterday"`},
-		{[]string{"keys", "create", "--config", config, "--team", "demo", "--models", "claude*"}, `--models: "claude*" matches no model`},
+		{[]string{"keys", "create", "--config", config, "--team", "demo", "--models", "gemini*"}, `--models: "gemini*" matches no model`},
 		{[]string{"keys", "revoke", "--config", config, "key_nope"}, `no key with id "key_nope"`},
 	} {
 		_, _, err := run(t, tt.args...)
