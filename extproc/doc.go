@@ -44,6 +44,15 @@
 // ledger, admission and metrics.
 // docs/architecture.md describes the state machine.
 //
+// The usage chunk Sluice forces is Sluice's, not the client's
+// (usagechunk.go): a request whose include_usage is forced (forcesUsage)
+// is sent with accept-encoding: identity, and each chunk of its
+// unencoded, non-JSON response is metered as it came, then answered with
+// a body mutation when internal/ssefilter changes it — the usage-only
+// event removed, or the start of an event that may be one held back for
+// the next chunk. A request that asked for usage itself, and a response
+// the provider compressed anyway, pass untouched.
+//
 // Three kinds of request are not metered. GET /v1/models and
 // /v1/models/{id} are answered here, from the request headers, with an
 // ImmediateResponse listing the models and aliases the caller may use

@@ -23,6 +23,9 @@ type Metrics struct {
 	// localReplies counts responses to requests Sluice never admitted
 	// (another filter's or Envoy's local reply), passed unchanged.
 	localReplies *prometheus.CounterVec
+	// usageChunks counts what became of the usage chunks Sluice forced
+	// (usagechunk.go), by outcome.
+	usageChunks *prometheus.CounterVec
 }
 
 // NewMetrics registers the series on reg.
@@ -48,8 +51,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Attempts of fallback requests rewritten for a provider by the upstream processor, by provider."}, []string{"provider"}),
 		localReplies: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_local_replies_total",
 			Help: "Responses to requests Sluice never admitted (an ext_authz denial, Envoy's 413, another filter's local reply, which Envoy sends through ext_proc) passed unchanged and unmetered, by status."}, []string{"status"}),
+		usageChunks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_usage_chunks_total",
+			Help: "The usage chunks of streams whose include_usage Sluice forced on, by outcome: removed (metered, then kept from the client), oversized (an event over the hold limit, passed unmodified), encoded (a response the provider compressed despite accept-encoding: identity, passed unfiltered), unterminated (the held start of an event that never ended, lost because the response ended in trailers)."}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.requests, m.denials, m.tokens, m.cost, m.unparsed, m.unpriced, m.ledgerErrors, m.streams, m.upstreamAttempts, m.localReplies)
+	reg.MustRegister(m.requests, m.denials, m.tokens, m.cost, m.unparsed, m.unpriced, m.ledgerErrors, m.streams, m.upstreamAttempts, m.localReplies, m.usageChunks)
 	return m
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/payload"
 	"github.com/sluicegw/sluice/internal/sat"
+	"github.com/sluicegw/sluice/internal/ssefilter"
 	"github.com/sluicegw/sluice/internal/usage"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -126,6 +127,10 @@ type Processor struct {
 	status             int
 	ttft               time.Duration
 	ended              bool // settled
+
+	// strip takes the usage chunk Sluice forced out of the client's
+	// stream (usagechunk.go); nil when there is none to take.
+	strip *ssefilter.Filter
 
 	// recordID is the spend record's identity, generated when the request
 	// is admitted, before the reservation: every Append of the record
@@ -357,8 +362,10 @@ func (p *Processor) authorize(r resolved) (destination, *apierr.Error) {
 // needs, since the upstream processor rewrites each attempt for its
 // provider (upstream.go) from the request as the client sent it — the
 // routing header, include_usage forced on a streaming chat or completions
-// request (so the provider reports usage in the stream), clear_route_cache,
-// and for a fallback model the handoff to the attempts in dynamic metadata.
+// request (so the provider reports usage in the stream; the response is
+// then asked for unencoded, so that the usage chunk can be kept from the
+// client: usagechunk.go), clear_route_cache, and for a fallback model the
+// handoff to the attempts in dynamic metadata.
 func (p *Processor) rewrite(body []byte, r resolved, dst destination) (*extprocsvc.ProcessingResponse, *apierr.Error) {
 	var hm *extprocsvc.HeaderMutation
 	var rw payload.Rewrite
@@ -368,8 +375,9 @@ func (p *Processor) rewrite(body []byte, r resolved, dst destination) (*extprocs
 		hm, rw = p.targetRewrite(p.snap, dst.target, r.req.Model)
 	}
 	hm.SetHeaders = append(hm.SetHeaders, rawHeader(chain.RoutingHeader, dst.routing))
-	if r.req.Stream && (p.ep == llmapi.ChatCompletions || p.ep == llmapi.Completions) && !r.req.IncludeUsage {
+	if forcesUsage(p.ep, r.req) {
 		rw.ForceIncludeUsage = true
+		hm.SetHeaders = append(hm.SetHeaders, identityEncoding())
 	}
 	resp, err := reply(body, hm, rw, true)
 	if err != nil {
@@ -486,6 +494,7 @@ func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeade
 	}
 	p.meter = usage.NewMeter(usage.Options{Endpoint: p.ep, Stream: p.req.Stream, ContentType: ct, ContentEncoding: ce, Model: p.upstream,
 		TotalExcess: excess})
+	p.strip = p.usageFilter(ct, ce)
 	p.state = streamingResponse
 	resp := headersResponse(hm)
 	if h.GetEndOfStream() {
@@ -533,8 +542,12 @@ func (p *Processor) servedBy(get func(string) (string, bool)) *extprocsvc.Header
 	return &extprocsvc.HeaderMutation{RemoveHeaders: servedByHeaders()}
 }
 
+// responseBody meters a response chunk as it came and, when Sluice forced
+// the stream's usage chunk, answers with the chunk the client gets
+// instead (filterBody).
 func (p *Processor) responseBody(ctx context.Context, b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
-	resp := &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseBody{ResponseBody: &extprocsvc.BodyResponse{}}}
+	br := &extprocsvc.BodyResponse{}
+	resp := &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseBody{ResponseBody: br}}
 	if p.state != streamingResponse {
 		return resp
 	}
@@ -543,6 +556,9 @@ func (p *Processor) responseBody(ctx context.Context, b *extprocsvc.HttpBody) *e
 			p.ttft = p.d.Now().Sub(p.start)
 		}
 		p.meter.Write(b.GetBody())
+	}
+	if p.strip != nil {
+		br.Response = p.filterBody(b)
 	}
 	if b.GetEndOfStream() {
 		resp.DynamicMetadata = p.settle(ctx, true)
@@ -557,6 +573,7 @@ func (p *Processor) responseBody(ctx context.Context, b *extprocsvc.HttpBody) *e
 func (p *Processor) responseTrailers(ctx context.Context) *extprocsvc.ProcessingResponse {
 	resp := &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocsvc.TrailersResponse{}}}
 	if p.state == streamingResponse {
+		p.endUsageFilter()
 		resp.DynamicMetadata = p.settle(ctx, true)
 	}
 	return resp
