@@ -43,6 +43,9 @@ func runJSClients(t *testing.T, base, key, denied string) map[string]jsResult {
 	if err != nil {
 		t.Fatalf("node clients.mjs: %v\n%s\n%s", err, out, stderr.String())
 	}
+	if stderr.Len() > 0 {
+		t.Logf("clients.mjs stderr: %s", stderr.Bytes()) // the SDKs' warnings
+	}
 	res := map[string]jsResult{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<20)
