@@ -132,7 +132,7 @@ const scenarios = {
     return { dims: r.embedding.length };
   },
   "vercel streamText anthropic": async () => {
-    const r = streamText({ model: vercelAnthropic(claude), prompt: "hello", maxRetries: 0, onError: ({ error }) => { throw error; } });
+    const r = streamText({ model: vercelAnthropic(claude), prompt: "hello", maxOutputTokens: 64, maxRetries: 0, onError: ({ error }) => { throw error; } });
     let text = "";
     for await (const t of r.textStream) text += t;
     return { text, outputTokens: (await r.usage).outputTokens };
