@@ -227,10 +227,10 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 			}
 			return headersContinue(nil)
 		}
-		return p.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API this gateway serves; use POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, /v1/messages or /v1/messages/count_tokens, or GET /v1/models or /v1/models/{id}", pathOnly(p.path)))
+		return p.refuse(unknownPath(p.method, pathOnly(p.path)))
 	}
 	if want := p.ep.Method(); p.method != want {
-		return p.refuse(apierr.New(405, apierr.CodeMethodNotAllowed, "%s takes %s, got %s", pathOnly(p.path), want, p.method))
+		return p.refuse(methodNotAllowed(p.method, pathOnly(p.path), want))
 	}
 	if p.ep == llmapi.ModelList || p.ep == llmapi.ModelGet {
 		return p.answerModels()
@@ -304,7 +304,7 @@ type destination struct {
 // resolve checks the body's size, parses it and finds its model.
 func (p *Processor) resolve(body []byte) (resolved, *apierr.Error) {
 	if limit := p.snap.Gateway().MaxRequestBodyBytes; int64(len(body)) > limit {
-		return resolved{}, apierr.New(413, apierr.CodeBodyTooLarge, "the request body is %d bytes; this gateway accepts at most %d", len(body), limit)
+		return resolved{}, bodyTooLarge(len(body), limit)
 	}
 	return parseModel(p.snap, p.ep, body)
 }
@@ -335,7 +335,7 @@ func parseModel(snap *policies.Snapshot, ep llmapi.Endpoint, body []byte) (resol
 func (p *Processor) authorize(r resolved) (destination, *apierr.Error) {
 	route := r.route
 	if !mayUse(p.principal, route) {
-		return destination{}, apierr.New(403, apierr.CodeModelNotAllowed, "API key %s (team %s) may not use model %q", p.principal.KeyID, p.principal.Team, r.req.Model)
+		return destination{}, modelNotAllowed(p.principal, r.req.Model)
 	}
 	var dst destination
 	dst.target, dst.routing = route.Route(p.d.random())
