@@ -465,15 +465,9 @@ func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeade
 	ct, _ := get("content-type")
 	ce, _ := get("content-encoding")
 	hm := p.servedBy(get)
-	// What the covering limits have left, in OpenAI's x-ratelimit-* style.
-	if hs := p.grant.Remaining.Headers(); len(hs) > 0 {
-		if hm == nil {
-			hm = &extprocsvc.HeaderMutation{}
-		}
-		for _, h := range hs {
-			hm.SetHeaders = append(hm.SetHeaders, rawHeader(h[0], h[1]))
-		}
-	}
+	// What the covering limits have left: one complete set per kind Sluice
+	// limits, the provider's of those kinds renamed (ratelimit.go).
+	hm = rateLimitHeaders(hm, p.grant.Remaining.Headers(), h.GetHeaders().GetHeaders())
 	p.meter = usage.NewMeter(usage.Options{Endpoint: p.ep, Stream: p.req.Stream, ContentType: ct, ContentEncoding: ce, Model: p.upstream})
 	p.state = streamingResponse
 	resp := headersResponse(hm)
