@@ -238,8 +238,12 @@ const (
 	chat                 = "/v1/chat/completions"
 	messages             = "/v1/messages"
 	wwwAuth              = `Bearer realm="sluice"`
-	missingMsg           = `no API key: send \"Authorization: Bearer sk-sluice-…\" or \"x-api-key: sk-sluice-…\"`
-	unknownMsg           = "unknown API key sk-sluice-UNKN45…; check the key or create one with `sluice keys create`"
+	// OpenAI's and Anthropic's own words for a missing and an unknown
+	// key; OpenAI's echoes the key's first 8 and last 4 characters.
+	missingMsg          = "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY). This gateway also reads it from the x-api-key header; its keys start with sk-sluice-."
+	missingMsgAnthropic = "x-api-key header is required"
+	unknownMsg          = "Incorrect API key provided: sk-sluic*****************************************defg. You can get an API key from this gateway's operator (`sluice keys create`)."
+	unknownMsgAnthropic = "invalid x-api-key"
 )
 
 func TestCheckOverGRPC(t *testing.T) {
@@ -257,32 +261,32 @@ func TestCheckOverGRPC(t *testing.T) {
 		{"key declared in config by hash", envoyCheck("POST", chat, "authorization", "Bearer "+keyDeclared),
 			okResponse(map[string]any{"key_id": "config:gitops-bot", "key_prefix": "sk-sluice-DECL45", "key_name": "gitops-bot", "team": "search", "org": "acme", "key_models": []any{"gpt-4o-mini"}, "team_models": []any{"gpt-4o*"}})},
 		{"no credential, OpenAI dialect", envoyCheck("POST", chat),
-			denied(grpcUnauthenticated, "missing_credential", 401, `{"error":{"message":"`+missingMsg+`","type":"authentication_error","param":null,"code":"missing_credential"}}`, hdr("www-authenticate", wwwAuth))},
+			denied(grpcUnauthenticated, "missing_credential", 401, `{"error":{"message":"`+missingMsg+`","type":"invalid_request_error","param":null,"code":null}}`, hdr("www-authenticate", wwwAuth))},
 		{"no credential, Anthropic dialect", envoyCheck("POST", messages),
-			denied(grpcUnauthenticated, "missing_credential", 401, `{"type":"error","error":{"type":"authentication_error","message":"`+missingMsg+`"}}`, hdr("www-authenticate", wwwAuth))},
+			denied(grpcUnauthenticated, "missing_credential", 401, `{"type":"error","error":{"type":"authentication_error","message":"`+missingMsgAnthropic+`"}}`, hdr("www-authenticate", wwwAuth))},
 		{"Bearer with nothing after it", envoyCheck("POST", chat, "authorization", "Bearer "),
-			denied(grpcUnauthenticated, "malformed_credential", 401, `{"error":{"message":"the authorization header says \"Bearer\" but carries no API key","type":"authentication_error","param":null,"code":"malformed_credential"}}`, hdr("www-authenticate", wwwAuth))},
+			denied(grpcUnauthenticated, "malformed_credential", 401, `{"error":{"message":"the authorization header says \"Bearer\" but carries no API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`, hdr("www-authenticate", wwwAuth))},
 		{"wrong prefix", envoyCheck("POST", chat, "authorization", "Bearer sk-proj-abcdefabcdefabcdefabcdefabcdefabcdef"),
-			denied(grpcUnauthenticated, "malformed_credential", 401, `{"error":{"message":"the API key must start with \"sk-sluice-\" (in the authorization header)","type":"authentication_error","param":null,"code":"malformed_credential"}}`, hdr("www-authenticate", wwwAuth))},
+			denied(grpcUnauthenticated, "malformed_credential", 401, `{"error":{"message":"the API key must start with \"sk-sluice-\" (in the authorization header)","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`, hdr("www-authenticate", wwwAuth))},
 		// Envoy sanitises header values to UTF-8 (bad bytes become '!').
 		{"non-ASCII garbage", envoyCheck("POST", chat, "x-api-key", "sk-sluice-!!"+strings.Repeat("é", 20)),
-			denied(grpcUnauthenticated, "malformed_credential", 401, `{"error":{"message":"the API key contains a character outside [0-9A-Za-z] at position 11 (in the x-api-key header)","type":"authentication_error","param":null,"code":"malformed_credential"}}`, hdr("www-authenticate", wwwAuth))},
+			denied(grpcUnauthenticated, "malformed_credential", 401, `{"error":{"message":"the API key contains a character outside [0-9A-Za-z] at position 11 (in the x-api-key header)","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`, hdr("www-authenticate", wwwAuth))},
 		{"10 KB header value", envoyCheck("POST", chat, "authorization", "Bearer "+strings.Repeat("x", 10240)),
-			denied(grpcUnauthenticated, "malformed_credential", 401, `{"error":{"message":"the authorization header is too long (10247 bytes)","type":"authentication_error","param":null,"code":"malformed_credential"}}`, hdr("www-authenticate", wwwAuth))},
+			denied(grpcUnauthenticated, "malformed_credential", 401, `{"error":{"message":"the authorization header is too long (10247 bytes)","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`, hdr("www-authenticate", wwwAuth))},
 		{"two authorization headers, joined by Envoy", envoyCheck("POST", chat, "authorization", "Bearer "+keyGood, "authorization", "Bearer "+keyGood),
-			denied(grpcUnauthenticated, "malformed_credential", 401, `{"error":{"message":"more than one authorization header (or a comma in it); send exactly one API key","type":"authentication_error","param":null,"code":"malformed_credential"}}`, hdr("www-authenticate", wwwAuth))},
+			denied(grpcUnauthenticated, "malformed_credential", 401, `{"error":{"message":"more than one authorization header (or a comma in it); send exactly one API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`, hdr("www-authenticate", wwwAuth))},
 		{"unknown key", envoyCheck("POST", chat, "authorization", "Bearer "+keyUnknown),
-			denied(grpcUnauthenticated, "unknown_key", 401, `{"error":{"message":"`+unknownMsg+`","type":"authentication_error","param":null,"code":"unknown_key"}}`, hdr("www-authenticate", wwwAuth))},
+			denied(grpcUnauthenticated, "unknown_key", 401, `{"error":{"message":"`+unknownMsg+`","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`, hdr("www-authenticate", wwwAuth))},
 		{"revoked key, Anthropic dialect", envoyCheck("POST", messages, "x-api-key", keyRevoked),
 			denied(grpcPermissionDenied, "revoked_key", 403, `{"type":"error","error":{"type":"permission_error","message":"API key key_REVO (sk-sluice-REVO45…) was revoked at 2026-11-30T11:30:00Z"}}`)},
 		{"unknown key on the model list asked by an Anthropic client: Anthropic's shape", envoyCheck("GET", "/v1/models", "x-api-key", keyUnknown, "anthropic-version", "2023-06-01"),
-			denied(grpcUnauthenticated, "unknown_key", 401, `{"type":"error","error":{"type":"authentication_error","message":"`+unknownMsg+`"}}`, hdr("www-authenticate", wwwAuth))},
+			denied(grpcUnauthenticated, "unknown_key", 401, `{"type":"error","error":{"type":"authentication_error","message":"`+unknownMsgAnthropic+`"}}`, hdr("www-authenticate", wwwAuth))},
 		{"unknown key on the model list without anthropic-version: OpenAI's shape", envoyCheck("GET", "/v1/models", "x-api-key", keyUnknown),
-			denied(grpcUnauthenticated, "unknown_key", 401, `{"error":{"message":"`+unknownMsg+`","type":"authentication_error","param":null,"code":"unknown_key"}}`, hdr("www-authenticate", wwwAuth))},
+			denied(grpcUnauthenticated, "unknown_key", 401, `{"error":{"message":"`+unknownMsg+`","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`, hdr("www-authenticate", wwwAuth))},
 		{"expired key", envoyCheck("POST", chat, "authorization", "Bearer "+keyExpired),
-			denied(grpcPermissionDenied, "expired_key", 403, `{"error":{"message":"API key key_EXPI (sk-sluice-EXPI45…) expired at 2026-11-30T11:59:00Z","type":"permission_error","param":null,"code":"expired_key"}}`)},
+			denied(grpcPermissionDenied, "expired_key", 403, `{"error":{"message":"API key key_EXPI (sk-sluice-EXPI45…) expired at 2026-11-30T11:59:00Z","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`)},
 		{"key of a team that no longer exists", envoyCheck("POST", chat, "authorization", "Bearer "+keyOrphan),
-			denied(grpcPermissionDenied, "unknown_team", 403, `{"error":{"message":"API key key_ORPH belongs to team \"gone\", which no longer exists","type":"permission_error","param":null,"code":"unknown_team"}}`)},
+			denied(grpcPermissionDenied, "unknown_team", 403, `{"error":{"message":"API key key_ORPH belongs to team \"gone\", which no longer exists","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -319,7 +323,7 @@ func TestRateLimits(t *testing.T) {
 	// frees at t0+10s+61s: 51 s after t0+20s.
 	f.setNow(t0.Add(20 * time.Second))
 	want := denied(grpcPermissionDenied, "rate_limited", 429,
-		`{"error":{"message":"rate limit reached: key key_LIMI allows 2 requests per minute; retry in 51s","type":"rate_limit_error","param":null,"code":"rate_limited"}}`,
+		`{"error":{"message":"Rate limit reached for key key_LIMI on requests per min (RPM): Limit 2, Used 2, Requested 1. Please try again in 51s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`,
 		hdr("retry-after", "51"))
 	if diff := cmp.Diff(want, check(chat), protocmp.Transform()); diff != "" {
 		t.Errorf("429 mismatch (-want +got):\n%s", diff)
@@ -340,7 +344,7 @@ func TestRateLimits(t *testing.T) {
 		t.Fatalf("second after retry-after: status %d, want OK", c)
 	}
 	got := check(chat)
-	if !strings.Contains(got.GetDeniedResponse().GetBody(), "key key_LIMI allows 2") {
+	if !strings.Contains(got.GetDeniedResponse().GetBody(), "Rate limit reached for key key_LIMI on requests per min (RPM): Limit 2, Used 2, Requested 1.") {
 		t.Errorf("third: %s", got.GetDeniedResponse().GetBody())
 	}
 }

@@ -88,8 +88,15 @@ func (c *Checker) Authenticate(get func(string) (string, bool)) Decision {
 	prefix := apikey.PublicPrefix(secret.Reveal())
 	p := c.ring.Resolve(apikey.Hash(secret.Reveal()))
 	if p == nil {
-		return Decision{Err: apierr.New(http.StatusUnauthorized, apierr.CodeUnknownKey,
-			"unknown API key %s…; check the key or create one with `sluice keys create`", prefix)}
+		e := apierr.New(http.StatusUnauthorized, apierr.CodeUnknownKey,
+			"unknown API key %s…; check the key or create one with `sluice keys create`", prefix)
+		// OpenAI's and Anthropic's words for a key they do not know;
+		// OpenAI's echoes the key's first 8 and last 4 characters, and
+		// so does this one, no more.
+		e.OpenAIMessage = "Incorrect API key provided: " + apikey.Redacted(secret.Reveal()) +
+			". You can get an API key from this gateway's operator (`sluice keys create`)."
+		e.AnthropicMessage = "invalid x-api-key"
+		return Decision{Err: e}
 	}
 	now := c.now()
 	switch {
@@ -124,7 +131,30 @@ func (c *Checker) admit(d *Decision) {
 	}
 	denied := ds[res.Denied]
 	e := &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeRateLimited, RetryAfter: res.RetryAfter}
+	who, period := limits.Describe(denied.Key), limits.PeriodName(denied.Period)
 	e.Message = fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds",
-		limits.Describe(denied.Key), denied.Limit, limits.PeriodName(denied.Period), retryAfter(e))
+		who, denied.Limit, period, retryAfter(e))
+	// OpenAI's words for a full request window ("Rate limit reached for
+	// gpt-4o in organization org-… on requests per min (RPM): Limit 3,
+	// Used 3, Requested 1. Please try again in 20s."), naming Sluice's
+	// limit where OpenAI names its model and organization.
+	e.OpenAIMessage = fmt.Sprintf("Rate limit reached for %s on requests per %s: Limit %d, Used %d, Requested 1. Please try again in %s.",
+		who, openAIPeriod(period), denied.Limit, denied.Limit-res.Remaining[res.Denied],
+		llmapi.OpenAIDuration(time.Duration(retryAfter(e))*time.Second))
 	d.Err = e
+}
+
+// openAIPeriod is a request window as OpenAI's rate-limit messages name
+// it: "min (RPM)", "day (RPD)"; and, for the hour OpenAI has no limit
+// per, "hour (RPH)".
+func openAIPeriod(name string) string {
+	switch name {
+	case "minute":
+		return "min (RPM)"
+	case "hour":
+		return "hour (RPH)"
+	case "day":
+		return "day (RPD)"
+	}
+	return name
 }

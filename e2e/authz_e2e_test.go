@@ -130,11 +130,11 @@ func TestAuthzThroughEnvoy(t *testing.T) {
 		}
 
 		status, body = chat("Bearer sk-sluice-" + strings.Repeat("Z", 43))
-		if status != 401 || !strings.Contains(body, `"code":"unknown_key"`) {
+		if status != 401 || !strings.Contains(body, `"code":"invalid_api_key"`) || !strings.Contains(body, "Incorrect API key provided: sk-sluic") {
 			t.Errorf("unknown key: %d %s", status, body)
 		}
 		status, body = chat("")
-		if status != 401 || !strings.Contains(body, `"code":"missing_credential"`) {
+		if status != 401 || !strings.Contains(body, `"code":null`) || !strings.Contains(body, "You didn't provide an API key.") {
 			t.Errorf("no key: %d %s", status, body)
 		}
 		if n := provider.Requests(); n != 1 {

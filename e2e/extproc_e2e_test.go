@@ -18,6 +18,7 @@ import (
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/policies"
 )
 
 const (
@@ -76,6 +77,9 @@ func gatewayBootstrap(t *testing.T, sluiceAddr, mockAddr string, localAddr ...st
 		staticCluster(t, "local", append(localAddr, mockAddr)[0], false),
 	}, chain.HTTPFilters(chain.Options{Cluster: "sluice"})...)
 	setRoutes(b, &routev3.RouteConfiguration{Name: "llm", VirtualHosts: []*routev3.VirtualHost{{Name: "llm", Domains: []string{"*"}, Routes: routes}}})
+	// The listener as Sluice's xDS builds it for gatewayConfig's default
+	// body limit: the buffer past it, Envoy's replies in JSON.
+	sluiceListener(b, policies.Default().Gateway.MaxRequestBodyBytes)
 	return b
 }
 
@@ -250,26 +254,29 @@ func TestGatewayEndToEnd(t *testing.T) {
 			})
 		}
 
+		// The body's code is the provider's for the same refusal (a JSON
+		// string, or null where OpenAI sends null), its message the
+		// provider's words where it has its own.
 		denials := []struct {
 			name         string
 			call         call
 			status       int
 			code, substr string
 		}{
-			{"model not on the allow-list", call{path: "/v1/chat/completions", body: `{"model":"gpt-4o","messages":[]}`}, 403, "model_not_allowed", `may not use model \"gpt-4o\"`},
-			{"unknown model", call{path: "/v1/chat/completions", body: `{"model":"gpt-9","messages":[]}`}, 404, "model_not_found", `model \"gpt-9\" does not exist`},
-			{"malformed JSON", call{path: "/v1/chat/completions", body: `{"model":"mini",`}, 400, "invalid_json", ""},
-			{"model is a number", call{path: "/v1/chat/completions", body: `{"model":5,"messages":[]}`}, 400, "invalid_model", ""},
-			{"missing model", call{path: "/v1/chat/completions", body: `{"messages":[]}`}, 400, "missing_model", ""},
-			{"unknown path", call{path: "/v1/files", body: `{}`}, 404, "unknown_path", "/v1/files is not an API"},
-			{"Anthropic model on the OpenAI endpoint", call{path: "/v1/chat/completions", body: `{"model":"claude-sonnet-4","messages":[]}`}, 400, "unsupported_endpoint", "call /v1/messages"},
+			{"model not on the allow-list", call{path: "/v1/chat/completions", body: `{"model":"gpt-4o","messages":[]}`}, 403, `"model_not_found"`, "does not have access to model `gpt-4o`"},
+			{"unknown model", call{path: "/v1/chat/completions", body: `{"model":"gpt-9","messages":[]}`}, 404, `"model_not_found"`, "The model `gpt-9` does not exist or you do not have access to it."},
+			{"malformed JSON", call{path: "/v1/chat/completions", body: `{"model":"mini",`}, 400, "null", "We could not parse the JSON body of your request."},
+			{"model is a number", call{path: "/v1/chat/completions", body: `{"model":5,"messages":[]}`}, 400, `"invalid_type"`, "Invalid type for 'model': expected a string, but got an integer instead."},
+			{"missing model", call{path: "/v1/chat/completions", body: `{"messages":[]}`}, 400, "null", "you must provide a model parameter"},
+			{"unknown path", call{path: "/v1/files", body: `{}`}, 404, "null", "Invalid URL (POST /v1/files)."},
+			{"Anthropic model on the OpenAI endpoint", call{path: "/v1/chat/completions", body: `{"model":"claude-sonnet-4","messages":[]}`}, 400, `"unsupported_endpoint"`, "call /v1/messages"},
 		}
 		for _, d := range denials {
 			t.Run("denied: "+d.name, func(t *testing.T) {
 				mock.Reset()
 				status, _, body := d.call.do(t, p.url, key)
-				if status != d.status || !strings.Contains(body, `"code":"`+d.code+`"`) || !strings.Contains(body, d.substr) {
-					t.Errorf("got %d %s; want %d %s %q", status, body, d.status, d.code, d.substr)
+				if status != d.status || !strings.Contains(body, `"code":`+d.code+`}`) || !strings.Contains(body, d.substr) {
+					t.Errorf("got %d %s; want %d code %s %q", status, body, d.status, d.code, d.substr)
 				}
 				if mock.Requests() != 0 {
 					t.Error("a denied request reached the provider")

@@ -11,9 +11,12 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/fixtures"
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/policies"
 )
 
 // fixturesDir is ../shared/fixtures/openai; tests skip, naming it, when
@@ -102,6 +105,28 @@ func setRoutes(b *bootstrapv3.Bootstrap, rc *routev3.RouteConfiguration) {
 		panic(err)
 	}
 	hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc}
+	a, err := anypb.New(hcm)
+	if err != nil {
+		panic(err)
+	}
+	f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: a}
+}
+
+// sluiceListener gives b's listener what Sluice's own listener has
+// (xds/build.go) for a gateway whose body limit is maxBody: a buffer of
+// the limit plus the margin (policies.Gateway.BodyBufferBytes), so a body
+// a little over the limit reaches Sluice, and the local_reply_config that
+// answers Envoy's own replies (the buffer's 413 past it) in the API's
+// JSON error shape (chain.LocalReply).
+func sluiceListener(b *bootstrapv3.Bootstrap, maxBody int64) {
+	l := b.StaticResources.Listeners[0]
+	l.PerConnectionBufferLimitBytes = wrapperspb.UInt32(uint32(policies.Gateway{MaxRequestBodyBytes: maxBody}.BodyBufferBytes()))
+	f := l.FilterChains[0].Filters[0]
+	hcm := &hcmv3.HttpConnectionManager{}
+	if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
+		panic(err)
+	}
+	hcm.LocalReplyConfig = chain.LocalReply(maxBody)
 	a, err := anypb.New(hcm)
 	if err != nil {
 		panic(err)

@@ -68,7 +68,7 @@ func TestQuickstartFiles(t *testing.T) {
 		if status, body := send("sk-sluice-" + strings.Repeat("Q", 43)); status != 401 {
 			t.Errorf("wrong key: %d %s", status, body)
 		}
-		if status, body := send(key, "gpt-4o"); status != 403 || !strings.Contains(body, `may not use model \"gpt-4o\"`) {
+		if status, body := send(key, "gpt-4o"); status != 403 || !strings.Contains(body, "does not have access to model `gpt-4o`") {
 			t.Errorf("disallowed model: %d %s", status, body)
 		}
 		// Every endpoint the mock serves is configured: embeddings and

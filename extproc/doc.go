@@ -37,7 +37,10 @@
 // rewrite (provider rewrite, routing header, include_usage, the fallback
 // handoff) and reserve (worst case, admission). Every refusal becomes an
 // ImmediateResponse in one function (denial); the packages it calls
-// refuse with the same *apierr.Error.
+// refuse with the same *apierr.Error, and the refusals made here carry the
+// provider's own words for them (refusal.go). The response headers of an
+// admitted request get Sluice's rate-limit headers, one complete set per
+// kind it limits, the provider's of those kinds renamed (ratelimit.go).
 // Settling applies the charging rules as a pure function (charge: status,
 // completeness, the meter's result and the request's output cap in, the
 // charged usage, outcome and estimated flag out) before pricing, the

@@ -218,10 +218,10 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 		if pr := p.snap.PassTo(p.dialect); pr != nil {
 			return p.pass(pr)
 		}
-		return p.refuse(apierr.New(404, apierr.CodeUnknownPath, "%s is not an API this gateway serves; use POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, /v1/messages or /v1/messages/count_tokens, or GET /v1/models or /v1/models/{id}", pathOnly(p.path)))
+		return p.refuse(unknownPath(p.method, pathOnly(p.path)))
 	}
 	if want := p.ep.Method(); p.method != want {
-		return p.refuse(apierr.New(405, apierr.CodeMethodNotAllowed, "%s takes %s, got %s", pathOnly(p.path), want, p.method))
+		return p.refuse(methodNotAllowed(p.method, pathOnly(p.path), want))
 	}
 	if p.ep == llmapi.ModelList || p.ep == llmapi.ModelGet {
 		return p.answerModels()
@@ -313,7 +313,7 @@ type destination struct {
 // resolve checks the body's size, parses it and finds its model.
 func (p *Processor) resolve(body []byte) (resolved, *apierr.Error) {
 	if limit := p.snap.Gateway().MaxRequestBodyBytes; int64(len(body)) > limit {
-		return resolved{}, apierr.New(413, apierr.CodeBodyTooLarge, "the request body is %d bytes; this gateway accepts at most %d", len(body), limit)
+		return resolved{}, bodyTooLarge(len(body), limit)
 	}
 	return parseModel(p.snap, p.ep, body)
 }
@@ -344,7 +344,7 @@ func parseModel(snap *policies.Snapshot, ep llmapi.Endpoint, body []byte) (resol
 func (p *Processor) authorize(r resolved) (destination, *apierr.Error) {
 	route := r.route
 	if !mayUse(p.principal, route) {
-		return destination{}, apierr.New(403, apierr.CodeModelNotAllowed, "API key %s (team %s) may not use model %q", p.principal.KeyID, p.principal.Team, r.req.Model)
+		return destination{}, modelNotAllowed(p.principal, r.req.Model)
 	}
 	var dst destination
 	dst.target, dst.routing = route.Route(p.d.random())
@@ -477,15 +477,9 @@ func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeade
 	ct, _ := get("content-type")
 	ce, _ := get("content-encoding")
 	hm := p.servedBy(get)
-	// What the covering limits have left, in OpenAI's x-ratelimit-* style.
-	if hs := p.grant.Remaining.Headers(); len(hs) > 0 {
-		if hm == nil {
-			hm = &extprocsvc.HeaderMutation{}
-		}
-		for _, h := range hs {
-			hm.SetHeaders = append(hm.SetHeaders, rawHeader(h[0], h[1]))
-		}
-	}
+	// What the covering limits have left: one complete set per kind Sluice
+	// limits, the provider's of those kinds renamed (ratelimit.go).
+	hm = rateLimitHeaders(hm, p.grant.Remaining.Headers(), h.GetHeaders().GetHeaders())
 	// The provider that answered (servedBy above) reads its usage by its
 	// own total_tokens rule.
 	excess := usage.ExcessAsOutput

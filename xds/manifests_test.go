@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/policies"
 )
 
 // istioCluster is the name the Istio manifests give Sluice's gRPC cluster.
@@ -121,6 +122,7 @@ func TestIstioEnvoyFilter(t *testing.T) {
 	var gotFilters []*hcmv3.HttpFilter
 	var clusters []*clusterv3.Cluster
 	var listeners []*listenerv3.Listener
+	var hcms []*hcmv3.HttpConnectionManager
 
 	for _, m := range readIstioManifests(t) {
 		if m.Kind != "EnvoyFilter" {
@@ -156,6 +158,30 @@ func TestIstioEnvoyFilter(t *testing.T) {
 				l := &listenerv3.Listener{}
 				parsePatchValue(t, p.Patch.Value, l)
 				listeners = append(listeners, l)
+			case "NETWORK_FILTER":
+				fc := p.Match.Listener
+				if p.Patch.Operation != "MERGE" || fc == nil || fc.FilterChain.Filter.Name != "envoy.filters.network.http_connection_manager" {
+					t.Errorf("%s: configPatches[%d]: want MERGE into the http_connection_manager", where, i)
+				}
+				// A MERGE value is partial (Istio merges it into the
+				// gateway's connection manager), so only what it sets is
+				// validated.
+				js, err := json.Marshal(p.Patch.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f := &listenerv3.Filter{}
+				if err := protojson.Unmarshal(js, f); err != nil {
+					t.Fatalf("%s: configPatches[%d]: patch.value as a network filter: %v", where, i, err)
+				}
+				hcm := &hcmv3.HttpConnectionManager{}
+				if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
+					t.Fatalf("%s: configPatches[%d]: %v", where, i, err)
+				}
+				if err := Validate(hcm.GetLocalReplyConfig()); err != nil {
+					t.Errorf("%s: configPatches[%d]: local_reply_config: %v", where, i, err)
+				}
+				hcms = append(hcms, hcm)
 			case "HTTP_FILTER":
 				fc := p.Match.Listener
 				if p.Patch.Operation != "INSERT_BEFORE" || fc == nil ||
@@ -216,11 +242,26 @@ func TestIstioEnvoyFilter(t *testing.T) {
 		t.Errorf("cluster: protocol options %v, want explicit HTTP/2", opt)
 	}
 
+	// The buffer holds Sluice's default body limit plus the margin Sluice's
+	// own listener has, so Sluice refuses a body a little over the limit
+	// with its JSON 413 before Envoy's buffer does (xds/build.go).
 	if len(listeners) != 1 {
 		t.Fatalf("%d LISTENER patches, want 1 (the buffer limit)", len(listeners))
 	}
-	if got := listeners[0].GetPerConnectionBufferLimitBytes().GetValue(); got < chain.MaxRequestBodySize {
-		t.Errorf("per_connection_buffer_limit_bytes %d, below chain.MaxRequestBodySize %d", got, chain.MaxRequestBodySize)
+	g := policies.Default().Gateway
+	if g.MaxRequestBodyBytes != chain.MaxRequestBodySize {
+		t.Fatalf("the default body limit %d is not chain.MaxRequestBodySize %d", g.MaxRequestBodyBytes, chain.MaxRequestBodySize)
+	}
+	if got, want := int64(listeners[0].GetPerConnectionBufferLimitBytes().GetValue()), g.BodyBufferBytes(); got != want {
+		t.Errorf("per_connection_buffer_limit_bytes %d, want %d (policies.Gateway.BodyBufferBytes)", got, want)
+	}
+	// Envoy's own replies get the API's JSON error shape, as on Sluice's
+	// own listener.
+	if len(hcms) != 1 {
+		t.Fatalf("%d NETWORK_FILTER patches, want 1 (the local_reply_config)", len(hcms))
+	}
+	if diff := cmp.Diff(chain.LocalReply(g.MaxRequestBodyBytes), hcms[0].GetLocalReplyConfig(), protocmp.Transform()); diff != "" {
+		t.Errorf("local_reply_config differs from chain.LocalReply (-chain +manifest):\n%s", diff)
 	}
 }
 

@@ -825,8 +825,13 @@ func (x *epInstance) onData(d *epSide, data []byte, end bool) {
 }
 
 // checkOverflow is the filter manager's buffer limit for
-// StopIterationAndBuffer: 413 on the request, 500 on the response. (The
-// emulator also counts the final chunk of a BUFFERED body.)
+// StopIterationAndBuffer: 413 on the request, 500 on the response
+// (source/common/http/filter_manager.cc: the buffer createBuffer makes has
+// the limit as its high watermark, and requestDataTooLarge —
+// responseDataTooLarge — sends the local reply, details
+// request_payload_too_large, once it holds more than that; a body of
+// exactly the limit passes). (The emulator also counts the final chunk of
+// a BUFFERED body.)
 func (x *epInstance) checkOverflow(d *epSide) bool {
 	if len(d.buf) <= x.s.cfg.bufferLimit {
 		return false

@@ -430,6 +430,27 @@ func epCases(t *testing.T) []epCase {
 			wantUp:      &upWant{none: true},
 		},
 		{
+			// The filter manager's buffer is a watermark buffer whose high
+			// watermark is the limit (ActiveStreamDecoderFilter::createBuffer,
+			// source/common/http/filter_manager.cc); requestDataTooLarge
+			// runs only once it holds more than that, so a body of exactly
+			// the limit is buffered and sent whole.
+			name:   "§1.2 BUFFERED request of exactly the buffer limit: sent whole",
+			cfg:    epConfig{ep: epc(mode(&pmode{RequestBodyMode: modeBuffered, ResponseHeaderMode: headerSkip})), bufferLimit: 8},
+			client: streamed(),
+			script: func(t *testing.T, h *epHarness, c *procConn) error {
+				c.Send(continueFor(c.next(t, "request_headers")))
+				h.write("01234567")
+				h.pw.Close()
+				c.Send(continueFor(c.next(t, "request_body")))
+				return c.drain()
+			},
+			wantSent:   []*preq{pc(reqHeadersMsg(stdReq("POST"), false), modeBuffered, modeNone), reqBodyMsg("01234567", true)},
+			wantTrace:  []string{"open", "→request_headers", "←request_headers", "→request_body", "←request_body", "half-close", "cancel"},
+			wantClient: okClient,
+			wantUp:     &upWant{method: "POST", body: "01234567"},
+		},
+		{
 			name:        "§1.2 BUFFERED response overflow: 500",
 			cfg:         epConfig{ep: epc(mode(&pmode{ResponseBodyMode: modeBuffered})), bufferLimit: 8},
 			upstream:    textUpstream("0123456789"),

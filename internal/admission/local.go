@@ -14,6 +14,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/sat"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -303,7 +304,8 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 		}
 	}
 	var buf [16]int64
-	dec := l.counters.AdmitInto(c.At, ds, buf[:0])
+	var resets [16]time.Duration
+	dec := l.counters.AdmitWithResets(c.At, ds, buf[:0], resets[:0])
 	if !dec.Admitted {
 		l.uncount(c)
 		return Grant{}, denial(rs[dec.Denied], dec)
@@ -313,18 +315,16 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	}
 	h := &hold{at: c.At, budgets: bh, amount: amount}
 	for i, r := range rs {
-		d, left := r.demand, dec.Remaining[i]
+		d, left, reset := r.demand, dec.Remaining[i], dec.Resets[i]
 		switch {
 		case r.req:
-			rem.requests(d.Limit, left)
+			rem.requests(d.Limit, left, reset)
 		case r.kind == costMicros:
 			h.tokens = append(h.tokens, tokenHold{key: d.Key, period: d.Period, kind: costMicros})
 			rem.budget(d.Limit, left)
 		default:
 			h.tokens = append(h.tokens, tokenHold{key: d.Key, period: d.Period, kind: r.kind})
-			if r.kind == totalTokens {
-				rem.tokens(d.Limit, left)
-			}
+			rem.tokens(d.Limit, left, reset)
 		}
 	}
 	l.nextID++
@@ -528,24 +528,33 @@ func (l *Local) Held() int {
 }
 
 // Remaining is what is left after an admission, for the x-ratelimit-*
-// response headers: the tightest of each kind (-1: unlimited).
+// response headers: per kind the tightest covering limit — the one with
+// the least left, of two with as much left the one that resets later —
+// its size, what it has left, and (requests and tokens, sliding windows)
+// how long until it resets, when everything its window counts has left it
+// and its whole limit is free again.
 type Remaining struct {
 	RequestsLimit, Requests int64
-	TokensLimit, Tokens     int64
-	BudgetLimit, Budget     int64
-	set                     uint8
+	RequestsReset           time.Duration
+	// Tokens is the tightest token window of any kind — input, output or
+	// total tokens: a request whose input and output together fit in
+	// Tokens fits every token window that covers it.
+	TokensLimit, Tokens int64
+	TokensReset         time.Duration
+	BudgetLimit, Budget int64
+	set                 uint8
 }
 
-func (r *Remaining) requests(limit, left int64) {
-	if r.set&1 == 0 || left < r.Requests {
-		r.RequestsLimit, r.Requests = limit, left
+func (r *Remaining) requests(limit, left int64, reset time.Duration) {
+	if r.set&1 == 0 || left < r.Requests || (left == r.Requests && reset > r.RequestsReset) {
+		r.RequestsLimit, r.Requests, r.RequestsReset = limit, left, reset
 	}
 	r.set |= 1
 }
 
-func (r *Remaining) tokens(limit, left int64) {
-	if r.set&2 == 0 || left < r.Tokens {
-		r.TokensLimit, r.Tokens = limit, left
+func (r *Remaining) tokens(limit, left int64, reset time.Duration) {
+	if r.set&2 == 0 || left < r.Tokens || (left == r.Tokens && reset > r.TokensReset) {
+		r.TokensLimit, r.Tokens, r.TokensReset = limit, left, reset
 	}
 	r.set |= 2
 }
@@ -557,15 +566,25 @@ func (r *Remaining) budget(limit, left int64) {
 	r.set |= 4
 }
 
-// Headers lists the x-ratelimit-* headers, in OpenAI's style, for the kinds
-// of limit that covered the request.
+// Headers lists the rate-limit response headers for the kinds of limit
+// that covered the request, each kind a complete set in OpenAI's format
+// (docs/limits.md): x-ratelimit-limit-, -remaining- and -reset-requests,
+// the same for -tokens, the resets in OpenAI's duration notation
+// (llmapi.OpenAIDuration: "6m0s", "20ms"); and Sluice's own budget pair,
+// x-ratelimit-limit- and -remaining-budget-micro-usd.
 func (r Remaining) Headers() [][2]string {
 	var out [][2]string
 	if r.set&1 != 0 {
-		out = append(out, [2]string{"x-ratelimit-limit-requests", strconv.FormatInt(r.RequestsLimit, 10)}, [2]string{"x-ratelimit-remaining-requests", strconv.FormatInt(max(r.Requests, 0), 10)})
+		out = append(out,
+			[2]string{"x-ratelimit-limit-requests", strconv.FormatInt(r.RequestsLimit, 10)},
+			[2]string{"x-ratelimit-remaining-requests", strconv.FormatInt(max(r.Requests, 0), 10)},
+			[2]string{"x-ratelimit-reset-requests", llmapi.OpenAIDuration(r.RequestsReset)})
 	}
 	if r.set&2 != 0 {
-		out = append(out, [2]string{"x-ratelimit-limit-tokens", strconv.FormatInt(r.TokensLimit, 10)}, [2]string{"x-ratelimit-remaining-tokens", strconv.FormatInt(max(r.Tokens, 0), 10)})
+		out = append(out,
+			[2]string{"x-ratelimit-limit-tokens", strconv.FormatInt(r.TokensLimit, 10)},
+			[2]string{"x-ratelimit-remaining-tokens", strconv.FormatInt(max(r.Tokens, 0), 10)},
+			[2]string{"x-ratelimit-reset-tokens", llmapi.OpenAIDuration(r.TokensReset)})
 	}
 	if r.set&4 != 0 {
 		out = append(out, [2]string{"x-ratelimit-limit-budget-micro-usd", strconv.FormatInt(r.BudgetLimit, 10)}, [2]string{"x-ratelimit-remaining-budget-micro-usd", strconv.FormatInt(max(r.Budget, 0), 10)})

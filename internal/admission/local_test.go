@@ -561,3 +561,50 @@ func TestBudgetReaddedMidPeriod(t *testing.T) {
 		})
 	}
 }
+
+// TestRemainingHeaders: each kind of limit that covers a request gets a
+// complete OpenAI-style set — limit, remaining and reset (OpenAI's
+// duration notation) from one limit, the tightest of any token kind — and
+// a kind no limit covers gets none.
+func TestRemainingHeaders(t *testing.T) {
+	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
+	p := principal(policies.Limits{}, policies.Limits{Tokens: policies.TokenLimits{Input: policies.RateLimits{PerMinute: 100}}},
+		policies.Limits{Tokens: policies.TokenLimits{Output: policies.RateLimits{PerHour: 1000}}})
+	p.Requests = []limits.Demand{{Key: "key/key_a/requests/1m", Period: time.Minute, Limit: 10, Amount: 1}}
+	at := t0.Add(500 * time.Millisecond)
+	g, err := l.Admit(t.Context(), Claim{Principal: p, CountRequest: true, InputTokens: 20, MaxOutputTokens: 40, At: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1 s buckets for a minute: the request's bucket [t0, t0+1s) leaves
+	// the window at t0+61s, 60.5 s after it; the input window (80 left)
+	// is tighter than the output one (960 left, 1 min buckets).
+	want := [][2]string{
+		{"x-ratelimit-limit-requests", "10"}, {"x-ratelimit-remaining-requests", "9"}, {"x-ratelimit-reset-requests", "1m0.5s"},
+		{"x-ratelimit-limit-tokens", "100"}, {"x-ratelimit-remaining-tokens", "80"}, {"x-ratelimit-reset-tokens", "1m0.5s"},
+	}
+	if got := g.Remaining.Headers(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("headers\n %v\nwant\n %v", got, want)
+	}
+
+	// No request limit, two token windows with as much left: the one that
+	// resets later is shown, with its own size.
+	p = principal(policies.Limits{Tokens: policies.TokenLimits{Total: policies.RateLimits{PerMinute: 60, PerHour: 60}}}, policies.Limits{}, policies.Limits{})
+	g, err = l.Admit(t.Context(), Claim{Principal: p, InputTokens: 10, MaxOutputTokens: 10, At: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = [][2]string{{"x-ratelimit-limit-tokens", "60"}, {"x-ratelimit-remaining-tokens", "40"}, {"x-ratelimit-reset-tokens", "1h0m59.5s"}}
+	if got := g.Remaining.Headers(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("headers\n %v\nwant\n %v", got, want)
+	}
+
+	// Nothing covers the request: no headers at all.
+	g, err = l.Admit(t.Context(), Claim{Principal: principal(policies.Limits{}, policies.Limits{}, policies.Limits{}), InputTokens: 10, At: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Remaining.Headers(); len(got) != 0 {
+		t.Errorf("headers %v, want none", got)
+	}
+}

@@ -153,6 +153,7 @@ func TestWholeLimitIsNotImpossible(t *testing.T) {
 //     positive there, so at left == 0 "cost > left" refuses anyway.
 //   - local.go, Admit: "l.nextID++" as "l.nextID--": grant ids only need
 //     to be distinct, and counting down from 0 gives distinct ids too.
-//   - local.go, Remaining.requests/tokens/budget: "left < r.X" as
-//     "left <= r.X": on a tie of what is left, either limit is the
-//     tightest; which one's size the headers show is not specified.
+//   - local.go, Remaining.budget: "left < r.Budget" as "left <=
+//     r.Budget": on a tie of what is left, either budget is the tightest;
+//     which one's size the headers show is not specified. (For requests
+//     and tokens a tie goes to the limit that resets later.)

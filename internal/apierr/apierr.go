@@ -6,25 +6,36 @@ import (
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
-// Body renders e as the JSON error body of the API dialect d: OpenAI's
-// {"error":{message, type, param, code}} — param is e.Param, or null when
-// it is empty — or Anthropic's {"type":"error","error":{type, message}}.
-// The type follows from e.Status (and, for OpenAI, an exhausted quota).
+// Body renders e as the JSON error body of the API dialect d, in the
+// provider's exact shape, so that an SDK reads it as the provider's own:
+// OpenAI's {"error":{message, type, param, code}} — param is e.Param, or
+// null when it is empty; type and code are OpenAI's for the same refusal
+// (openAIWire, codes.go), code null where OpenAI sends null — or
+// Anthropic's {"type":"error","error":{type, message}}, its type by
+// status. The message is the dialect's own (e.OpenAIMessage,
+// e.AnthropicMessage) when set, else e.Message.
 func Body(d llmapi.Dialect, e *Error) []byte {
 	var v any
 	if d == llmapi.Anthropic {
-		v = anthropicBody{Type: "error", Error: anthropicError{Type: anthropicType(e.Status), Message: e.Message}}
-	} else {
-		typ := openAIType(e.Status)
-		if e.Code == CodeInsufficientQuota {
-			// OpenAI answers an exhausted quota with 429 and this type.
-			typ = CodeInsufficientQuota
+		msg := e.Message
+		if e.AnthropicMessage != "" {
+			msg = e.AnthropicMessage
 		}
-		var param *string
+		v = anthropicBody{Type: "error", Error: anthropicError{Type: anthropicType(e.Status), Message: msg}}
+	} else {
+		typ, code := OpenAITypeCode(e)
+		var param, c *string
 		if e.Param != "" {
 			param = &e.Param
 		}
-		v = openAIBody{Error: openAIError{Message: e.Message, Type: typ, Param: param, Code: e.Code}}
+		if code != "" {
+			c = &code
+		}
+		msg := e.Message
+		if e.OpenAIMessage != "" {
+			msg = e.OpenAIMessage
+		}
+		v = openAIBody{Error: openAIError{Message: msg, Type: typ, Param: param, Code: c}}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -32,6 +43,23 @@ func Body(d llmapi.Dialect, e *Error) []byte {
 		panic("apierr: " + err.Error())
 	}
 	return b
+}
+
+// OpenAITypeCode is the `type` and `code` of e in OpenAI's body (code ""
+// is null): OpenAI's own where it answers the same refusal (openAIWire),
+// else the type by status and Sluice's code.
+func OpenAITypeCode(e *Error) (typ, code string) {
+	typ, code = "", e.Code
+	if w, ok := openAIWire[e.Code]; ok {
+		typ, code = w.typ, w.code
+	}
+	if typ == "" {
+		typ = "invalid_request_error"
+		if e.Status >= 500 {
+			typ = "server_error"
+		}
+	}
+	return typ, code
 }
 
 type openAIBody struct {
@@ -42,7 +70,7 @@ type openAIError struct {
 	Message string  `json:"message"`
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
-	Code    string  `json:"code"`
+	Code    *string `json:"code"`
 }
 
 type anthropicBody struct {
@@ -55,25 +83,11 @@ type anthropicError struct {
 	Message string `json:"message"`
 }
 
-// openAIType follows the `type` values OpenAI's API returns.
-func openAIType(status int) string {
-	switch {
-	case status == 429:
-		return "rate_limit_error"
-	case status == 402:
-		return "insufficient_quota"
-	case status >= 500:
-		return "server_error"
-	case status == 401:
-		return "authentication_error"
-	case status == 403:
-		return "permission_error"
-	default:
-		return "invalid_request_error"
-	}
-}
-
-// anthropicType follows the error types of Anthropic's API documentation.
+// anthropicType is the error type Anthropic's API documentation gives each
+// status (400 invalid_request_error, also for other 4xx; 401
+// authentication_error; 403 permission_error; 404 not_found_error; 413
+// request_too_large; 429 rate_limit_error; 500 api_error; 529
+// overloaded_error).
 func anthropicType(status int) string {
 	switch status {
 	case 401:

@@ -1,10 +1,11 @@
 package apierr
 
 // Every error code Sluice answers a client with, in one place. Codes are
-// stable: they are the `code` of an OpenAI-shaped error body, the `reason`
-// label of sluice_authz_checks_total and sluice_extproc_denials_total, and
-// the `sluice_<code>` response-code details of an ext_proc local reply. A
-// code is never renamed; a new failure gets a new code here.
+// stable: they are the `reason` label of sluice_authz_checks_total and
+// sluice_extproc_denials_total and the `sluice_<code>` response-code
+// details of an ext_proc local reply, and — unless openAIWire below gives
+// OpenAI's own code for the same refusal — the `code` of an OpenAI-shaped
+// error body. A code is never renamed; a new failure gets a new code here.
 const (
 	// CodeOK is the reason of an admitted check (metrics only).
 	CodeOK = "ok"
@@ -25,9 +26,10 @@ const (
 	CodeEmptyBody        = "empty_body"              // 400
 	CodeInvalidJSON      = "invalid_json"            // 400
 	CodeNotAnObject      = "not_an_object"           // 400: the body is JSON but not an object
-	CodeMissingModel     = "missing_model"           // 400
-	CodeInvalidModel     = "invalid_model"           // 400: model is not a usable string
-	CodeInvalidField     = "invalid_field"           // 400: a field Sluice reads has a bad value
+	CodeMissingModel     = "missing_model"           // 400: no model, or an empty one
+	CodeInvalidModel     = "invalid_model"           // 400: the model name is too long or holds a control character
+	CodeInvalidField     = "invalid_field"           // 400: a top-level key that differs from one Sluice reads only in case
+	CodeInvalidType      = "invalid_type"            // 400: a field Sluice reads has a value of the wrong JSON type (OpenAI's code)
 	CodeIntegerBelowMin  = "integer_below_min_value" // 400: an integer field below its minimum (OpenAI's code)
 	CodeIntegerAboveMax  = "integer_above_max_value" // 400: an integer field above its maximum (OpenAI's code)
 	CodeDuplicateField   = "duplicate_field"         // 400: a field Sluice reads occurs twice
@@ -57,3 +59,42 @@ const (
 	CodeInsufficientQuota    = "insufficient_quota"    // 429: a dollar budget is spent (OpenAI's type too)
 	CodeAdmissionUnavailable = "admission_unavailable" // 503: limits cannot be checked
 )
+
+// openAIWire is how a refusal reads in OpenAI's error body where OpenAI's
+// API answers the same refusal itself with its own type or code: its
+// `type` ("" means by status: invalid_request_error below 500,
+// server_error from 500) and `code` ("" means null). A code not listed
+// keeps its own name as `code`, with the type by status. Anthropic's body
+// has no code; its type follows the status (anthropicType).
+var openAIWire = map[string]struct{ typ, code string }{
+	// 401 "You didn't provide an API key…", code null; every unusable key
+	// is OpenAI's invalid_api_key ("Incorrect API key provided: …").
+	CodeMissingCredential:      {},
+	CodeMalformedCredential:    {code: "invalid_api_key"},
+	CodeConflictingCredentials: {code: "invalid_api_key"},
+	CodeUnknownKey:             {code: "invalid_api_key"},
+	CodeRevokedKey:             {code: "invalid_api_key"},
+	CodeExpiredKey:             {code: "invalid_api_key"},
+	CodeUnknownTeam:            {code: "invalid_api_key"},
+	// "Invalid URL (POST /v1/x)" and "Method not allowed (GET /v1/x)",
+	// code null.
+	CodeUnknownPath:      {},
+	CodeMethodNotAllowed: {},
+	// "We could not parse the JSON body of your request…", code null.
+	CodeInvalidJSON: {},
+	// "you must provide a model parameter", code null.
+	CodeMissingModel: {},
+	// "Unknown parameter: 'Model'.": OpenAI knows no key in another case.
+	CodeInvalidField: {code: "unknown_parameter"},
+	// 403 "Project `…` does not have access to model `…`" is OpenAI's
+	// model_not_found too; an unpriced model refused by policy reads the
+	// same to a client.
+	CodeModelNotAllowed: {code: "model_not_found"},
+	CodeModelUnpriced:   {code: "model_not_found"},
+	// 429s: OpenAI's type names the limit, the code is one for both.
+	CodeRateLimited:       {typ: "requests", code: "rate_limit_exceeded"},
+	CodeTokensRateLimited: {typ: "tokens", code: "rate_limit_exceeded"},
+	// A Sluice budget reads as OpenAI's exhausted quota (429, type and
+	// code insufficient_quota), the nearest refusal OpenAI makes.
+	CodeInsufficientQuota: {typ: "insufficient_quota", code: "insufficient_quota"},
+}

@@ -12,16 +12,26 @@ import (
 // server turns it into its own Envoy reply in one place (authz: a
 // DeniedHttpResponse; extproc: an ImmediateResponse).
 //
-// Message is shown to the client as is and may be logged: it never holds
-// key material or prompt text.
+// Message is shown to the client as is. It never holds prompt text, and of
+// key material at most what OpenAI itself echoes of a key it does not know
+// (its first 8 and last 4 characters), so it is not logged: log Code.
+// Code is Sluice's own; the body's type and code are the provider's for
+// the same refusal (Body, and the table in codes.go).
 type Error struct {
 	// Status is the HTTP status of the reply.
 	Status int
 	// Code is one of the Code* constants (codes.go): stable, the `code` of
 	// an OpenAI-shaped body and the `reason` label of metrics.
 	Code string
-	// Message says what was wrong, where, and what to do.
+	// Message says what was wrong, where, and what to do, in Sluice's
+	// words: a body's message unless the dialect's own is set below.
 	Message string
+	// OpenAIMessage and AnthropicMessage, when set, are the provider's
+	// own words for the same refusal ("The model `x` does not exist or
+	// you do not have access to it.", "invalid x-api-key"), which that
+	// dialect's body carries instead of Message; Sluice's details (which
+	// limit, which key) stay inside them where they help.
+	OpenAIMessage, AnthropicMessage string
 	// Param names the request field at fault ("max_tokens"), or "".
 	Param string
 	// RetryAfter, when positive, is when a retry can succeed; it becomes

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/big"
+	"strings"
 )
 
 // Prefix starts every Sluice API key.
@@ -82,6 +83,18 @@ func PublicPrefix(secret string) string {
 		return ""
 	}
 	return secret[:len(Prefix)+publicChars]
+}
+
+// Redacted is a well-formed key as OpenAI echoes a key it does not know
+// ("Incorrect API key provided: sk-XG6GW****…****wlmi."): its first 8 and
+// last 4 characters with a '*' for each one between — no more of it. For
+// a string that is not a well-formed key it returns "" so nothing leaks.
+func Redacted(secret string) string {
+	if Validate(secret) != nil {
+		return ""
+	}
+	const head, tail = 8, 4
+	return secret[:head] + strings.Repeat("*", len(secret)-head-tail) + secret[len(secret)-tail:]
 }
 
 // Validate checks a secret's format: Prefix, then 32–128 base62

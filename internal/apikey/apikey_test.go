@@ -117,6 +117,24 @@ func TestPublicPrefixAndHash(t *testing.T) {
 	}
 }
 
+// TestRedacted: a key is echoed as OpenAI echoes one, its first 8 and last
+// 4 characters and a '*' for each between, never more; a malformed string
+// not at all.
+func TestRedacted(t *testing.T) {
+	got := Redacted(good)
+	if want := "sk-sluic" + strings.Repeat("*", len(good)-12) + "defg"; got != want {
+		t.Errorf("Redacted = %q, want %q", got, want)
+	}
+	if shown := len(strings.ReplaceAll(got, "*", "")); shown != 12 || len(got) != len(good) {
+		t.Errorf("Redacted shows %d characters of %d, want 12 of %d", shown, len(got), len(good))
+	}
+	for _, bad := range []string{"", "sk-sluice-short", "sk-proj-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefg"} {
+		if got := Redacted(bad); got != "" {
+			t.Errorf("Redacted(%q) = %q, want empty", bad, got)
+		}
+	}
+}
+
 func TestSecretNeverPrints(t *testing.T) {
 	s := Secret(good)
 	var buf bytes.Buffer

@@ -16,9 +16,15 @@ func malformed(format string, args ...any) error {
 	return apierr.New(http.StatusUnauthorized, apierr.CodeMalformedCredential, format, args...)
 }
 
-// ErrMissing is returned when the request carries no credential at all.
-// It is shared: never modify it.
-var ErrMissing = apierr.New(http.StatusUnauthorized, apierr.CodeMissingCredential, `no API key: send "Authorization: Bearer sk-sluice-…" or "x-api-key: sk-sluice-…"`)
+// ErrMissing is returned when the request carries no credential at all:
+// in OpenAI's words and Anthropic's for the same refusal, each saying
+// where Sluice also looks. It is shared: never modify it.
+var ErrMissing = &apierr.Error{Status: http.StatusUnauthorized, Code: apierr.CodeMissingCredential,
+	Message: `no API key: send "Authorization: Bearer sk-sluice-…" or "x-api-key: sk-sluice-…"`,
+	OpenAIMessage: "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY). " +
+		"This gateway also reads it from the x-api-key header; its keys start with sk-sluice-.",
+	AnthropicMessage: "x-api-key header is required",
+}
 
 // Credential headers, lower-case as Envoy presents them. `api-key` is what
 // Azure OpenAI clients send.

@@ -59,6 +59,8 @@ type envoyReply struct {
 	status  int
 	code    string
 	message string
+	// anthropic is Anthropic's own words for the reply, when it has them.
+	anthropic string
 }
 
 // NoRoute is the error of the listener's last route, a direct response
@@ -73,7 +75,8 @@ func envoyReplies(maxBody int64) []envoyReply {
 		// The listener's buffer (max_request_body_bytes + a margin) is
 		// full: FilterManager's requestDataTooLarge.
 		{details: "request_payload_too_large", status: 413, code: apierr.CodeBodyTooLarge,
-			message: fmt.Sprintf("the request body is larger than %d bytes, the most this gateway accepts", maxBody)},
+			message:   fmt.Sprintf("the request body is larger than %d bytes, the most this gateway accepts", maxBody),
+			anthropic: fmt.Sprintf("Request exceeds the maximum size (the request body is larger than %d bytes, the most this gateway accepts)", maxBody)},
 		// The route's timeout, or a retry's per-try timeout (router.cc,
 		// onResponseTimeout / onPerTryTimeout).
 		{details: "upstream_response_timeout", status: 504, code: apierr.CodeUpstreamTimeout,
@@ -119,7 +122,7 @@ func envoyReplies(maxBody int64) []envoyReply {
 func LocalReply(maxBody int64) *hcmv3.LocalReplyConfig {
 	cfg := &hcmv3.LocalReplyConfig{}
 	for _, r := range envoyReplies(maxBody) {
-		e := &apierr.Error{Status: r.status, Code: r.code, Message: r.message}
+		e := &apierr.Error{Status: r.status, Code: r.code, Message: r.message, AnthropicMessage: r.anthropic}
 		cfg.Mappers = append(cfg.Mappers,
 			&hcmv3.ResponseMapper{
 				Filter: &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_AndFilter{AndFilter: &accesslogv3.AndFilter{

@@ -41,7 +41,7 @@ func TestLocalReply(t *testing.T) {
 					t.Errorf("%s: expression %q", k.details, f.GetExpression())
 				}
 			}
-			e := &apierr.Error{Status: k.status, Code: k.code, Message: k.message}
+			e := &apierr.Error{Status: k.status, Code: k.code, Message: k.message, AnthropicMessage: k.anthropic}
 			for _, c := range []struct {
 				d    llmapi.Dialect
 				body string
@@ -62,6 +62,10 @@ func TestLocalReply(t *testing.T) {
 	}
 	if !strings.Contains(LocalReply(4 << 20).GetMappers()[1].GetBodyFormatOverride().GetTextFormat(), `larger than 4194304 bytes`) {
 		t.Error("the 413 does not state the limit")
+	}
+	// Anthropic's 413 opens with Anthropic's words for it.
+	if got := LocalReply(4 << 20).GetMappers()[0].GetBodyFormatOverride().GetTextFormat(); !strings.HasPrefix(got, `{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum size (`) {
+		t.Errorf("Anthropic's 413: %s", got)
 	}
 }
 

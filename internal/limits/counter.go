@@ -124,6 +124,19 @@ func (ct *counter) retryAfter(excess, nowNs int64) time.Duration {
 	return time.Duration((ct.head+b+1)*ct.width - nowNs)
 }
 
+// resetAfter returns how long after nowNs every amount the window counts
+// has left the span — its newest non-empty bucket j leaves at
+// (j+B+1)·width, as in retryAfter — or 0 when it counts nothing.
+func (ct *counter) resetAfter(nowNs int64) time.Duration {
+	b := ct.buckets()
+	for j := ct.head; j >= ct.head-b; j-- {
+		if ct.slot(j).amt != 0 {
+			return max(time.Duration((j+b+1)*ct.width-nowNs), 0)
+		}
+	}
+	return 0
+}
+
 // floorDiv is a/b rounded towards negative infinity, for b > 0.
 func floorDiv(a, b int64) int64 {
 	q := a / b

@@ -10,7 +10,9 @@
 // (now−P, now]. The guarantee: in any interval of length P, the amounts
 // admitted never add up to more than the limit. The cost: a denial may last up
 // to one bucket width (P/B) longer than a perfect sliding log would allow;
-// [Decision.RetryAfter] says exactly when room frees up.
+// [Decision.RetryAfter] says exactly when room frees up, and
+// [Decision.Resets] (from [Counters.AdmitWithResets]) when each window has
+// let go of everything it counts.
 //
 // The package knows nothing about who is calling or which limits apply: the
 // caller names the counters (Demand.Key) and passes the limits from policy. It

@@ -58,6 +58,11 @@ type Decision struct {
 	// Remaining holds, per demand and in the order of demands, its Limit
 	// minus what its counter counts after this decision, floored at 0.
 	Remaining []int64
+	// Resets, filled by AdmitWithResets only, holds per demand how long
+	// from now until everything its counter counts after this decision
+	// has left the window — when its Remaining is the whole Limit again
+	// if nothing else is counted: 0 for an empty counter.
+	Resets []time.Duration
 }
 
 // Options configures Counters.
@@ -126,13 +131,27 @@ func (c *Counters) Admit(now time.Time, demands []Demand) Decision {
 // With a reused slice and at most 8 demands on existing counters it does not
 // allocate.
 func (c *Counters) AdmitInto(now time.Time, demands []Demand, remaining []int64) Decision {
+	return c.admit(now, demands, remaining, nil, false)
+}
+
+// AdmitWithResets is AdmitInto that also fills Decision.Resets, into
+// resets' backing array when cap(resets) >= len(demands) and into a new
+// slice otherwise.
+func (c *Counters) AdmitWithResets(now time.Time, demands []Demand, remaining []int64, resets []time.Duration) Decision {
+	if cap(resets) < len(demands) {
+		resets = make([]time.Duration, len(demands))
+	}
+	return c.admit(now, demands, remaining, resets[:len(demands)], true)
+}
+
+func (c *Counters) admit(now time.Time, demands []Demand, remaining []int64, resets []time.Duration, withResets bool) Decision {
 	n := len(demands)
 	if cap(remaining) < n {
 		remaining = make([]int64, n)
 	}
 	remaining = remaining[:n]
 	if n == 0 {
-		return Decision{Admitted: true, Remaining: remaining}
+		return Decision{Admitted: true, Remaining: remaining, Resets: resets}
 	}
 
 	var (
@@ -214,6 +233,12 @@ func (c *Counters) AdmitInto(now time.Time, demands []Demand, remaining []int64)
 	}
 	for i := range demands {
 		remaining[i] = max(demands[i].Limit-cs[i].total, 0)
+		if withResets {
+			resets[i] = cs[i].resetAfter(nowNs)
+		}
+	}
+	if withResets {
+		d.Resets = resets
 	}
 	unlockAll(order, cs, n)
 	return d

@@ -259,6 +259,42 @@ func TestAdmitIntoReusesRemaining(t *testing.T) {
 	}
 }
 
+// TestAdmitWithResets: a demand's reset is when the newest bucket its
+// counter counts leaves the window — the whole limit is free again —
+// measured after the decision, admitted or not; an empty counter's is 0.
+func TestAdmitWithResets(t *testing.T) {
+	c := New(Options{}) // 60 buckets: 1 s wide for a minute
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(d time.Duration, amount int64) Decision {
+		t.Helper()
+		return c.AdmitWithResets(t0.Add(d), []Demand{dm("a", time.Minute, 3, amount), dm("empty", time.Minute, 3, 0)}, nil, nil)
+	}
+	for _, tt := range []struct {
+		at     time.Duration
+		amount int64
+		admit  bool
+		reset  time.Duration
+	}{
+		{10500 * time.Millisecond, 1, true, 60500 * time.Millisecond}, // bucket 10 leaves at 71 s
+		{20200 * time.Millisecond, 2, true, 60800 * time.Millisecond}, // bucket 20 leaves at 81 s
+		{30 * time.Second, 1, false, 51 * time.Second},                // refused: nothing counted, the same content
+		{75 * time.Second, 0, true, 6 * time.Second},                  // bucket 10 has left; 20 is left
+		{81 * time.Second, 0, true, 0},                                // everything has left
+	} {
+		d := at(tt.at, tt.amount)
+		if d.Admitted != tt.admit || len(d.Resets) != 2 || d.Resets[0] != tt.reset || d.Resets[1] != 0 {
+			t.Errorf("at %v: admitted %v, resets %v; want %v, [%v 0]", tt.at, d.Admitted, d.Resets, tt.admit, tt.reset)
+		}
+	}
+	if d := c.AdmitInto(t0, []Demand{dm("a", time.Minute, 3, 0)}, nil); d.Resets != nil {
+		t.Errorf("AdmitInto filled Resets: %v", d.Resets)
+	}
+	buf := make([]time.Duration, 1)
+	if d := c.AdmitWithResets(t0.Add(90*time.Second), []Demand{dm("a", time.Minute, 3, 1)}, nil, buf); &d.Resets[0] != &buf[0] {
+		t.Error("AdmitWithResets did not write into the caller's slice")
+	}
+}
+
 func TestAdmitIntoDoesNotAllocate(t *testing.T) {
 	for _, n := range []int{1, 2, 4, 8} {
 		c := New(Options{})
@@ -276,6 +312,14 @@ func TestAdmitIntoDoesNotAllocate(t *testing.T) {
 		})
 		if allocs != 0 {
 			t.Errorf("%d demands: AdmitInto allocated %v times per call, want 0", n, allocs)
+		}
+		resets := make([]time.Duration, n)
+		allocs = testing.AllocsPerRun(100, func() {
+			now = now.Add(time.Second)
+			c.AdmitWithResets(now, demands, remaining, resets)
+		})
+		if allocs != 0 {
+			t.Errorf("%d demands: AdmitWithResets allocated %v times per call, want 0", n, allocs)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 // Package llmapi owns the identity of the LLM API endpoints Sluice
 // understands: which request paths they are, which API family (dialect)
-// each belongs to, and whether a request to it can stream. Parsers of
+// each belongs to, and whether a request to it can stream, and the
+// notation OpenAI's API writes durations in (OpenAIDuration). Parsers of
 // request bodies (payload) and of responses (usage) key on it.
 //
 // It must not parse bodies or know about providers.

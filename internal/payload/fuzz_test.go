@@ -77,7 +77,7 @@ func FuzzParse(f *testing.F) {
 			case apierr.CodeEmptyBody, apierr.CodeInvalidJSON, apierr.CodeInvalidUTF8:
 				syntax = true
 			case apierr.CodeNotAnObject, apierr.CodeMissingModel, apierr.CodeInvalidModel, apierr.CodeInvalidField,
-				apierr.CodeIntegerBelowMin, apierr.CodeIntegerAboveMax:
+				apierr.CodeInvalidType, apierr.CodeIntegerBelowMin, apierr.CodeIntegerAboveMax:
 			case apierr.CodeDuplicateField:
 				dups, derr := duplicateRead(ep, body)
 				if derr != nil || !slices.Contains(dups, e.Param) {
@@ -92,8 +92,10 @@ func FuzzParse(f *testing.F) {
 			if wellFormed && syntax {
 				t.Fatalf("well-formed JSON reported as %s: %s", e.Code, e.Message)
 			}
-			if q := quotes(e.Message, body, 65); q != "" {
-				t.Fatalf("message %q quotes %d bytes of the body: %q", e.Message, len(q), q)
+			for _, m := range []string{e.Message, e.OpenAIMessage, e.AnthropicMessage} {
+				if q := quotes(m, body, 65); q != "" {
+					t.Fatalf("message %q quotes %d bytes of the body: %q", m, len(q), q)
+				}
 			}
 			return
 		}

@@ -47,13 +47,25 @@ const (
 
 // invalid is a client error in a request body: an *apierr.Error with
 // status 400 and one of apierr's body codes (empty_body, invalid_json,
-// not_an_object, missing_model, invalid_model, invalid_field,
-// integer_below_min_value, integer_above_max_value, duplicate_field,
-// invalid_utf8). The message says what is wrong and where, and quotes at
-// most 64 bytes of the body; it is formatted only when args are given.
+// not_an_object, missing_model, invalid_model, invalid_type,
+// invalid_field, integer_below_min_value, integer_above_max_value,
+// duplicate_field, invalid_utf8). The message says what is wrong and
+// where, and quotes at most 64 bytes of the body; it is formatted only
+// when args are given. Where OpenAI's API refuses the same body itself,
+// openAI sets its words (apierr.Error.OpenAIMessage).
 func invalid(code, format string, args ...any) *apierr.Error {
 	return apierr.New(http.StatusBadRequest, code, format, args...)
 }
+
+// openAI sets e's message in OpenAI's words and returns e.
+func openAI(e *apierr.Error, msg string) *apierr.Error {
+	e.OpenAIMessage = msg
+	return e
+}
+
+// noModel is OpenAI's refusal of a body without a model, or with an
+// empty one: "you must provide a model parameter", param and code null.
+const noModel = "you must provide a model parameter"
 
 // invalidParam is invalid naming the field at fault (OpenAI's "param").
 func invalidParam(param, code, format string, args ...any) *apierr.Error {
@@ -244,8 +256,9 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 		f := fieldOf(ep, key)
 		if f == fNone {
 			if g, folded := foldedField(ep, key); folded {
-				noteBad(invalidParam(string(key), apierr.CodeInvalidField,
-					"top-level key %s differs from %q only in case; send %q", quoteKey(key), fieldNames[g], fieldNames[g]))
+				noteBad(openAI(invalidParam(string(key), apierr.CodeInvalidField,
+					"top-level key %s differs from %q only in case; send %q", quoteKey(key), fieldNames[g], fieldNames[g]),
+					fmt.Sprintf("Unknown parameter: '%s'. (Keys are case-sensitive: did you mean '%s'?)", string(key), fieldNames[g])))
 			}
 		} else if bit := keyBit(key); seen&bit != 0 {
 			noteBad(duplicate(string(key)))
@@ -260,7 +273,8 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 				if !s.value(1, modeSkip) {
 					break
 				}
-				noteBad(invalidParam("model", apierr.CodeInvalidModel, `"model" must be a string, got `+kindOf(body[start])))
+				noteBad(openAI(invalidParam("model", apierr.CodeInvalidType, `"model" must be a string, got `+kindOf(body[start])),
+					"Invalid type for 'model': expected a string, but got "+openAIKind(body[start:s.pos])+" instead."))
 				break
 			}
 			_, esc, ok := s.str()
@@ -269,7 +283,7 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 			}
 			modelStart, modelEnd, modelEsc = start+1, s.pos-1, esc
 			if modelStart == modelEnd {
-				noteBad(invalidParam("model", apierr.CodeInvalidModel, `"model" must not be empty`))
+				noteBad(openAI(invalid(apierr.CodeMissingModel, `"model" must not be empty`), noModel))
 			}
 		case fStream:
 			v, e, ok := s.boolValue("stream")
@@ -281,7 +295,7 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 			}
 			req.Stream = v
 		case fMaxTokens, fMaxCompletionTokens, fMaxOutputTokens:
-			v, e, ok := s.intValue(fieldNames[f], 0, MaxTokensLimit, -1)
+			v, e, ok := s.intValue(fieldNames[f], 0, MaxTokensLimit, -1, openAIMinimum(f))
 			if !ok {
 				break
 			}
@@ -297,7 +311,7 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 				maxOutput = v
 			}
 		case fN:
-			v, e, ok := s.intValue("n", 1, MaxN, 1)
+			v, e, ok := s.intValue("n", 1, MaxN, 1, 1)
 			if !ok {
 				break
 			}
@@ -337,7 +351,7 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 		return Request{}, bad
 	}
 	if !haveModel {
-		return Request{}, invalid(apierr.CodeMissingModel, `the request body has no "model" field`) // OpenAI: param null
+		return Request{}, openAI(invalid(apierr.CodeMissingModel, `the request body has no "model" field`), noModel)
 	}
 	model, err := decodeModel(body[modelStart:modelEnd], modelEsc)
 	if err != nil {
@@ -379,8 +393,8 @@ func decodeModel(raw []byte, esc bool) (string, error) {
 }
 
 // boolValue reads true, false or null (false) at s.pos for the field name
-// (its path: "stream_options.include_usage"). e reports any other value;
-// ok is false on a syntax error.
+// (its path: "stream_options.include_usage"). e reports any other value
+// (invalid_type, as OpenAI answers); ok is false on a syntax error.
 func (s *scanner) boolValue(name string) (v bool, e *apierr.Error, ok bool) {
 	start := s.pos
 	switch s.peek() {
@@ -392,15 +406,21 @@ func (s *scanner) boolValue(name string) (v bool, e *apierr.Error, ok bool) {
 	if !s.value(1, modeSkip) {
 		return false, nil, false
 	}
-	return false, invalidParam(name, apierr.CodeInvalidField, strconv.Quote(name)+" must be a boolean, got "+kindOf(s.buf[start])), true
+	return false, openAI(invalidParam(name, apierr.CodeInvalidType, strconv.Quote(name)+" must be a boolean, got "+kindOf(s.buf[start])),
+		"Invalid type for '"+name+"': expected a boolean, but got "+openAIKind(s.buf[start:s.pos])+" instead."), true
 }
 
 // intValue reads an integer in [lo, hi] at s.pos, or null (absent). e
 // reports any other value, with Param name and, as OpenAI answers, code
 // integer_below_min_value or integer_above_max_value for an integer out of
-// range (one too large for int64 included) and invalid_field for anything
-// that is not an integer; ok is false on a syntax error.
-func (s *scanner) intValue(name string, lo, hi, absent int64) (v int64, e *apierr.Error, ok bool) {
+// range (one too large for int64 included) and invalid_type for anything
+// that is not an integer, each with OpenAI's message ("Invalid
+// 'max_tokens': integer below minimum value. Expected a value >= 1, but
+// got -1 instead."); ok is false on a syntax error. openAILo is the
+// minimum OpenAI's message states: OpenAI's own, which may be above lo —
+// a value from lo up to it is accepted here and the provider, which
+// refuses it, answers in its own words.
+func (s *scanner) intValue(name string, lo, hi, absent, openAILo int64) (v int64, e *apierr.Error, ok bool) {
 	start := s.pos
 	if !s.value(1, modeSkip) {
 		return 0, nil, false
@@ -417,16 +437,20 @@ func (s *scanner) intValue(name string, lo, hi, absent int64) (v int64, e *apier
 		return invalidParam(name, code, want+", got "+got)
 	}
 	if c := lit[0]; c != '-' && (c < '0' || c > '9') {
-		return 0, bad(apierr.CodeInvalidField, kindOf(c)), true
+		return 0, openAI(bad(apierr.CodeInvalidType, kindOf(c)),
+			"Invalid type for '"+name+"': expected an integer, but got "+openAIKind(lit)+" instead."), true
 	}
 	n, _, isInt := jsonlex.ParseInt(lit)
 	switch {
 	case !isInt:
-		return 0, bad(apierr.CodeInvalidField, clip(lit, 32)), true
+		return 0, openAI(bad(apierr.CodeInvalidType, clip(lit, 32)),
+			"Invalid type for '"+name+"': expected an integer, but got a decimal number instead."), true
 	case n < lo: // ParseInt saturates: an overflow is below or above
-		return 0, bad(apierr.CodeIntegerBelowMin, clip(lit, 32)), true
+		return 0, openAI(bad(apierr.CodeIntegerBelowMin, clip(lit, 32)),
+			fmt.Sprintf("Invalid '%s': integer below minimum value. Expected a value >= %d, but got %s instead.", name, openAILo, clip(lit, 32))), true
 	case n > hi:
-		return 0, bad(apierr.CodeIntegerAboveMax, clip(lit, 32)), true
+		return 0, openAI(bad(apierr.CodeIntegerAboveMax, clip(lit, 32)),
+			fmt.Sprintf("Invalid '%s': integer above maximum value. Expected a value <= %d, but got %s instead.", name, hi, clip(lit, 32))), true
 	}
 	return n, nil, true
 }
@@ -443,7 +467,8 @@ func (s *scanner) streamOptions() (usage bool, e *apierr.Error, ok bool) {
 		if !s.value(1, modeSkip) {
 			return false, nil, false
 		}
-		return false, invalidParam("stream_options", apierr.CodeInvalidField, `"stream_options" must be an object, got `+kindOf(s.buf[start])), true
+		return false, openAI(invalidParam("stream_options", apierr.CodeInvalidType, `"stream_options" must be an object, got `+kindOf(s.buf[start])),
+			"Invalid type for 'stream_options': expected an object, but got "+openAIKind(s.buf[start:s.pos])+" instead."), true
 	}
 	s.pos++ // '{'
 	seen := false
@@ -489,6 +514,30 @@ func kindOf(c byte) string {
 		return "null"
 	}
 	return "a number"
+}
+
+// openAIMinimum is the least value of an output cap OpenAI's API accepts,
+// as its refusal states it: 1 for max_tokens and max_completion_tokens,
+// 16 for the Responses API's max_output_tokens.
+func openAIMinimum(f field) int64 {
+	if f == fMaxOutputTokens {
+		return 16
+	}
+	return 1
+}
+
+// openAIKind names the JSON value lit as OpenAI's type errors do ("but got
+// a string instead"): numbers are an integer or a decimal number.
+func openAIKind(lit []byte) string {
+	switch c := lit[0]; {
+	case c == '-' || (c >= '0' && c <= '9'):
+		if _, _, isInt := jsonlex.ParseInt(lit); isInt {
+			return "an integer"
+		}
+		return "a decimal number"
+	default:
+		return kindOf(c)
+	}
 }
 
 // clip quotes at most n bytes of b, marking a cut with "…".

@@ -332,35 +332,35 @@ func TestParseErrors(t *testing.T) {
 		{0, `{}`, apierr.CodeMissingModel, `the request body has no "model" field`},
 		{llmapi.Messages, `{"messages":[{"model":"x"}]}`, apierr.CodeMissingModel, `the request body has no "model" field`},
 
-		{0, `{"model":5}`, apierr.CodeInvalidModel, `"model" must be a string, got a number`},
-		{0, `{"model":null}`, apierr.CodeInvalidModel, `"model" must be a string, got null`},
-		{0, `{"model":{"name":"a"}}`, apierr.CodeInvalidModel, `"model" must be a string, got an object`},
-		{0, `{"model":["a"]}`, apierr.CodeInvalidModel, `"model" must be a string, got an array`},
-		{0, `{"model":""}`, apierr.CodeInvalidModel, `"model" must not be empty`},
-		{0, `{"model":"","model":"a"}`, apierr.CodeInvalidModel, `"model" must not be empty`},
+		{0, `{"model":5}`, apierr.CodeInvalidType, `"model" must be a string, got a number`},
+		{0, `{"model":null}`, apierr.CodeInvalidType, `"model" must be a string, got null`},
+		{0, `{"model":{"name":"a"}}`, apierr.CodeInvalidType, `"model" must be a string, got an object`},
+		{0, `{"model":["a"]}`, apierr.CodeInvalidType, `"model" must be a string, got an array`},
+		{0, `{"model":""}`, apierr.CodeMissingModel, `"model" must not be empty`},
+		{0, `{"model":"","model":"a"}`, apierr.CodeMissingModel, `"model" must not be empty`},
 		{0, `{"model":"a","model":false}`, apierr.CodeDuplicateField, `"model" occurs more than once in the request body; send it once`},
 		{0, `{"model":"` + strings.Repeat("m", 257) + `"}`, apierr.CodeInvalidModel, `"model" is longer than 256 bytes`},
 		{0, `{"model":"` + strings.Repeat(`\u006d`, 257) + `"}`, apierr.CodeInvalidModel, `"model" is longer than 256 bytes`},
 		{0, `{"model":"a\nb"}`, apierr.CodeInvalidModel, `"model" contains a control character (U+000A)`},
 		{0, `{"model":"a\u007f"}`, apierr.CodeInvalidModel, `"model" contains a control character (U+007F)`},
 
-		{llmapi.ChatCompletions, `{"model":"a","stream":"yes"}`, apierr.CodeInvalidField, `"stream" must be a boolean, got a string`},
-		{llmapi.Messages, `{"model":"a","stream":1}`, apierr.CodeInvalidField, `"stream" must be a boolean, got a number`},
+		{llmapi.ChatCompletions, `{"model":"a","stream":"yes"}`, apierr.CodeInvalidType, `"stream" must be a boolean, got a string`},
+		{llmapi.Messages, `{"model":"a","stream":1}`, apierr.CodeInvalidType, `"stream" must be a boolean, got a number`},
 		{llmapi.ChatCompletions, `{"model":"a","max_tokens":-1}`, apierr.CodeIntegerBelowMin, `"max_tokens" must be a non-negative integer (at most 4294967295), got -1`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1.5}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1.5`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1e3}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1e3`},
-		{llmapi.ChatCompletions, `{"model":"a","max_tokens":"10"}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got a string`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1.5}`, apierr.CodeInvalidType, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1.5`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":1e3}`, apierr.CodeInvalidType, `"max_tokens" must be a non-negative integer (at most 4294967295), got 1e3`},
+		{llmapi.ChatCompletions, `{"model":"a","max_tokens":"10"}`, apierr.CodeInvalidType, `"max_tokens" must be a non-negative integer (at most 4294967295), got a string`},
 		{llmapi.ChatCompletions, `{"model":"a","max_tokens":4294967296}`, apierr.CodeIntegerAboveMax, `"max_tokens" must be a non-negative integer (at most 4294967295), got 4294967296`},
 		{llmapi.ChatCompletions, `{"model":"a","max_tokens":123456789012345678901234567890123456789}`, apierr.CodeIntegerAboveMax, `"max_tokens" must be a non-negative integer (at most 4294967295), got 12345678901234567890123456789012…`},
 		// 32 bytes are quoted whole
 		{llmapi.ChatCompletions, `{"model":"a","max_tokens":12345678901234567890123456789012}`, apierr.CodeIntegerAboveMax, `"max_tokens" must be a non-negative integer (at most 4294967295), got 12345678901234567890123456789012`},
-		{llmapi.Completions, `{"model":"a","max_completion_tokens":true}`, apierr.CodeInvalidField, `"max_completion_tokens" must be a non-negative integer (at most 4294967295), got a boolean`},
-		{llmapi.Responses, `{"model":"a","max_output_tokens":[]}`, apierr.CodeInvalidField, `"max_output_tokens" must be a non-negative integer (at most 4294967295), got an array`},
-		{llmapi.Messages, `{"model":"a","max_tokens":{}}`, apierr.CodeInvalidField, `"max_tokens" must be a non-negative integer (at most 4294967295), got an object`},
+		{llmapi.Completions, `{"model":"a","max_completion_tokens":true}`, apierr.CodeInvalidType, `"max_completion_tokens" must be a non-negative integer (at most 4294967295), got a boolean`},
+		{llmapi.Responses, `{"model":"a","max_output_tokens":[]}`, apierr.CodeInvalidType, `"max_output_tokens" must be a non-negative integer (at most 4294967295), got an array`},
+		{llmapi.Messages, `{"model":"a","max_tokens":{}}`, apierr.CodeInvalidType, `"max_tokens" must be a non-negative integer (at most 4294967295), got an object`},
 		{llmapi.ChatCompletions, `{"model":"a","n":0}`, apierr.CodeIntegerBelowMin, `"n" must be an integer from 1 to 128, got 0`},
 		{llmapi.Completions, `{"model":"a","n":129}`, apierr.CodeIntegerAboveMax, `"n" must be an integer from 1 to 128, got 129`},
-		{llmapi.ChatCompletions, `{"model":"a","stream_options":"x"}`, apierr.CodeInvalidField, `"stream_options" must be an object, got a string`},
-		{llmapi.ChatCompletions, `{"model":"a","stream_options":{"include_usage":1}}`, apierr.CodeInvalidField, `"stream_options.include_usage" must be a boolean, got a number`},
+		{llmapi.ChatCompletions, `{"model":"a","stream_options":"x"}`, apierr.CodeInvalidType, `"stream_options" must be an object, got a string`},
+		{llmapi.ChatCompletions, `{"model":"a","stream_options":{"include_usage":1}}`, apierr.CodeInvalidType, `"stream_options.include_usage" must be a boolean, got a number`},
 		{llmapi.ChatCompletions, `{"Model":"a","model":"b"}`, apierr.CodeInvalidField, `top-level key "Model" differs from "model" only in case; send "model"`},
 		{llmapi.ChatCompletions, `{"model":"b","ſtream":true}`, apierr.CodeInvalidField, `top-level key "ſtream" differs from "stream" only in case; send "stream"`},
 		{llmapi.Messages, `{"model":"b","max_to\u212aens":9}`, apierr.CodeInvalidField, "top-level key \"max_to\u212aens\" differs from \"max_tokens\" only in case; send \"max_tokens\""},
@@ -368,7 +368,7 @@ func TestParseErrors(t *testing.T) {
 		{llmapi.ChatCompletions, `{"model":"b","Stream_Options":{}}`, apierr.CodeInvalidField, `top-level key "Stream_Options" differs from "stream_options" only in case; send "stream_options"`},
 		// the first bad field is reported
 		{llmapi.ChatCompletions, `{"model":"a","n":0,"stream":0}`, apierr.CodeIntegerBelowMin, `"n" must be an integer from 1 to 128, got 0`},
-		{llmapi.ChatCompletions, `{"stream":0}`, apierr.CodeInvalidField, `"stream" must be a boolean, got a number`},
+		{llmapi.ChatCompletions, `{"stream":0}`, apierr.CodeInvalidType, `"stream" must be a boolean, got a number`},
 	} {
 		t.Run(tc.code+"/"+clip([]byte(tc.body), 40), func(t *testing.T) {
 			body := []byte(tc.body)
@@ -399,7 +399,7 @@ func TestParseRefusesBadIntegersAndDuplicates(t *testing.T) {
 	const (
 		below = apierr.CodeIntegerBelowMin
 		above = apierr.CodeIntegerAboveMax
-		typ   = apierr.CodeInvalidField
+		typ   = apierr.CodeInvalidType
 		dup   = apierr.CodeDuplicateField
 	)
 	for _, tc := range []struct {
@@ -426,7 +426,7 @@ func TestParseRefusesBadIntegersAndDuplicates(t *testing.T) {
 		{llmapi.ChatCompletions, `{"model":"a","max_tokens":"1"}`, typ, "max_tokens"},
 		{llmapi.ChatCompletions, `{"model":"a","stream":"yes"}`, typ, "stream"},
 		{llmapi.ChatCompletions, `{"model":"a","stream_options":{"include_usage":1}}`, typ, "stream_options.include_usage"},
-		{llmapi.ChatCompletions, `{"model":5}`, apierr.CodeInvalidModel, "model"},
+		{llmapi.ChatCompletions, `{"model":5}`, typ, "model"},
 		{llmapi.ChatCompletions, `{}`, apierr.CodeMissingModel, ""}, // as OpenAI: param null
 		// two models: the provider may run the one Sluice did not meter
 		{llmapi.ChatCompletions, `{"model":"cheap","model":"expensive"}`, dup, "model"},
@@ -534,3 +534,63 @@ func TestParseAllocs(t *testing.T) {
 //     "https://", "data:image/", "image/" …, and "whole &&
 //     isAudioFormat(p)"), which 0x80 matches nowhere, so every comparison
 //     comes out as before.
+
+// TestParseOpenAIMessages: where OpenAI's API refuses the same body
+// itself, the refusal carries OpenAI's own words (and its param, and the
+// code apierr renders), so an OpenAI client reads what OpenAI would have
+// told it; Sluice's words stay in Message for the other dialect.
+func TestParseOpenAIMessages(t *testing.T) {
+	chat, resp := llmapi.ChatCompletions, llmapi.Responses
+	for _, tc := range []struct {
+		ep                 llmapi.Endpoint
+		body               string
+		code, param, reply string
+	}{
+		{chat, `{"model":"a","max_tokens":-1}`, apierr.CodeIntegerBelowMin, "max_tokens",
+			"Invalid 'max_tokens': integer below minimum value. Expected a value >= 1, but got -1 instead."},
+		{chat, `{"model":"a","max_completion_tokens":-5}`, apierr.CodeIntegerBelowMin, "max_completion_tokens",
+			"Invalid 'max_completion_tokens': integer below minimum value. Expected a value >= 1, but got -5 instead."},
+		{resp, `{"model":"a","max_output_tokens":-1}`, apierr.CodeIntegerBelowMin, "max_output_tokens",
+			"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got -1 instead."},
+		{chat, `{"model":"a","n":0}`, apierr.CodeIntegerBelowMin, "n",
+			"Invalid 'n': integer below minimum value. Expected a value >= 1, but got 0 instead."},
+		{chat, `{"model":"a","n":129}`, apierr.CodeIntegerAboveMax, "n",
+			"Invalid 'n': integer above maximum value. Expected a value <= 128, but got 129 instead."},
+		{chat, `{"model":"a","max_tokens":"10"}`, apierr.CodeInvalidType, "max_tokens",
+			"Invalid type for 'max_tokens': expected an integer, but got a string instead."},
+		{chat, `{"model":"a","n":1.5}`, apierr.CodeInvalidType, "n",
+			"Invalid type for 'n': expected an integer, but got a decimal number instead."},
+		{chat, `{"model":"a","stream":"yes"}`, apierr.CodeInvalidType, "stream",
+			"Invalid type for 'stream': expected a boolean, but got a string instead."},
+		{chat, `{"model":"a","stream":1}`, apierr.CodeInvalidType, "stream",
+			"Invalid type for 'stream': expected a boolean, but got an integer instead."},
+		{chat, `{"model":"a","stream_options":[]}`, apierr.CodeInvalidType, "stream_options",
+			"Invalid type for 'stream_options': expected an object, but got an array instead."},
+		{chat, `{"model":7}`, apierr.CodeInvalidType, "model",
+			"Invalid type for 'model': expected a string, but got an integer instead."},
+		{chat, `{"messages":[]}`, apierr.CodeMissingModel, "", "you must provide a model parameter"},
+		{chat, `{"model":""}`, apierr.CodeMissingModel, "", "you must provide a model parameter"},
+		{chat, `{"model":"a","Model":"b"}`, apierr.CodeInvalidField, "Model",
+			"Unknown parameter: 'Model'. (Keys are case-sensitive: did you mean 'model'?)"},
+		{chat, `{"model":"a",}`, apierr.CodeInvalidJSON, "",
+			"We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON: invalid JSON at byte 13: invalid character '}' looking for beginning of object key string.)"},
+	} {
+		_, err := Parse(tc.ep, []byte(tc.body))
+		e, ok := apierr.As(err)
+		if !ok {
+			t.Fatalf("Parse(%s) = %v, want an *apierr.Error", tc.body, err)
+		}
+		if e.Code != tc.code || e.Param != tc.param || e.OpenAIMessage != tc.reply {
+			t.Errorf("Parse(%s) = %s param %q %q\nwant %s param %q %q", tc.body, e.Code, e.Param, e.OpenAIMessage, tc.code, tc.param, tc.reply)
+		}
+		if e.Message == "" || e.Message == e.OpenAIMessage {
+			t.Errorf("Parse(%s): Sluice's own message %q must stay for the other dialect", tc.body, e.Message)
+		}
+	}
+	// A cap from Sluice's floor up to OpenAI's is the provider's to refuse.
+	for _, body := range []string{`{"model":"a","max_tokens":0}`, `{"model":"a","max_output_tokens":15}`} {
+		if _, err := Parse(resp, []byte(body)); err != nil {
+			t.Errorf("Parse(%s) = %v, want it passed to the provider", body, err)
+		}
+	}
+}

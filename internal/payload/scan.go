@@ -531,7 +531,10 @@ func (s *scanner) str() (units int64, esc bool, ok bool) {
 // fail records a syntax error at byte offset at.
 func (s *scanner) fail(at int, msg string) bool {
 	if s.err == nil {
-		s.err = invalid(apierr.CodeInvalidJSON, "invalid JSON at byte %d: %s", at, msg)
+		e := invalid(apierr.CodeInvalidJSON, "invalid JSON at byte %d: %s", at, msg)
+		// OpenAI's words for a body it cannot parse, with where.
+		s.err = openAI(e, "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. "+
+			"The OpenAI API expects a JSON payload, but what was sent was not valid JSON: "+e.Message+".)")
 	}
 	return false
 }
