@@ -365,15 +365,19 @@ func TestNoAllocationWhenNothingIsHeld(t *testing.T) {
 	// allocating (the result is a subslice, or empty).
 	usage := []byte(`data: {"choices":[],"usage":{"t":1}}` + "\n\n")
 	both := append(bytes.Clone(chunk), usage...)
+	var wrong bool
 	allocs = testing.AllocsPerRun(100, func() {
-		if out, _ := f.Write(usage, false); len(out) != 0 {
-			t.Fatal(string(out))
-		}
-		if out, _ := f.Write(both, false); !bytes.Equal(out, chunk) {
-			t.Fatal(string(out))
-		}
+		out, _ := f.Write(usage, false)
+		wrong = wrong || len(out) != 0
+		out, _ = f.Write(both, false)
+		wrong = wrong || !bytes.Equal(out, chunk)
 	})
-	if allocs != 0 {
+	if wrong {
+		t.Fatal("the usage chunk was not cut exactly")
+	}
+	// json.Valid's scanner comes from a sync.Pool, which the race
+	// detector empties at random; the filter itself allocates nothing.
+	if allocs != 0 && !raceEnabled {
 		t.Errorf("%v allocations per run removing a usage chunk, want 0", allocs)
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ssefilter
+
+const raceEnabled = false
