@@ -1,6 +1,9 @@
 package extproc
 
-import "github.com/sluicegw/sluice/internal/usage"
+import (
+	"github.com/sluicegw/sluice/internal/usage"
+	"github.com/sluicegw/sluice/policies"
+)
 
 // Outcomes of a settled request: the ledger record's Outcome, the usage
 // metadata's "outcome" and the outcome label of
@@ -82,4 +85,10 @@ func charge(status int, complete bool, res usage.Result, inputEstimate, outputCa
 // is the input estimate.
 func unmetered(inputEstimate int64) usage.Result {
 	return usage.Result{Usage: usage.Usage{InputTokens: inputEstimate}, Estimated: true, OutputEstimated: true}
+}
+
+// tokensOf is what the pricing table prices of a charged usage: every
+// kind of token it counts.
+func tokensOf(u usage.Usage) policies.Tokens {
+	return policies.Tokens{Input: u.InputTokens, CachedInput: u.CachedInputTokens, Output: u.OutputTokens}
 }

@@ -55,7 +55,7 @@ func TestSpendCLI(t *testing.T) {
 	rec := func(id, key, team, model, started string, cost int64) ledger.Record {
 		return ledger.Record{
 			RequestID: id, KeyID: key, Team: team, Org: "acme", Model: model,
-			InputTokens: 100, OutputTokens: 10, CostMicros: cost, Priced: true,
+			InputTokens: 100, OutputTokens: 10, CostPico: cost * 1_000_000, Priced: true,
 			Status: 200, Outcome: "ok", StartedAt: at(started),
 		}
 	}
@@ -129,7 +129,8 @@ func TestSpendCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `{"group":"2025-03-31","requests":1,"input_tokens":100,"cached_input_tokens":0,"cache_creation_tokens":0,` +
-		`"output_tokens":10,"reasoning_tokens":0,"cost_micros":500000,"cost_usd":"0.500000","estimated":0,"unpriced":0}` + "\n"
+		`"output_tokens":10,"reasoning_tokens":0,"cache_creation_1h_tokens":0,"audio_input_tokens":0,"audio_output_tokens":0,` +
+		`"cost_micros":500000,"cost_pico_usd":500000000000,"cost_usd":"0.500000","estimated":0,"unpriced":0}` + "\n"
 	if out != want {
 		t.Errorf("spend --format json:\n%s\nwant:\n%s", out, want)
 	}
@@ -158,7 +159,7 @@ func TestSpendRecords(t *testing.T) {
 	rec := func(id, client string, i int) ledger.Record {
 		return ledger.Record{
 			RequestID: id, ClientRequestID: client, KeyID: "key_a", Team: "search", Model: "gpt-4o",
-			InputTokens: 100, OutputTokens: 10, CostMicros: 1000, Priced: true,
+			InputTokens: 100, OutputTokens: 10, CostPico: 1000 * 1_000_000, Priced: true,
 			Status: 200, Outcome: "ok", StartedAt: at.Add(time.Duration(i) * time.Second),
 		}
 	}
