@@ -76,6 +76,7 @@ func charge(status int, complete bool, res usage.Result, inputEstimate, outputCa
 	if res.OutputEstimated && outputCap >= 0 && c.Usage.OutputTokens > outputCap {
 		c.Usage.OutputTokens = outputCap
 		c.Usage.ReasoningTokens = min(c.Usage.ReasoningTokens, outputCap)
+		c.Usage.AudioOutputTokens = min(c.Usage.AudioOutputTokens, outputCap)
 	}
 	return c
 }
@@ -90,5 +91,9 @@ func unmetered(inputEstimate int64) usage.Result {
 // tokensOf is what the pricing table prices of a charged usage: every
 // kind of token it counts.
 func tokensOf(u usage.Usage) policies.Tokens {
-	return policies.Tokens{Input: u.InputTokens, CachedInput: u.CachedInputTokens, Output: u.OutputTokens}
+	return policies.Tokens{
+		Input: u.InputTokens, CachedInput: u.CachedInputTokens,
+		CacheWrite: u.CacheCreationTokens, CacheWrite1h: u.CacheCreation1hTokens, AudioInput: u.AudioInputTokens,
+		Output: u.OutputTokens, Reasoning: u.ReasoningTokens, AudioOutput: u.AudioOutputTokens,
+	}
 }

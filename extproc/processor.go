@@ -603,6 +603,7 @@ func (p *Processor) record(c charged, cost int64, now time.Time) ledger.Record {
 		Endpoint: p.ep.String(), Model: p.route.Name, Provider: p.provider, UpstreamModel: p.upstream,
 		InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens, CacheCreationTokens: u.CacheCreationTokens,
 		OutputTokens: u.OutputTokens, ReasoningTokens: u.ReasoningTokens,
+		CacheCreation1hTokens: u.CacheCreation1hTokens, AudioInputTokens: u.AudioInputTokens, AudioOutputTokens: u.AudioOutputTokens,
 		CostPico: cost, Priced: p.route.Priced, Status: p.status, Outcome: c.Outcome, ErrorType: c.ErrorType,
 		Estimated: c.Estimated, Stream: p.req.Stream, StartedAt: p.start, FinishedAt: now, TTFT: p.ttft,
 	}
