@@ -263,3 +263,36 @@ pricing:
 		}
 	}
 }
+
+// TestPricingWarningsUnpricedDeny: with gateway.unpriced_models: deny, a
+// model without a price is refused, and the warning says so; audio in a
+// provider's name for the model counts as the model's.
+func TestPricingWarningsUnpricedDeny(t *testing.T) {
+	cfg, err := Parse([]byte(`
+gateway: {unpriced_models: deny}
+providers: [{name: local, kind: openai-compatible, base_url: "http://127.0.0.1:8000"}]
+models:
+  - {name: m, provider: local}
+  - {name: speech, provider: local, upstream: my-realtime-model}
+pricing:
+  speech: {input: 1, output: 1, audio_output: 2}
+`), "f.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := Compile(cfg, "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range snap.PricingWarnings() {
+		got = append(got, w.String())
+	}
+	want := []string{
+		`pricing.m: model "m" has no price: its requests are refused (gateway.unpriced_models: deny)`,
+		"pricing.speech.audio_input: not set: the model's name says it takes audio, and audio input tokens are charged at the text input price",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("PricingWarnings (-want +got):\n%s", diff)
+	}
+}
