@@ -127,3 +127,18 @@ func loadSnapshot(path string, env Env) (*policies.Snapshot, error) {
 	}
 	return snap, nil
 }
+
+// loadSnapshotWithoutProviderKeys is loadSnapshot for a command that never
+// calls a provider: the providers' api_key values are not read, so their
+// environment variables need not be set where it runs.
+func loadSnapshotWithoutProviderKeys(path string, env Env) (*policies.Snapshot, error) {
+	cfg, err := policies.LoadWithoutProviderKeys(path, env)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := policies.CompileWithoutProviderKeys(cfg, path)
+	if err != nil {
+		return nil, fmt.Errorf("compile %s: %w", path, err)
+	}
+	return snap, nil
+}

@@ -63,7 +63,9 @@ func runSpend(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	if *format != "table" && *format != "csv" && *format != "json" {
 		return fmt.Errorf("--format: want table, csv or json, got %q", *format)
 	}
-	snap, err := loadSnapshot(*config, env)
+	// spend reads the ledger and never calls a provider: it runs where
+	// the providers' keys are not in the environment.
+	snap, err := loadSnapshotWithoutProviderKeys(*config, env)
 	if err != nil {
 		return err
 	}
@@ -181,9 +183,10 @@ func dollars(s money.Sum) string {
 }
 
 func writeTotals(w io.Writer, format, by string, ts []ledger.Total) error {
-	header := []string{by, "requests", "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "estimated", "unpriced"}
+	header := []string{by, "requests", "input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "estimated", "unpriced"}
 	row := func(t ledger.Total) []string {
-		return []string{t.Group, i64(t.Requests), i64(t.InputTokens), i64(t.CachedInputTokens), i64(t.OutputTokens), i64(t.ReasoningTokens), dollars(t.Cost), i64(t.Estimated), i64(t.Unpriced)}
+		return []string{t.Group, i64(t.Requests), i64(t.InputTokens), i64(t.CachedInputTokens), i64(t.CacheCreationTokens),
+			i64(t.OutputTokens), i64(t.ReasoningTokens), dollars(t.Cost), i64(t.Estimated), i64(t.Unpriced)}
 	}
 	switch format {
 	case "json":
@@ -252,10 +255,12 @@ type totalJSON struct {
 func writeRecords(w io.Writer, format string, rs []ledger.Record) error {
 	// request_id is the record's own id; client_request_id the client's
 	// x-request-id, a correlation field that many records may share.
-	header := []string{"started_at", "request_id", "client_request_id", "key_id", "team", "model", "provider", "status", "outcome", "error_type", "input", "cached", "output", "reasoning", "cost_usd", "estimated"}
+	header := []string{"started_at", "request_id", "client_request_id", "key_id", "team", "model", "provider", "status", "outcome", "error_type",
+		"input", "cached", "cache_creation", "output", "reasoning", "cost_usd", "estimated"}
 	row := func(r ledger.Record) []string {
 		return []string{r.StartedAt.Format(time.RFC3339), r.RequestID, r.ClientRequestID, r.KeyID, r.Team, r.Model, r.Provider, strconv.Itoa(r.Status), r.Outcome, r.ErrorType,
-			i64(r.InputTokens), i64(r.CachedInputTokens), i64(r.OutputTokens), i64(r.ReasoningTokens), dollars(money.FromPico(r.CostPico)), strconv.FormatBool(r.Estimated)}
+			i64(r.InputTokens), i64(r.CachedInputTokens), i64(r.CacheCreationTokens), i64(r.OutputTokens), i64(r.ReasoningTokens),
+			dollars(money.FromPico(r.CostPico)), strconv.FormatBool(r.Estimated)}
 	}
 	switch format {
 	case "json":
