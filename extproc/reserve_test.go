@@ -126,6 +126,19 @@ func TestMetricsNeverAddNegative(t *testing.T) {
 	}
 }
 
+// TestCostMetricKeepsFractions: sluice_cost_micros_total adds each
+// request's exact cost, fractions of a micro-dollar included: three
+// requests of 0.14 µ$ add 0.42, not 3.
+func TestCostMetricKeepsFractions(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	for range 3 {
+		m.observe(ledger.Record{Model: "m", Endpoint: "embeddings", Outcome: "ok", InputTokens: 7, CostPico: 140_000})
+	}
+	if got := counterValue(t, m.cost.WithLabelValues("m")); math.Abs(got-0.42) > 1e-12 {
+		t.Errorf("cost counter %v µ$, want 0.42", got)
+	}
+}
+
 func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()
 	var m dto.Metric
