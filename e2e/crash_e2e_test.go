@@ -211,8 +211,8 @@ func TestCrashSafety(t *testing.T) {
 	records := map[string]int64{}
 	var charged int64
 	for _, r := range s2.records(t) {
-		records[r.ClientRequestID] = r.CostMicros
-		charged += r.CostMicros
+		records[r.ClientRequestID] = r.CostPico
+		charged += r.CostPico / 1_000_000 // whole micro-dollars at these prices
 	}
 	completed := 0
 	for _, o := range outcomes {

@@ -336,7 +336,7 @@ func TestFixturesAccounting(t *testing.T) {
 				rec := s.record(t, rid)
 				switch {
 				case it.Response.Code != 200:
-					if rec.InputTokens != 0 || rec.OutputTokens != 0 || rec.CostMicros != 0 || rec.Outcome != "upstream_error" {
+					if rec.InputTokens != 0 || rec.OutputTokens != 0 || rec.CostPico != 0 || rec.Outcome != "upstream_error" {
 						t.Errorf("provider error charged: %+v", rec)
 					}
 				case hasUsage:
@@ -464,7 +464,7 @@ func TestResponseTrailersSettle(t *testing.T) {
 					t.Fatal("no spend record once the client had the whole response")
 				}
 				want := s.record(t, plain)
-				if got.Outcome != "ok" || got.Estimated || got.InputTokens != want.InputTokens || got.OutputTokens != want.OutputTokens || got.OutputTokens == 0 || got.CostMicros != want.CostMicros {
+				if got.Outcome != "ok" || got.Estimated || got.InputTokens != want.InputTokens || got.OutputTokens != want.OutputTokens || got.OutputTokens == 0 || got.CostPico != want.CostPico {
 					t.Errorf("settled %+v; want ok with the reported usage of %+v", *got, want)
 				}
 				if p.emu == nil {

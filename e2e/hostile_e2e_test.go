@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,9 +59,9 @@ func TestHugeUsageKeepsServing(t *testing.T) {
 		// which the response carries and the record correlates with.
 		rec := s.awaitRecord(t, h.Get("x-request-id"))
 		// The 3 words delivered, counted by the tokenizer, at 10 µ$ each.
-		if rec.Outcome != "unparsed" || !rec.Estimated || rec.OutputTokens < 3 || rec.OutputTokens > 100 || rec.CostMicros != rec.OutputTokens*10 {
+		if rec.Outcome != "unparsed" || !rec.Estimated || rec.OutputTokens < 3 || rec.OutputTokens > 100 || rec.CostPico != rec.OutputTokens*10_000_000 {
 			t.Errorf("record: outcome %s, estimated %v, output %d tokens, cost %d µ$; want unparsed, estimated, the delivered words' count at 10 µ$ each",
-				rec.Outcome, rec.Estimated, rec.OutputTokens, rec.CostMicros)
+				rec.Outcome, rec.Estimated, rec.OutputTokens, rec.CostPico)
 		}
 		// Still serving.
 		st, h, body = call{path: "/v1/chat/completions", body: `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
@@ -68,8 +69,8 @@ func TestHugeUsageKeepsServing(t *testing.T) {
 		if st != 200 {
 			t.Fatalf("the request after: %d %s", st, body)
 		}
-		if rec := s.awaitRecord(t, h.Get("x-request-id")); rec.CostMicros <= 0 {
-			t.Errorf("the request after was charged %d", rec.CostMicros)
+		if rec := s.awaitRecord(t, h.Get("x-request-id")); rec.CostPico <= 0 {
+			t.Errorf("the request after was charged %d p$", rec.CostPico)
 		}
 	})
 }
@@ -332,10 +333,10 @@ func TestHostileInputs(t *testing.T) {
 					rec := s.awaitRecord(t, respID)
 					w := row.rec
 					if rec.Outcome != w.outcome || rec.Estimated != w.estimated || rec.ErrorType != w.errorType ||
-						rec.OutputTokens < w.outMin || rec.OutputTokens > w.outMax || rec.CostMicros < 0 || rec.CostMicros > w.costMax ||
+						rec.OutputTokens < w.outMin || rec.OutputTokens > w.outMax || rec.CostPico < 0 || rec.CostPico > w.costMax*1_000_000 ||
 						rec.InputTokens < 0 || rec.ReasoningTokens < 0 || rec.CachedInputTokens < 0 {
 						t.Errorf("record: outcome %q, estimated %v, error type %q, input %d, output %d (reasoning %d), cost %d µ$;\nwant outcome %q, estimated %v, error type %q, output in [%d, %d], cost in [0, %d]",
-							rec.Outcome, rec.Estimated, rec.ErrorType, rec.InputTokens, rec.OutputTokens, rec.ReasoningTokens, rec.CostMicros,
+							rec.Outcome, rec.Estimated, rec.ErrorType, rec.InputTokens, rec.OutputTokens, rec.ReasoningTokens, rec.CostPico/1_000_000,
 							w.outcome, w.estimated, w.errorType, w.outMin, w.outMax, w.costMax)
 					}
 					if seen[rec.RequestID] || rec.RequestID == "" {
@@ -405,7 +406,7 @@ func (p *sluiceProcess) checkTeamBudget(t *testing.T, recs []ledger.Record) {
 	t.Helper()
 	var sum int64
 	for _, r := range recs {
-		sum += r.CostMicros
+		sum += r.CostPico
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -414,10 +415,11 @@ func (p *sluiceProcess) checkTeamBudget(t *testing.T, recs []ledger.Record) {
 		st, _, body := do(t, req)
 		var got struct {
 			Budgets []struct {
-				Limit     int64 `json:"limit_micro_usd"`
-				Spent     int64 `json:"spent_micro_usd"`
-				Reserved  int64 `json:"reserved_micro_usd"`
-				Remaining int64 `json:"remaining_micro_usd"`
+				Limit     int64       `json:"limit_micro_usd"`
+				Spent     int64       `json:"spent_micro_usd"`
+				Reserved  int64       `json:"reserved_micro_usd"`
+				Remaining int64       `json:"remaining_micro_usd"`
+				SpentPico json.Number `json:"spent_pico_usd"`
 			} `json:"budgets"`
 		}
 		if err := json.Unmarshal([]byte(body), &got); st != 200 || err != nil || len(got.Budgets) != 1 {
@@ -425,8 +427,10 @@ func (p *sluiceProcess) checkTeamBudget(t *testing.T, recs []ledger.Record) {
 		}
 		bs := got.Budgets[0]
 		if bs.Reserved == 0 {
-			if bs.Limit != hostileBudget || bs.Spent != sum || bs.Spent > bs.Limit || bs.Remaining != bs.Limit-bs.Spent {
-				t.Errorf("team budget %+v; the ledger's records cost %d µ$ (limit %d)", bs, sum, hostileBudget)
+			spentUp := (sum + 999_999) / 1_000_000
+			if bs.Limit != hostileBudget || bs.SpentPico.String() != strconv.FormatInt(sum, 10) || bs.Spent != spentUp || bs.Spent > bs.Limit ||
+				bs.Remaining != (hostileBudget*1_000_000-sum)/1_000_000 {
+				t.Errorf("team budget %+v; the ledger's records cost %d p$ (limit %d µ$)", bs, sum, hostileBudget)
 			}
 			return
 		}

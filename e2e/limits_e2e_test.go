@@ -111,12 +111,12 @@ func TestBudgetHoldsEndToEnd(t *testing.T) {
 		var sum, n int64
 		for _, r := range s.records(t) {
 			if mine[r.ClientRequestID] {
-				sum += r.CostMicros
+				sum += r.CostPico
 				n++
 			}
 		}
-		if n != affordable || sum != 10000 {
-			t.Errorf("ledger: %d records summing to %d micro-dollars; want %d summing to the budget, 10000", n, sum, affordable)
+		if n != affordable || sum != 10000*1_000_000 {
+			t.Errorf("ledger: %d records summing to %d p$; want %d summing to the budget, 10000 µ$", n, sum, affordable)
 		}
 	})
 }
@@ -201,8 +201,8 @@ func TestAbortChargesReceivedChunks(t *testing.T) {
 		m.Write(sent)
 		want := m.Close(false, 0)
 		rec := s.awaitRecord(t, resp.Header.Get("x-request-id"))
-		if rec.OutputTokens != want.OutputTokens || rec.OutputTokens == 0 || !rec.Estimated || rec.CostMicros != rec.OutputTokens {
-			t.Errorf("record: output %d (estimated %v, cost %d); the 3 chunks received carry %d tokens", rec.OutputTokens, rec.Estimated, rec.CostMicros, want.OutputTokens)
+		if rec.OutputTokens != want.OutputTokens || rec.OutputTokens == 0 || !rec.Estimated || rec.CostPico != rec.OutputTokens*1_000_000 {
+			t.Errorf("record: output %d (estimated %v, cost %d p$); the 3 chunks received carry %d tokens", rec.OutputTokens, rec.Estimated, rec.CostPico, want.OutputTokens)
 		}
 		if strings.Count(string(got), `"content":`) < 2 {
 			t.Errorf("the client got no content before the reset:\n%s", got)

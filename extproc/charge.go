@@ -1,6 +1,9 @@
 package extproc
 
-import "github.com/sluicegw/sluice/internal/usage"
+import (
+	"github.com/sluicegw/sluice/internal/usage"
+	"github.com/sluicegw/sluice/policies"
+)
 
 // Outcomes of a settled request: the ledger record's Outcome, the usage
 // metadata's "outcome" and the outcome label of
@@ -73,6 +76,7 @@ func charge(status int, complete bool, res usage.Result, inputEstimate, outputCa
 	if res.OutputEstimated && outputCap >= 0 && c.Usage.OutputTokens > outputCap {
 		c.Usage.OutputTokens = outputCap
 		c.Usage.ReasoningTokens = min(c.Usage.ReasoningTokens, outputCap)
+		c.Usage.AudioOutputTokens = min(c.Usage.AudioOutputTokens, outputCap)
 	}
 	return c
 }
@@ -82,4 +86,14 @@ func charge(status int, complete bool, res usage.Result, inputEstimate, outputCa
 // is the input estimate.
 func unmetered(inputEstimate int64) usage.Result {
 	return usage.Result{Usage: usage.Usage{InputTokens: inputEstimate}, Estimated: true, OutputEstimated: true}
+}
+
+// tokensOf is what the pricing table prices of a charged usage: every
+// kind of token it counts.
+func tokensOf(u usage.Usage) policies.Tokens {
+	return policies.Tokens{
+		Input: u.InputTokens, CachedInput: u.CachedInputTokens,
+		CacheWrite: u.CacheCreationTokens, CacheWrite1h: u.CacheCreation1hTokens, AudioInput: u.AudioInputTokens,
+		Output: u.OutputTokens, Reasoning: u.ReasoningTokens, AudioOutput: u.AudioOutputTokens,
+	}
 }

@@ -332,7 +332,7 @@ func runScript(t *testing.T, env *fuzzEnv, data []byte) {
 	ids := map[string]bool{}
 	for k, r := range recs {
 		for name, v := range map[string]int64{"input": r.InputTokens, "cached input": r.CachedInputTokens, "cache creation": r.CacheCreationTokens,
-			"output": r.OutputTokens, "reasoning": r.ReasoningTokens, "cost": r.CostMicros} {
+			"output": r.OutputTokens, "reasoning": r.ReasoningTokens, "cost": r.CostPico} {
 			if v < 0 {
 				t.Errorf("record %s: %s %d < 0: %+v", r.RequestID, name, v, r)
 			}

@@ -470,16 +470,16 @@ type admitCall struct {
 	Model                        string
 	CountRequest                 bool
 	InputTokens, MaxOutputTokens int64
-	CostMicros                   int64
+	CostPico                     int64
 	At                           time.Time
 	Refused                      string `json:",omitempty"`
 }
 
 type settleCall struct {
-	KeyID                                 string
-	Model                                 string
-	InputTokens, OutputTokens, CostMicros int64
-	At                                    time.Time
+	KeyID                               string
+	Model                               string
+	InputTokens, OutputTokens, CostPico int64
+	At                                  time.Time
 }
 
 // recordingAdmitter records every call to the real admitter.
@@ -492,7 +492,7 @@ type recordingAdmitter struct {
 func (r *recordingAdmitter) Admit(ctx context.Context, c admission.Claim) (admission.Grant, error) {
 	g, err := r.next.Admit(ctx, c)
 	call := &admitCall{KeyID: c.Principal.KeyID, Model: c.Model, CountRequest: c.CountRequest,
-		InputTokens: c.InputTokens, MaxOutputTokens: c.MaxOutputTokens, CostMicros: c.CostMicros, At: c.At}
+		InputTokens: c.InputTokens, MaxOutputTokens: c.MaxOutputTokens, CostPico: c.CostPico, At: c.At}
 	if err != nil {
 		call.Refused = err.Error()
 	}
@@ -510,7 +510,7 @@ func (r *recordingAdmitter) Settle(ctx context.Context, g admission.Grant, a adm
 	}
 	r.mu.Lock()
 	r.calls = append(r.calls, admissionCall{Settle: &settleCall{KeyID: key, Model: g.Claim.Model,
-		InputTokens: a.InputTokens, OutputTokens: a.OutputTokens, CostMicros: a.CostMicros, At: a.At}})
+		InputTokens: a.InputTokens, OutputTokens: a.OutputTokens, CostPico: a.CostPico, At: a.At}})
 	r.mu.Unlock()
 }
 

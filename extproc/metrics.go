@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/money"
 )
 
 // Metrics are the ext_proc server's Prometheus series. Labels are bounded:
@@ -38,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_tokens_total",
 			Help: "Tokens charged, by model and kind (input, cached_input, output, reasoning)."}, []string{"model", "kind"}),
 		cost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cost_micros_total",
-			Help: "Cost charged in micro-dollars, by model."}, []string{"model"}),
+			Help: "Cost charged in micro-dollars (fractions included: a request's cost is exact to the pico-dollar), by model."}, []string{"model"}),
 		unparsed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_unparsed_responses_total",
 			Help: "2xx responses whose body could not be metered (charged the input estimate), by endpoint."}, []string{"endpoint"}),
 		unpriced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_unpriced_requests_total",
@@ -64,10 +65,12 @@ func (m *Metrics) observe(r ledger.Record) {
 	addCount(m.tokens.WithLabelValues(r.Model, "cached_input"), r.CachedInputTokens)
 	addCount(m.tokens.WithLabelValues(r.Model, "output"), r.OutputTokens)
 	addCount(m.tokens.WithLabelValues(r.Model, "reasoning"), r.ReasoningTokens)
-	addCount(m.cost.WithLabelValues(r.Model), r.CostMicros)
+	if r.CostPico > 0 {
+		m.cost.WithLabelValues(r.Model).Add(float64(r.CostPico) / money.PicoPerMicro)
+	}
 }
 
-// addCount adds a token count or a cost to a counter. A Prometheus counter
+// addCount adds a token count to a counter. A Prometheus counter
 // panics on a negative Add; the accounting is saturating and never
 // negative (internal/sat), and this is the one place that makes sure of it
 // for every series.

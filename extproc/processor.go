@@ -20,6 +20,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/payload"
 	"github.com/sluicegw/sluice/internal/sat"
 	"github.com/sluicegw/sluice/internal/ssefilter"
@@ -418,13 +419,13 @@ func (p *Processor) reserve(ctx context.Context, r resolved) (admission.Grant, *
 	// math.MaxInt64, more than any limit or budget allows at all, which
 	// admission refuses as such.
 	maxOut = max(maxOut, 0)
-	var worst int64
+	var worst int64 // pico-dollars
 	if route.Priced {
-		worst = route.Price.CostMicros(req.InputTokens, 0, maxOut)
+		worst = route.Price.Cost(policies.Tokens{Input: req.InputTokens, Output: maxOut})
 	}
 	grant, err := p.d.Admitter.Admit(ctx, admission.Claim{
 		Principal: p.principal, Model: route.Name, CountRequest: !p.counted,
-		InputTokens: req.InputTokens, MaxOutputTokens: maxOut, CostMicros: worst, At: p.d.Now(),
+		InputTokens: req.InputTokens, MaxOutputTokens: maxOut, CostPico: worst, At: p.d.Now(),
 	})
 	if err != nil {
 		if e, ok := apierr.As(err); ok {
@@ -599,23 +600,23 @@ func (p *Processor) settle(ctx context.Context, complete bool) *structpb.Struct 
 		p.d.Metrics.ledgerErrors.Inc()
 		p.d.Log.Error("spend record not written", "record_id", rec.RequestID, "client_request_id", rec.ClientRequestID, "key_id", p.principal.KeyID, "err", err)
 	}
-	p.d.Admitter.Settle(ctx, p.grant, admission.Actual{InputTokens: c.Usage.InputTokens, OutputTokens: c.Usage.OutputTokens, CostMicros: cost, At: now})
+	p.d.Admitter.Settle(ctx, p.grant, admission.Actual{InputTokens: c.Usage.InputTokens, OutputTokens: c.Usage.OutputTokens, CostPico: cost, At: now})
 	p.d.Metrics.observe(rec)
 	return usageMetadata(rec)
 }
 
-// price is what u costs at the model's price in micro-dollars, rounded
-// up; an unpriced model's request costs 0 and is counted.
+// price is what u costs at the model's price in pico-dollars, exactly;
+// an unpriced model's request costs 0 and is counted.
 func (p *Processor) price(u usage.Usage) int64 {
 	if !p.route.Priced {
 		p.d.Metrics.unpriced.WithLabelValues(p.route.Name).Inc()
 		return 0
 	}
-	return p.route.Price.CostMicros(u.InputTokens, u.CachedInputTokens, u.OutputTokens)
+	return p.route.Price.Cost(tokensOf(u))
 }
 
-// record is the spend record of the request charged c, costing cost,
-// finished at now.
+// record is the spend record of the request charged c, costing cost
+// pico-dollars, finished at now.
 func (p *Processor) record(c charged, cost int64, now time.Time) ledger.Record {
 	u := c.Usage
 	return ledger.Record{
@@ -624,7 +625,8 @@ func (p *Processor) record(c charged, cost int64, now time.Time) ledger.Record {
 		Endpoint: p.ep.String(), Model: p.route.Name, Provider: p.provider, UpstreamModel: p.upstream,
 		InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens, CacheCreationTokens: u.CacheCreationTokens,
 		OutputTokens: u.OutputTokens, ReasoningTokens: u.ReasoningTokens,
-		CostMicros: cost, Priced: p.route.Priced, Status: p.status, Outcome: c.Outcome, ErrorType: c.ErrorType,
+		CacheCreation1hTokens: u.CacheCreation1hTokens, AudioInputTokens: u.AudioInputTokens, AudioOutputTokens: u.AudioOutputTokens,
+		CostPico: cost, Priced: p.route.Priced, Status: p.status, Outcome: c.Outcome, ErrorType: c.ErrorType,
 		Estimated: c.Estimated, Stream: p.req.Stream, StartedAt: p.start, FinishedAt: now, TTFT: p.ttft,
 	}
 }
@@ -639,7 +641,7 @@ func usageMetadata(r ledger.Record) *structpb.Struct {
 		"output_tokens":       num(r.OutputTokens),
 		"reasoning_tokens":    num(r.ReasoningTokens),
 		"total_tokens":        num(r.InputTokens + r.OutputTokens),
-		"cost_micros":         num(r.CostMicros),
+		"cost_micros":         num(money.FromPico(r.CostPico).MicrosUp()), // rounded up, for the access log
 		"model":               structpb.NewStringValue(r.Model),
 		"provider":            structpb.NewStringValue(r.Provider),
 		"key_id":              structpb.NewStringValue(r.KeyID),

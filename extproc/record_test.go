@@ -160,7 +160,7 @@ func TestBadReportedUsage(t *testing.T) {
 				t.Fatalf("%d records; want 1", len(led.records))
 			}
 			r := led.records[0]
-			if r.Outcome != "unparsed" || !r.Estimated || r.InputTokens <= 0 || r.OutputTokens <= 0 || r.CostMicros <= 0 {
+			if r.Outcome != "unparsed" || !r.Estimated || r.InputTokens <= 0 || r.OutputTokens <= 0 || r.CostPico <= 0 {
 				t.Errorf("record %+v; want unparsed, estimated, charged the input estimate and the text's tokens", r)
 			}
 			m := &dto.Metric{}

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/sat"
 	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -97,8 +98,8 @@ func TestReserveNeverWraps(t *testing.T) {
 			if c.MaxOutputTokens != tc.wantOut {
 				t.Errorf("reserved %d output tokens, want %d (max_tokens × n)", c.MaxOutputTokens, tc.wantOut)
 			}
-			if c.CostMicros < tc.wantCostAbove || c.CostMicros < 0 {
-				t.Errorf("reserved cost %d µ$, want at least %d µ$ (the output alone)", c.CostMicros, tc.wantCostAbove)
+			if want := sat.Mul(tc.wantCostAbove, 1_000_000); c.CostPico < want || c.CostPico < 0 {
+				t.Errorf("reserved cost %d p$, want at least %d µ$ (the output alone)", c.CostPico, tc.wantCostAbove)
 			}
 			im := resp.GetImmediateResponse()
 			if im == nil || im.GetStatus().GetCode() != 429 || !strings.Contains(string(im.GetBody()), "insufficient_quota") || !strings.Contains(string(im.GetBody()), "at all") {
@@ -116,12 +117,25 @@ func TestReserveNeverWraps(t *testing.T) {
 // observed without panicking, and only non-negative amounts are counted.
 func TestMetricsNeverAddNegative(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
-	m.observe(ledger.Record{Model: "m", Endpoint: "chat", Outcome: "ok", InputTokens: -1, OutputTokens: math.MaxInt64, CachedInputTokens: math.MinInt64, CostMicros: -5})
+	m.observe(ledger.Record{Model: "m", Endpoint: "chat", Outcome: "ok", InputTokens: -1, OutputTokens: math.MaxInt64, CachedInputTokens: math.MinInt64, CostPico: -5})
 	if got := counterValue(t, m.cost.WithLabelValues("m")); got != 0 {
 		t.Errorf("cost counter %v after a negative cost, want 0", got)
 	}
 	if got := counterValue(t, m.tokens.WithLabelValues("m", "output")); got != math.MaxInt64 {
 		t.Errorf("output tokens counter %v, want %v", got, float64(math.MaxInt64))
+	}
+}
+
+// TestCostMetricKeepsFractions: sluice_cost_micros_total adds each
+// request's exact cost, fractions of a micro-dollar included: three
+// requests of 0.14 µ$ add 0.42, not 3.
+func TestCostMetricKeepsFractions(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	for range 3 {
+		m.observe(ledger.Record{Model: "m", Endpoint: "embeddings", Outcome: "ok", InputTokens: 7, CostPico: 140_000})
+	}
+	if got := counterValue(t, m.cost.WithLabelValues("m")); math.Abs(got-0.42) > 1e-12 {
+		t.Errorf("cost counter %v µ$, want 0.42", got)
 	}
 }
 

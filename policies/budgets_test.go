@@ -61,8 +61,8 @@ func TestPerRequestFee(t *testing.T) {
 		{10, 0, 20, 57}, // 10 + 40 + 7
 		{1_000_000, 0, 0, 1_000_007},
 	} {
-		if got := p.CostMicros(tc.in, tc.cached, tc.out); got != tc.want {
-			t.Errorf("CostMicros(%d, %d, %d) with a fee of 7 = %d, want %d", tc.in, tc.cached, tc.out, got, tc.want)
+		if got := p.Cost(Tokens{Input: tc.in, CachedInput: tc.cached, Output: tc.out}); got != tc.want*1_000_000 {
+			t.Errorf("Cost(%d, %d, %d) with a fee of 7 µ$ = %d p$, want %d µ$", tc.in, tc.cached, tc.out, got, tc.want)
 		}
 	}
 }

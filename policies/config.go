@@ -288,13 +288,57 @@ type ModelProvider struct {
 }
 
 // Price is what a model costs, in integer micro-dollars per one million
-// tokens ($2.50 per 1M tokens is 2500000).
+// tokens ($2.50 per 1M tokens is 2500000), which is pico-dollars per
+// token. Each kind of token the provider reports has its own price; a
+// kind left unset is priced as the comment of its field says (Cost, and
+// docs/configuration.md, "pricing", give the whole model).
 type Price struct {
-	Input       int64 `yaml:"input"`
+	// Input is the price of prompt tokens.
+	Input int64 `yaml:"input"`
+	// CachedInput is the price of prompt tokens read from the prompt
+	// cache; 0 (or unset) means Input.
 	CachedInput int64 `yaml:"cached_input"`
-	Output      int64 `yaml:"output"`
+	// CacheWrite is the price of prompt tokens written to the prompt cache
+	// with the 5-minute TTL (Anthropic's default); unset means 1.25 ×
+	// Input, rounded up to a whole micro-dollar per 1M.
+	CacheWrite *int64 `yaml:"cache_write"`
+	// CacheWrite1h is the price of prompt tokens written to the cache with
+	// the 1-hour TTL; unset means 2 × Input.
+	CacheWrite1h *int64 `yaml:"cache_write_1h"`
+	// AudioInput is the price of prompt tokens of audio; unset means
+	// Input, the text price (sluice check-config warns where a model's
+	// name says it takes audio).
+	AudioInput *int64 `yaml:"audio_input"`
+	// Output is the price of output tokens.
+	Output int64 `yaml:"output"`
+	// Reasoning is the price of reasoning (thinking) tokens, a part of the
+	// output; unset means Output, as OpenAI and Anthropic bill them.
+	Reasoning *int64 `yaml:"reasoning"`
+	// AudioOutput is the price of output tokens of audio; unset means
+	// Output.
+	AudioOutput *int64 `yaml:"audio_output"`
+	// LongContext, when set, prices every token of a request whose prompt
+	// holds more than AboveInputTokens tokens (cached ones and cache
+	// writes included) at its prices instead.
+	LongContext *LongContext `yaml:"long_context"`
 	// PerRequest is a fee per request, in micro-dollars (not per 1M).
 	PerRequest int64 `yaml:"per_request"`
+}
+
+// LongContext is a price tier for long prompts (Anthropic's and Gemini's
+// above 200K input tokens). Its prices replace the base price's fields of
+// the same name; a field it leaves unset keeps the base price's, and the
+// kinds neither sets follow from the tier's input and output as they do
+// from the base's (cache writes at 1.25 × and 2 × its input, …).
+type LongContext struct {
+	// AboveInputTokens is the threshold: a request whose InputTokens is
+	// more than it is priced at the tier. Required, above 0.
+	AboveInputTokens int64  `yaml:"above_input_tokens"`
+	Input            *int64 `yaml:"input"`
+	CachedInput      *int64 `yaml:"cached_input"`
+	CacheWrite       *int64 `yaml:"cache_write"`
+	CacheWrite1h     *int64 `yaml:"cache_write_1h"`
+	Output           *int64 `yaml:"output"`
 }
 
 // Org groups teams.

@@ -264,10 +264,15 @@ func (d *decoder) decodeInt(path string, at, n *yaml.Node, v reflect.Value) {
 // intHint explains the unit of prices, the only integers that people are
 // tempted to write as decimals.
 func intHint(path string) string {
-	if strings.HasPrefix(path, "pricing") {
-		return " (micro-dollars per 1M tokens: $2.50 is 2500000)"
+	switch {
+	case !strings.HasPrefix(path, "pricing"):
+		return ""
+	case strings.HasSuffix(path, ".above_input_tokens"):
+		return " (a number of prompt tokens)"
+	case strings.HasSuffix(path, ".per_request"):
+		return " (micro-dollars per request: $0.01 is 10000)"
 	}
-	return ""
+	return " (micro-dollars per 1M tokens: $2.50 is 2500000)"
 }
 
 var timeLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02"}

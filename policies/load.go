@@ -37,11 +37,25 @@ func Default() *Config {
 
 // Load reads and parses the config file at path; see Parse.
 func Load(path string, env LookupEnv) (*Config, error) {
+	return load(path, env, false)
+}
+
+// LoadWithoutProviderKeys is Load for a command that never calls a
+// provider (sluice spend reads the ledger): the providers' api_key values
+// are neither read nor checked, so a key that refers to an unset
+// environment variable — not exported where the command runs — is no
+// problem. Every api_key of the result is empty; everything else is
+// decoded and validated as Load does.
+func LoadWithoutProviderKeys(path string, env LookupEnv) (*Config, error) {
+	return load(path, env, true)
+}
+
+func load(path string, env LookupEnv, skipProviderKeys bool) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load policies: %w", err)
 	}
-	return Parse(data, path, env)
+	return parseDoc(data, path, env, maxDecodeSteps, skipProviderKeys)
 }
 
 // Parse decodes a sluice.yaml document over Default() and validates it.
@@ -59,6 +73,31 @@ func Parse(data []byte, file string, env LookupEnv) (*Config, error) {
 
 // parse is Parse with a bound on the values decoded (see maxDecodeSteps).
 func parse(data []byte, file string, env LookupEnv, maxSteps int) (*Config, error) {
+	return parseDoc(data, file, env, maxSteps, false)
+}
+
+// isProviderKey reports whether path is a provider's api_key
+// ("providers[2].api_key").
+func isProviderKey(path string) bool {
+	rest, ok := strings.CutPrefix(path, "providers[")
+	if !ok {
+		return false
+	}
+	i, ok := strings.CutSuffix(rest, "].api_key")
+	if !ok || i == "" {
+		return false
+	}
+	for _, c := range i {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// parseDoc is parse, leaving the providers' api_key values out when
+// skipProviderKeys is set (LoadWithoutProviderKeys).
+func parseDoc(data []byte, file string, env LookupEnv, maxSteps int, skipProviderKeys bool) (*Config, error) {
 	docs, err := parseDocuments(data)
 	if err != nil {
 		msg := syntaxMessage(err)
@@ -73,6 +112,12 @@ func parse(data []byte, file string, env LookupEnv, maxSteps int) (*Config, erro
 		d.decode("", nil, root, reflect.ValueOf(cfg).Elem())
 	}
 	problems := d.problems
+	if skipProviderKeys {
+		for i := range cfg.Providers {
+			cfg.Providers[i].APIKey = ""
+		}
+		problems = slices.DeleteFunc(problems, func(p Problem) bool { return isProviderKey(p.Path) })
+	}
 	decoded := make([]string, 0, len(problems))
 	for _, p := range problems {
 		decoded = append(decoded, p.Path)
@@ -90,7 +135,8 @@ func parse(data []byte, file string, env LookupEnv, maxSteps int) (*Config, erro
 		// not decode is also empty, and a list whose names did not decode
 		// makes references to them dangle.
 		if coveredBy(is.Path, decoded) ||
-			is.refersTo != "" && slices.ContainsFunc(decoded, func(p string) bool { return namesIn(p, is.refersTo) }) {
+			is.refersTo != "" && slices.ContainsFunc(decoded, func(p string) bool { return namesIn(p, is.refersTo) }) ||
+			skipProviderKeys && isProviderKey(is.Path) {
 			continue
 		}
 		p := is.Problem

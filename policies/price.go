@@ -1,31 +1,121 @@
 package policies
 
-import "github.com/sluicegw/sluice/internal/sat"
+import (
+	"github.com/sluicegw/sluice/internal/money"
+	"github.com/sluicegw/sluice/internal/sat"
+)
 
-// CostMicros is what the given token counts cost at this price, in
-// integer micro-dollars, rounded up so that Sluice never under-charges:
-// input is every prompt token (cached ones included), cachedInput the part
-// of it read from cache, output every output token (reasoning included).
-// cachedInput is billed at CachedInput when that price is set, else at
-// Input. Counts are clamped to be non-negative and consistent.
+// Tokens is what a request used, by kind of token, as usage.Usage counts
+// it (the provider's counts, or Sluice's estimate where it reported
+// none). Input is every prompt token, and CachedInput (read from the
+// prompt cache), CacheWrite (written to it: Anthropic's
+// cache_creation_input_tokens) and AudioInput are parts of it;
+// CacheWrite1h is the part of CacheWrite written with the 1-hour TTL.
+// Output is every output token, and Reasoning and AudioOutput are parts
+// of it.
+type Tokens struct {
+	Input, CachedInput, CacheWrite, CacheWrite1h, AudioInput int64
+	Output, Reasoning, AudioOutput                           int64
+}
+
+// Rates are the price of one token of each kind, in pico-dollars (the
+// price per 1M tokens in micro-dollars), every default applied.
+type Rates struct {
+	Input, CachedInput, CacheWrite, CacheWrite1h, AudioInput int64
+	Output, Reasoning, AudioOutput                           int64
+}
+
+// Rates are p's rates for a request whose prompt holds inputTokens
+// tokens: the long-context tier's when there is one and inputTokens is
+// above its threshold, else the base price's. A field of p left unset is
+// priced by its default: CachedInput (also 0) at Input, CacheWrite at
+// 1.25 × Input (rounded up to a whole pico-dollar: exact for any price
+// that is a multiple of 4 µ$ per 1M, as every published one is),
+// CacheWrite1h at 2 × Input, AudioInput at Input, Reasoning and
+// AudioOutput at Output. Products saturate (internal/sat).
+func (p Price) Rates(inputTokens int64) Rates {
+	in, cached, out := p.Input, p.CachedInput, p.Output
+	write, write1h := p.CacheWrite, p.CacheWrite1h
+	if lc := p.LongContext; lc != nil && inputTokens > lc.AboveInputTokens {
+		in, out = or(lc.Input, in), or(lc.Output, out)
+		cached = or(lc.CachedInput, cached)
+		write, write1h = orPtr(lc.CacheWrite, write), orPtr(lc.CacheWrite1h, write1h)
+	}
+	if cached == 0 {
+		cached = in
+	}
+	return Rates{
+		Input:        in,
+		CachedInput:  cached,
+		CacheWrite:   or(write, sat.MulDiv(in, 5, 4)),
+		CacheWrite1h: or(write1h, sat.Mul(in, 2)),
+		AudioInput:   or(p.AudioInput, in),
+		Output:       out,
+		Reasoning:    or(p.Reasoning, out),
+		AudioOutput:  or(p.AudioOutput, out),
+	}
+}
+
+// or is *v, or def when v is unset.
+func or(v *int64, def int64) int64 {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
+// orPtr is v, or def when v is unset.
+func orPtr(v, def *int64) *int64 {
+	if v == nil {
+		return def
+	}
+	return v
+}
+
+// Cost is what t costs at this price, in integer pico-dollars, exactly:
+// each kind of token times its rate (Rates, at t.Input: a long prompt
+// prices every token of the request at the long-context tier), plus the
+// per-request fee × 10⁶, with nothing rounded.
+//
+// The kinds partition the counts: of the Input tokens, CachedInput are
+// billed at the cached rate, CacheWrite at the cache-write rates
+// (CacheWrite1h of them at the 1-hour one, the rest at the 5-minute one),
+// AudioInput at the audio rate, and the rest at Input; of the Output
+// tokens, Reasoning at the reasoning rate, AudioOutput at the audio rate,
+// the rest at Output. Counts below 0 count as 0, and a part is clamped to
+// what is left of what holds it, in that order (a provider's audio count
+// that overlaps its cached count is priced as audio for the uncached part
+// only).
 //
 // The arithmetic saturates (internal/sat): the sum of products is exact in
-// 128 bits and rounded once, and a cost that does not fit an int64 is
-// math.MaxInt64 — more than any budget — never a wrapped or negative
-// number. The result is never negative and never decreases when any count
-// or price grows.
-func (p Price) CostMicros(input, cachedInput, output int64) int64 {
-	input, cachedInput, output = max(input, 0), max(cachedInput, 0), max(output, 0)
-	cachedInput = min(cachedInput, input)
-	cachedPrice := p.CachedInput
-	if cachedPrice == 0 {
-		cachedPrice = p.Input
-	}
-	// Prices are per 1M tokens; one division at the end keeps the
-	// rounding to a single micro-dollar.
+// 128 bits, and a cost that does not fit an int64 (more than $9.2M) is
+// math.MaxInt64, never a wrapped or negative number. The result is never
+// negative, and for a price that Validate accepts (a long-context tier
+// never below the base) never decreases when Input, Output or a price
+// grows.
+func (p Price) Cost(t Tokens) int64 {
+	in := max(t.Input, 0)
+	cached := clampTo(t.CachedInput, in)
+	write := clampTo(t.CacheWrite, in-cached)
+	write1h := clampTo(t.CacheWrite1h, write)
+	audioIn := clampTo(t.AudioInput, in-cached-write)
+	out := max(t.Output, 0)
+	reasoning := clampTo(t.Reasoning, out)
+	audioOut := clampTo(t.AudioOutput, out-reasoning)
+
+	r := p.Rates(in)
 	var total sat.Products
-	total.Add(input-cachedInput, p.Input)
-	total.Add(cachedInput, cachedPrice)
-	total.Add(output, p.Output)
-	return sat.Add(total.DivUp(1_000_000), p.PerRequest)
+	total.Add(in-cached-write-audioIn, r.Input)
+	total.Add(cached, r.CachedInput)
+	total.Add(write-write1h, r.CacheWrite)
+	total.Add(write1h, r.CacheWrite1h)
+	total.Add(audioIn, r.AudioInput)
+	total.Add(out-reasoning-audioOut, r.Output)
+	total.Add(reasoning, r.Reasoning)
+	total.Add(audioOut, r.AudioOutput)
+	total.Add(max(p.PerRequest, 0), money.PicoPerMicro)
+	return total.DivUp(1)
 }
+
+// clampTo is n in [0, limit].
+func clampTo(n, limit int64) int64 { return min(max(n, 0), limit) }

@@ -146,10 +146,26 @@ type KeyPolicy struct {
 // is resolved against the directory of file. The snapshot keeps a copy of
 // cfg, so later changes to cfg do not reach it.
 func Compile(cfg *Config, file string) (*Snapshot, error) {
+	return compile(cfg, file, false)
+}
+
+// CompileWithoutProviderKeys is Compile for a configuration loaded by
+// LoadWithoutProviderKeys, whose providers have no api_key: their keys
+// are not checked, and the snapshot's providers have none (it is for a
+// command that never calls a provider).
+func CompileWithoutProviderKeys(cfg *Config, file string) (*Snapshot, error) {
+	return compile(cfg, file, true)
+}
+
+func compile(cfg *Config, file string, skipProviderKeys bool) (*Snapshot, error) {
 	if cfg == nil {
 		return nil, errors.New("compile policies: nil config")
 	}
-	if ps := cfg.Validate(); len(ps) > 0 {
+	ps := cfg.Validate()
+	if skipProviderKeys {
+		ps = slices.DeleteFunc(ps, func(p Problem) bool { return isProviderKey(p.Path) })
+	}
+	if len(ps) > 0 {
 		for i := range ps {
 			ps[i].File = file
 		}

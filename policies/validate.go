@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/provider"
+	"github.com/sluicegw/sluice/internal/sat"
 )
 
 // Validate checks the configuration and returns every problem it finds,
@@ -483,11 +484,64 @@ func (v *validator) pricing(prices map[string]Price, ms []Model, owners map[stri
 		case ms[i].Name != name:
 			v.addRef("models", path, "%q is an alias of %q; price the model by its name", name, ms[i].Name)
 		}
-		p := prices[name]
-		v.nonNegative(fieldPath(path, "input"), p.Input)
-		v.nonNegative(fieldPath(path, "cached_input"), p.CachedInput)
-		v.nonNegative(fieldPath(path, "output"), p.Output)
-		v.nonNegative(fieldPath(path, "per_request"), p.PerRequest)
+		v.price(path, prices[name])
+	}
+}
+
+// price checks one pricing entry: no price is negative (any int64 above
+// is valid: a cost that does not fit saturates), and a long-context tier
+// has a threshold and no rate below the base price's, so that a longer
+// prompt never costs less.
+func (v *validator) price(path string, p Price) {
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{
+		{"input", &p.Input}, {"cached_input", &p.CachedInput}, {"cache_write", p.CacheWrite},
+		{"cache_write_1h", p.CacheWrite1h}, {"audio_input", p.AudioInput}, {"output", &p.Output},
+		{"reasoning", p.Reasoning}, {"audio_output", p.AudioOutput}, {"per_request", &p.PerRequest},
+	} {
+		if f.v != nil {
+			v.nonNegative(fieldPath(path, f.name), *f.v)
+		}
+	}
+	lc := p.LongContext
+	if lc == nil {
+		return
+	}
+	lpath := fieldPath(path, "long_context")
+	if lc.AboveInputTokens <= 0 {
+		v.add(fieldPath(lpath, "above_input_tokens"), "required: the prompt size above which the tier applies, more than 0 (e.g. 200000), got %d", lc.AboveInputTokens)
+	}
+	tiers := []struct {
+		name string
+		v    *int64
+	}{
+		{"input", lc.Input}, {"cached_input", lc.CachedInput}, {"cache_write", lc.CacheWrite},
+		{"cache_write_1h", lc.CacheWrite1h}, {"output", lc.Output},
+	}
+	negative := false
+	for _, f := range tiers {
+		if f.v != nil && *f.v < 0 {
+			v.add(fieldPath(lpath, f.name), "must not be negative, got %d", *f.v)
+			negative = true
+		}
+	}
+	if negative || lc.AboveInputTokens <= 0 {
+		return
+	}
+	base, long := p.Rates(lc.AboveInputTokens), p.Rates(sat.Add(lc.AboveInputTokens, 1))
+	for _, r := range []struct {
+		name       string
+		base, long int64
+	}{
+		{"input", base.Input, long.Input}, {"cached_input", base.CachedInput, long.CachedInput},
+		{"cache_write", base.CacheWrite, long.CacheWrite}, {"cache_write_1h", base.CacheWrite1h, long.CacheWrite1h},
+		{"output", base.Output, long.Output},
+	} {
+		if r.long < r.base {
+			v.add(fieldPath(lpath, r.name), "the long-context price of %s is %d, below the base price, %d: a longer prompt must not cost less per token", r.name, r.long, r.base)
+		}
 	}
 }
 

@@ -266,16 +266,20 @@ type key struct {
 }
 
 type budget struct {
-	Scope     string     `json:"scope"`
-	ID        string     `json:"id"`
-	Model     string     `json:"model"`
-	Period    string     `json:"period"`
-	Window    string     `json:"window"`
-	Limit     int64      `json:"limit_micro_usd"`
-	Spent     int64      `json:"spent_micro_usd"`
-	Reserved  int64      `json:"reserved_micro_usd"`
-	Remaining int64      `json:"remaining_micro_usd"`
-	ResetsAt  *time.Time `json:"resets_at"`
+	Scope     string `json:"scope"`
+	ID        string `json:"id"`
+	Model     string `json:"model"`
+	Period    string `json:"period"`
+	Window    string `json:"window"`
+	Limit     int64  `json:"limit_micro_usd"`
+	Spent     int64  `json:"spent_micro_usd"`
+	Reserved  int64  `json:"reserved_micro_usd"`
+	Remaining int64  `json:"remaining_micro_usd"`
+	// The exact amounts, in pico-dollars.
+	SpentPico     json.Number `json:"spent_pico_usd"`
+	ReservedPico  json.Number `json:"reserved_pico_usd"`
+	RemainingPico json.Number `json:"remaining_pico_usd"`
+	ResetsAt      *time.Time  `json:"resets_at"`
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -393,22 +397,32 @@ func TestKeyLifecycle(t *testing.T) {
 	waitFor(t, "new limits in the keyring", func() bool { return cmp.Equal(wantLimits, h.ring.ByID(created.ID).KeyLimits) })
 
 	// A request admitted and settled through admission shows in every
-	// budget that covers the key.
+	// budget that covers the key: it cost 300,000.4 µ$, which the
+	// micro-dollar fields show as 300,001 spent and, of 10,000,000,
+	// 9,699,999 left (never more room than there is), and the pico-dollar
+	// fields exactly.
 	p = h.ring.ByID(created.ID)
-	g, err := h.adm.Admit(ctx, admission.Claim{Principal: p, Model: "m1", CostMicros: 400_000, At: t0})
+	g, err := h.adm.Admit(ctx, admission.Claim{Principal: p, Model: "m1", CostPico: 400_000_000_000, At: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.adm.Settle(ctx, g, admission.Actual{CostMicros: 300_000, At: t0})
+	h.adm.Settle(ctx, g, admission.Actual{CostPico: 300_000_400_000, At: t0})
 	var budgets struct{ Budgets []budget }
 	h.do("GET", "/v1/keys/"+created.ID+"/budgets", nil).want(t, http.StatusOK, &budgets)
 	// t0 is the last day of November: the day and the month end together.
 	tomorrow, nextMonth := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	teamDay := budget{Scope: "team", ID: "red", Period: "day", Limit: 10_000_000, Spent: 300_000, Remaining: 9_700_000, ResetsAt: &tomorrow}
-	orgMonth := budget{Scope: "org", ID: "acme", Period: "month", Limit: 100_000_000, Spent: 300_000, Remaining: 99_700_000, ResetsAt: &nextMonth}
+	spent := func(limit int64, remaining json.Number) budget {
+		return budget{Limit: limit, Spent: 300_001, Remaining: limit - 300_001, SpentPico: "300000400000", ReservedPico: "0", RemainingPico: remaining}
+	}
+	with := func(b budget, scope, id, model, period, window string, resets *time.Time) budget {
+		b.Scope, b.ID, b.Model, b.Period, b.Window, b.ResetsAt = scope, id, model, period, window, resets
+		return b
+	}
+	teamDay := with(spent(10_000_000, "9699999600000"), "team", "red", "", "day", "", &tomorrow)
+	orgMonth := with(spent(100_000_000, "99699999600000"), "org", "acme", "", "month", "", &nextMonth)
 	wantBudgets := []budget{
-		{Scope: "key", ID: created.ID, Period: "rolling", Window: "24h", Limit: 2_000_000, Spent: 300_000, Remaining: 1_700_000},
-		{Scope: "key", ID: created.ID, Model: "m1", Period: "day", Limit: 1_000_000, Spent: 300_000, Remaining: 700_000, ResetsAt: &tomorrow},
+		with(spent(2_000_000, "1699999600000"), "key", created.ID, "", "rolling", "24h", nil),
+		with(spent(1_000_000, "699999600000"), "key", created.ID, "m1", "day", "", &tomorrow),
 		teamDay, orgMonth,
 	}
 	if diff := cmp.Diff(wantBudgets, budgets.Budgets); diff != "" {
@@ -483,7 +497,8 @@ func TestTeamsAndOrgs(t *testing.T) {
 	var budgets struct{ Budgets []budget }
 	h.do("GET", "/v1/teams/blue/budgets", nil).want(t, http.StatusOK, &budgets)
 	nextMonday := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
-	if diff := cmp.Diff([]budget{{Scope: "org", ID: "beta", Period: "week", Limit: 5_000_000, Remaining: 5_000_000, ResetsAt: &nextMonday}}, budgets.Budgets); diff != "" {
+	if diff := cmp.Diff([]budget{{Scope: "org", ID: "beta", Period: "week", Limit: 5_000_000, Remaining: 5_000_000,
+		SpentPico: "0", ReservedPico: "0", RemainingPico: "5000000000000", ResetsAt: &nextMonday}}, budgets.Budgets); diff != "" {
 		t.Errorf("team budgets (-want +got):\n%s", diff)
 	}
 
@@ -517,34 +532,36 @@ func TestSpend(t *testing.T) {
 	h := start(t, withToken)
 	ctx := context.Background()
 	for _, r := range []ledger.Record{
-		{RequestID: "r1", KeyID: "key_1", Team: "red", Org: "acme", Model: "m1", CostMicros: 100, InputTokens: 10, Priced: true, StartedAt: t0.Add(-2 * time.Hour)},
-		{RequestID: "r2", KeyID: "key_2", Team: "red", Org: "acme", Model: "m2", CostMicros: 300, InputTokens: 30, StartedAt: t0.Add(-time.Hour)},
-		{RequestID: "r3", KeyID: "key_3", Team: "blue", Model: "m1", CostMicros: 50, InputTokens: 5, Priced: true, Estimated: true, StartedAt: t0.Add(-48 * time.Hour)},
+		// 99.5 µ$, 300 µ$ and 49.000001 µ$.
+		{RequestID: "r1", KeyID: "key_1", Team: "red", Org: "acme", Model: "m1", CostPico: 99_500_000, InputTokens: 10, Priced: true, StartedAt: t0.Add(-2 * time.Hour)},
+		{RequestID: "r2", KeyID: "key_2", Team: "red", Org: "acme", Model: "m2", CostPico: 300_000_000, InputTokens: 30, StartedAt: t0.Add(-time.Hour)},
+		{RequestID: "r3", KeyID: "key_3", Team: "blue", Model: "m1", CostPico: 49_000_001, InputTokens: 5, Priced: true, Estimated: true, StartedAt: t0.Add(-48 * time.Hour)},
 	} {
 		if err := h.led.Append(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	type total struct {
-		Group     string `json:"group"`
-		Requests  int64  `json:"requests"`
-		Input     int64  `json:"input_tokens"`
-		Cost      int64  `json:"cost_micro_usd"`
-		Estimated int64  `json:"estimated"`
-		Unpriced  int64  `json:"unpriced"`
+		Group     string      `json:"group"`
+		Requests  int64       `json:"requests"`
+		Input     int64       `json:"input_tokens"`
+		Cost      int64       `json:"cost_micro_usd"` // rounded up
+		Pico      json.Number `json:"cost_pico_usd"`  // exact
+		Estimated int64       `json:"estimated"`
+		Unpriced  int64       `json:"unpriced"`
 	}
 	for _, tt := range []struct {
 		query string
 		by    string
 		want  []total
 	}{
-		{"", "key", []total{{"key_2", 1, 30, 300, 0, 1}, {"key_1", 1, 10, 100, 0, 0}, {"key_3", 1, 5, 50, 1, 0}}},
-		{"?by=team", "team", []total{{"red", 2, 40, 400, 0, 1}, {"blue", 1, 5, 50, 1, 0}}},
-		{"?by=org", "org", []total{{"acme", 2, 40, 400, 0, 1}, {"", 1, 5, 50, 1, 0}}},
-		{"?by=model&since=" + t0.Add(-24*time.Hour).Format(time.RFC3339), "model", []total{{"m2", 1, 30, 300, 0, 1}, {"m1", 1, 10, 100, 0, 0}}},
-		{"?by=none&team=red&until=" + t0.Add(-90*time.Minute).Format(time.RFC3339), "none", []total{{"", 1, 10, 100, 0, 0}}},
-		{"?by=day&since=2026-11-28&until=2026-11-29", "day", []total{{"2026-11-28", 1, 5, 50, 1, 0}}},
-		{"?by=model&limit=1", "model", []total{{"m2", 1, 30, 300, 0, 1}}},
+		{"", "key", []total{{"key_2", 1, 30, 300, "300000000", 0, 1}, {"key_1", 1, 10, 100, "99500000", 0, 0}, {"key_3", 1, 5, 50, "49000001", 1, 0}}},
+		{"?by=team", "team", []total{{"red", 2, 40, 400, "399500000", 0, 1}, {"blue", 1, 5, 50, "49000001", 1, 0}}},
+		{"?by=org", "org", []total{{"acme", 2, 40, 400, "399500000", 0, 1}, {"", 1, 5, 50, "49000001", 1, 0}}},
+		{"?by=model&since=" + t0.Add(-24*time.Hour).Format(time.RFC3339), "model", []total{{"m2", 1, 30, 300, "300000000", 0, 1}, {"m1", 1, 10, 100, "99500000", 0, 0}}},
+		{"?by=none&team=red&until=" + t0.Add(-90*time.Minute).Format(time.RFC3339), "none", []total{{"", 1, 10, 100, "99500000", 0, 0}}},
+		{"?by=day&since=2026-11-28&until=2026-11-29", "day", []total{{"2026-11-28", 1, 5, 50, "49000001", 1, 0}}},
+		{"?by=model&limit=1", "model", []total{{"m2", 1, 30, 300, "300000000", 0, 1}}},
 		{"?by=team&key=key_none", "team", []total{}},
 	} {
 		t.Run(tt.query, func(t *testing.T) {

@@ -13,13 +13,17 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/policies"
 )
 
 // The API's JSON shapes. Field names follow sluice.yaml where the same
-// thing is written there (limits); money is integer micro-dollars, times
-// are RFC 3339 in UTC, durations Go durations ("24h").
+// thing is written there (limits); money is integer micro-dollars (what
+// is configured exactly, what is counted rounded: costs and what is spent
+// up, what is left down) beside the exact amount in integer pico-dollars
+// (*_pico_usd, a JSON integer that may exceed 2^63), times are RFC 3339 in
+// UTC, durations Go durations ("24h").
 
 // limitsJSON is policies.Limits as sluice.yaml writes it: the same fields,
 // and a budget's window as a duration string, not nanoseconds.
@@ -193,22 +197,29 @@ type putOrgRequest struct {
 }
 
 type budgetStatusJSON struct {
-	Scope             string     `json:"scope"`
-	ID                string     `json:"id"`
-	Model             string     `json:"model,omitempty"`
-	Period            string     `json:"period"`
-	Window            string     `json:"window,omitempty"`
-	LimitMicroUSD     int64      `json:"limit_micro_usd"`
-	SpentMicroUSD     int64      `json:"spent_micro_usd"`
-	ReservedMicroUSD  int64      `json:"reserved_micro_usd"`
-	RemainingMicroUSD int64      `json:"remaining_micro_usd"`
-	ResetsAt          *time.Time `json:"resets_at,omitempty"`
+	Scope             string      `json:"scope"`
+	ID                string      `json:"id"`
+	Model             string      `json:"model,omitempty"`
+	Period            string      `json:"period"`
+	Window            string      `json:"window,omitempty"`
+	LimitMicroUSD     int64       `json:"limit_micro_usd"`
+	SpentMicroUSD     int64       `json:"spent_micro_usd"`
+	ReservedMicroUSD  int64       `json:"reserved_micro_usd"`
+	RemainingMicroUSD int64       `json:"remaining_micro_usd"`
+	SpentPicoUSD      json.Number `json:"spent_pico_usd"`
+	ReservedPicoUSD   json.Number `json:"reserved_pico_usd"`
+	RemainingPicoUSD  json.Number `json:"remaining_pico_usd"`
+	ResetsAt          *time.Time  `json:"resets_at,omitempty"`
 }
 
+// toBudgetJSON rounds spent and reserved up and what remains down, so
+// that the micro-dollars never show more room than there is.
 func toBudgetJSON(b admission.BudgetStatus) budgetStatusJSON {
 	j := budgetStatusJSON{
 		Scope: b.Scope, ID: b.ID, Model: b.Model, Period: b.Period,
-		LimitMicroUSD: b.Limit, SpentMicroUSD: b.Spent, ReservedMicroUSD: b.Reserved, RemainingMicroUSD: b.Remaining,
+		LimitMicroUSD: b.Limit, SpentMicroUSD: b.Spent.MicrosUp(), ReservedMicroUSD: b.Reserved.MicrosUp(),
+		RemainingMicroUSD: b.Remaining.MicrosDown(),
+		SpentPicoUSD:      pico(b.Spent), ReservedPicoUSD: pico(b.Reserved), RemainingPicoUSD: pico(b.Remaining),
 		ResetsAt: timePtr(b.Resets),
 	}
 	if b.Window != 0 {
@@ -225,9 +236,16 @@ type totalJSON struct {
 	CacheCreationTokens int64  `json:"cache_creation_tokens"`
 	OutputTokens        int64  `json:"output_tokens"`
 	ReasoningTokens     int64  `json:"reasoning_tokens"`
-	CostMicroUSD        int64  `json:"cost_micro_usd"`
-	Estimated           int64  `json:"estimated"`
-	Unpriced            int64  `json:"unpriced"`
+	// The parts of the counts above that are priced apart: 1-hour cache
+	// writes (of cache_creation_tokens) and audio.
+	CacheCreation1hTokens int64 `json:"cache_creation_1h_tokens"`
+	AudioInputTokens      int64 `json:"audio_input_tokens"`
+	AudioOutputTokens     int64 `json:"audio_output_tokens"`
+	// CostMicroUSD is the exact CostPicoUSD rounded up.
+	CostMicroUSD int64       `json:"cost_micro_usd"`
+	CostPicoUSD  json.Number `json:"cost_pico_usd"`
+	Estimated    int64       `json:"estimated"`
+	Unpriced     int64       `json:"unpriced"`
 }
 
 func toTotalJSON(t ledger.Total) totalJSON {
@@ -235,9 +253,13 @@ func toTotalJSON(t ledger.Total) totalJSON {
 		Group: t.Group, Requests: t.Requests,
 		InputTokens: t.InputTokens, CachedInputTokens: t.CachedInputTokens, CacheCreationTokens: t.CacheCreationTokens,
 		OutputTokens: t.OutputTokens, ReasoningTokens: t.ReasoningTokens,
-		CostMicroUSD: t.CostMicros, Estimated: t.Estimated, Unpriced: t.Unpriced,
+		CacheCreation1hTokens: t.CacheCreation1hTokens, AudioInputTokens: t.AudioInputTokens, AudioOutputTokens: t.AudioOutputTokens,
+		CostMicroUSD: t.Cost.MicrosUp(), CostPicoUSD: pico(t.Cost), Estimated: t.Estimated, Unpriced: t.Unpriced,
 	}
 }
+
+// pico is s in pico-dollars as an exact JSON integer.
+func pico(s money.Sum) json.Number { return json.Number(s.PicoString()) }
 
 type spendJSON struct {
 	By     string      `json:"by"`

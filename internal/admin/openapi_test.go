@@ -3,8 +3,10 @@ package admin
 import (
 	"io"
 	"log/slog"
+	"maps"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -153,4 +155,53 @@ func resolves(doc map[string]any, ref string) bool {
 		}
 	}
 	return true
+}
+
+// TestOpenAPISchemasMatchJSON: the schemas of what the budgets and spend
+// routes answer list exactly the fields the server writes, and require
+// every field it always writes (no omitempty), the exact pico-dollar
+// amounts among them.
+func TestOpenAPISchemasMatchJSON(t *testing.T) {
+	data, err := os.ReadFile(openAPIFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Required   []string       `yaml:"required"`
+				Properties map[string]any `yaml:"properties"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]any{"BudgetStatus": budgetStatusJSON{}, "Total": totalJSON{}} {
+		schema, ok := doc.Components.Schemas[name]
+		if !ok {
+			t.Errorf("%s: no schema %s", openAPIFile, name)
+			continue
+		}
+		var fields, always []string
+		typ := reflect.TypeOf(v)
+		for i := range typ.NumField() {
+			tag := typ.Field(i).Tag.Get("json")
+			field, opts, _ := strings.Cut(tag, ",")
+			fields = append(fields, field)
+			if !strings.Contains(opts, "omitempty") {
+				always = append(always, field)
+			}
+		}
+		slices.Sort(fields)
+		slices.Sort(always)
+		documented := slices.Sorted(maps.Keys(schema.Properties))
+		if diff := cmp.Diff(fields, documented); diff != "" {
+			t.Errorf("schema %s: properties differ from the JSON the server writes (-server +schema):\n%s", name, diff)
+		}
+		required := slices.Sorted(slices.Values(schema.Required))
+		if diff := cmp.Diff(always, required); diff != "" {
+			t.Errorf("schema %s: required differs from the fields always written (-server +schema):\n%s", name, diff)
+		}
+	}
 }

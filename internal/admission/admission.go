@@ -5,7 +5,9 @@
 // and their per-model limits), or refuses with an *apierr.Error (429 with
 // apierr's rate_limited, tokens_rate_limited or insufficient_quota code,
 // and RetryAfter when waiting helps); Settle replaces the reservation by
-// the actual use. Local is the in-process implementation (sliding windows in
+// the actual use. Money is counted exactly, in pico-dollars
+// (internal/money): a budget, configured in micro-dollars, is exceeded by
+// the exact sum of what its requests cost, never by rounded costs. Local is the in-process implementation (sliding windows in
 // limits.Counters, calendar and lifetime budgets in a table of its own,
 // one lock for atomicity); a fleet backend implements the same two calls
 // in one round trip each. docs/limits.md gives the semantics.
@@ -31,11 +33,12 @@ type Claim struct {
 	// MaxOutputTokens the most the reply may hold (the client's max_tokens,
 	// else the model's cap). Both are reserved against token limits.
 	InputTokens, MaxOutputTokens int64
-	// CostMicros is the worst-case cost (those tokens at the model's
-	// price, plus its per-request fee), reserved against budgets; 0 for an
-	// unpriced model.
-	CostMicros int64
-	At         time.Time
+	// CostPico is the worst-case cost in pico-dollars (those tokens at the
+	// model's price, plus its per-request fee), reserved against budgets; 0
+	// for an unpriced model. A saturated cost (math.MaxInt64, see
+	// internal/sat) is more than any budget allows.
+	CostPico int64
+	At       time.Time
 }
 
 // Grant is an admitted claim, to be settled exactly once.
@@ -49,6 +52,8 @@ type Grant struct {
 
 // Actual is what an admitted request used, and when it ended.
 type Actual struct {
-	InputTokens, OutputTokens, CostMicros int64
-	At                                    time.Time
+	InputTokens, OutputTokens int64
+	// CostPico is what it cost, in pico-dollars.
+	CostPico int64
+	At       time.Time
 }

@@ -98,7 +98,7 @@ func TestRemainingIsTheTightest(t *testing.T) {
 			l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
 			p := principal(tt.key, policies.Limits{}, policies.Limits{})
 			p.Requests = tt.reqs
-			g, err := l.Admit(t.Context(), Claim{Principal: p, CountRequest: true, InputTokens: 20, MaxOutputTokens: 40, CostMicros: 100, At: t0})
+			g, err := l.Admit(t.Context(), Claim{Principal: p, CountRequest: true, InputTokens: 20, MaxOutputTokens: 40, CostPico: 100 * micro, At: t0})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +116,7 @@ func TestRemainingIsTheTightest(t *testing.T) {
 func TestExpiryCutoffIsExclusive(t *testing.T) {
 	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
 	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}}}, policies.Limits{}, policies.Limits{})
-	if _, err := l.Admit(t.Context(), Claim{Principal: p, CostMicros: 10, At: t0}); err != nil {
+	if _, err := l.Admit(t.Context(), Claim{Principal: p, CostPico: 10 * micro, At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	if n := l.ExpireBefore(t0.Add(time.Hour), t0); n != 0 || l.Held() != 1 {
@@ -135,17 +135,17 @@ func TestSpendIsRecordedAtTheStart(t *testing.T) {
 	l := NewLocal(limits.New(limits.Options{}), LocalOptions{Spent: idx.Spent, Record: idx.Add})
 	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}}}, policies.Limits{}, policies.Limits{})
 	midnight := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	g, err := l.Admit(t.Context(), Claim{Principal: p, CostMicros: 80, At: midnight.Add(-time.Minute)})
+	g, err := l.Admit(t.Context(), Claim{Principal: p, CostPico: 80 * micro, At: midnight.Add(-time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Settle(t.Context(), g, Actual{CostMicros: 80, At: midnight.Add(time.Hour)})
+	l.Settle(t.Context(), g, Actual{CostPico: 80 * micro, At: midnight.Add(time.Hour)})
 	for _, kind := range []string{"key", "team", "org"} {
 		id := map[string]string{"key": "key_a", "team": "t", "org": "o"}[kind]
-		if got := idx.Spent(kind, id, "", midnight); got != 0 {
+		if got := idx.Spent(kind, id, "", midnight); !got.IsZero() {
 			t.Errorf("%s spent since midnight %d, want 0: the request started the day before", kind, got)
 		}
-		if got := idx.Spent(kind, id, "", midnight.AddDate(0, 0, -1)); got != 80 {
+		if got := idx.Spent(kind, id, "", midnight.AddDate(0, 0, -1)); got != mu(80) {
 			t.Errorf("%s spent since the day before %d, want 80", kind, got)
 		}
 	}
@@ -164,9 +164,9 @@ func TestDenialsSayWhenToRetry(t *testing.T) {
 	}{
 		{"org request rate", policies.Limits{Requests: policies.RateLimits{PerMinute: 1}}, Claim{}, "rate_limited", true},
 		{"token window", policies.Limits{Tokens: policies.TokenLimits{Output: policies.RateLimits{PerMinute: 10}}}, Claim{MaxOutputTokens: 6}, "tokens_rate_limited", true},
-		{"rolling budget", policies.Limits{Budgets: []policies.Budget{{MicroUSD: 10, Period: policies.PeriodRolling, Window: time.Hour}}}, Claim{CostMicros: 6}, "insufficient_quota", true},
-		{"daily budget", policies.Limits{Budgets: []policies.Budget{{MicroUSD: 10, Period: policies.PeriodDay}}}, Claim{CostMicros: 6}, "insufficient_quota", true},
-		{"lifetime budget", policies.Limits{Budgets: []policies.Budget{{MicroUSD: 10, Period: policies.PeriodLifetime}}}, Claim{CostMicros: 6}, "insufficient_quota", false},
+		{"rolling budget", policies.Limits{Budgets: []policies.Budget{{MicroUSD: 10, Period: policies.PeriodRolling, Window: time.Hour}}}, Claim{CostPico: 6 * micro}, "insufficient_quota", true},
+		{"daily budget", policies.Limits{Budgets: []policies.Budget{{MicroUSD: 10, Period: policies.PeriodDay}}}, Claim{CostPico: 6 * micro}, "insufficient_quota", true},
+		{"lifetime budget", policies.Limits{Budgets: []policies.Budget{{MicroUSD: 10, Period: policies.PeriodLifetime}}}, Claim{CostPico: 6 * micro}, "insufficient_quota", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			l := NewLocal(limits.New(limits.Options{}), LocalOptions{})

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/sat"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -51,10 +52,11 @@ type LocalOptions struct {
 	// it, so budgets survive a restart and a budget added mid-period starts
 	// from what its scope already spent. It is called under Local's lock
 	// and must not block: answer from memory.
-	Spent func(kind, id, model string, since time.Time) int64
-	// Record, when set, is told of every settled request's cost, per scope
-	// (key, team, org) and model, with the time it started: what Spent
-	// must answer later for a budget period that begins after it.
+	Spent func(kind, id, model string, since time.Time) money.Sum
+	// Record, when set, is told of every settled request's cost in
+	// pico-dollars, per scope (key, team, org) and model, with the time it
+	// started: what Spent must answer later for a budget period that
+	// begins after it.
 	Record func(kind, id, model string, at time.Time, cost int64)
 }
 
@@ -74,10 +76,10 @@ type budgetScope struct{ kind, id, model string }
 // budgetState is one period of a calendar or lifetime budget: what its
 // scope spent in it (settled, whether or not the budget covered the
 // request when it was admitted) and what admitted requests hold against
-// it (reserved).
+// it (reserved), exactly.
 type budgetState struct {
 	start, end      time.Time // end zero: lifetime
-	spent, reserved int64
+	spent, reserved money.Sum
 }
 
 // covers reports whether at falls in st's period.
@@ -91,6 +93,7 @@ type hold struct {
 	tokens  []tokenHold    // token windows and rolling budgets
 	budgets []*budgetState // calendar and lifetime budgets reserved against
 	amount  [4]int64       // reserved, by tokenKind
+	cost    money.Sum      // reserved against budgets (amount[costPico], or money.Max if saturated)
 	expired bool           // released by ExpireBefore; Settle still charges
 }
 
@@ -106,7 +109,7 @@ const (
 	inputTokens tokenKind = iota
 	outputTokens
 	totalTokens
-	costMicros
+	costPico // money, in pico-dollars
 )
 
 // scope is one of the key, its team and its org, with the limits that
@@ -204,6 +207,9 @@ type reservation struct {
 	what  string    // "requests", "input tokens", …, "rolling 1h0m0s budget"
 	kind  tokenKind // what the demand's Amount counts (token and budget limits)
 	req   bool      // a request-rate limit
+	// budgetMicros is a rolling budget's configured cap, in micro-dollars
+	// (its demand counts pico-dollars).
+	budgetMicros int64
 }
 
 // reservations lists every sliding window that covers claim c with the
@@ -242,8 +248,8 @@ func reservations(rs []reservation, c Claim, scs []scope, amount [4]int64) []res
 		for _, b := range s.l.Budgets {
 			if b.Period == policies.PeriodRolling {
 				rs = append(rs, reservation{
-					demand: rollingDemand(s, b, amount[costMicros]),
-					scope:  s, what: "rolling " + b.Window.String() + " budget", kind: costMicros,
+					demand: rollingDemand(s, b, amount[costPico]),
+					scope:  s, what: "rolling " + b.Window.String() + " budget", kind: costPico, budgetMicros: b.MicroUSD,
 				})
 			}
 		}
@@ -251,9 +257,25 @@ func reservations(rs []reservation, c Claim, scs []scope, amount [4]int64) []res
 	return rs
 }
 
-// rollingDemand is rolling budget b of scope s as a limits.Demand.
+// rollingDemand is rolling budget b of scope s as a limits.Demand, in
+// pico-dollars: its window sums the exact costs. A window holds an int64,
+// so the limit is the budget × 10⁶ capped one below math.MaxInt64 (a
+// rolling budget above $9,223,372.036854 per window counts as that much),
+// and a saturated cost, math.MaxInt64, never fits at all.
 func rollingDemand(s scope, b policies.Budget, amount int64) limits.Demand {
-	return limits.Demand{Key: counterKey(s, "budget", "rolling", b.Window.String()), Period: b.Window, Limit: b.MicroUSD, Amount: amount}
+	limit := min(sat.Mul(b.MicroUSD, money.PicoPerMicro), sat.Max-1)
+	return limits.Demand{Key: counterKey(s, "budget", "rolling", b.Window.String()), Period: b.Window, Limit: limit, Amount: amount}
+}
+
+// claimCost is a claim's worst-case cost as a sum to compare with what a
+// budget has left: exact, except that a saturated cost (math.MaxInt64, a
+// worst case too large for an int64 of pico-dollars) is money.Max, more
+// than any budget.
+func claimCost(pico int64) money.Sum {
+	if pico >= sat.Max {
+		return money.Max
+	}
+	return money.FromPico(pico)
 }
 
 // Admit reserves, atomically, what c may use against every limit that
@@ -267,7 +289,8 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	// Amounts saturate (internal/sat): a claim too large for an int64 is
 	// math.MaxInt64, more than any limit allows at all.
 	input, output := max(c.InputTokens, 0), max(c.MaxOutputTokens, 0)
-	amount := [4]int64{inputTokens: input, outputTokens: output, totalTokens: sat.Add(input, output), costMicros: max(c.CostMicros, 0)}
+	amount := [4]int64{inputTokens: input, outputTokens: output, totalTokens: sat.Add(input, output), costPico: max(c.CostPico, 0)}
+	cost := claimCost(amount[costPico])
 
 	scs := scopes(c.Principal, c.Model)
 	var rbuf [16]reservation
@@ -292,14 +315,16 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 				continue
 			}
 			st := l.budget(s, b, c.At)
-			left := sat.Sub(sat.Sub(b.MicroUSD, st.spent), st.reserved)
+			// Exact: the budget's micro-dollars against the pico-dollars
+			// spent and reserved.
+			left := money.FromMicros(b.MicroUSD).Sub(st.spent).Sub(st.reserved)
 			// A request that costs nothing (an unpriced model) is
 			// invisible to budgets, as it is to a rolling one.
-			if cost := amount[costMicros]; cost > 0 && (left <= 0 || cost > left) {
+			if !cost.IsZero() && (left.IsZero() || cost.Cmp(left) > 0) {
 				l.uncount(c)
 				return Grant{}, l.budgetDenial(s, b, st, c.At, left, cost)
 			}
-			rem.budget(b.MicroUSD, left-amount[costMicros])
+			rem.budget(b.MicroUSD, left.Sub(cost).MicrosDown())
 			bh = append(bh, st)
 		}
 	}
@@ -311,17 +336,17 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 		return Grant{}, denial(rs[dec.Denied], dec)
 	}
 	for _, st := range bh {
-		st.reserved = sat.Add(st.reserved, amount[costMicros])
+		st.reserved = st.reserved.Add(cost)
 	}
-	h := &hold{at: c.At, budgets: bh, amount: amount}
+	h := &hold{at: c.At, budgets: bh, amount: amount, cost: cost}
 	for i, r := range rs {
 		d, left, reset := r.demand, dec.Remaining[i], dec.Resets[i]
 		switch {
 		case r.req:
 			rem.requests(d.Limit, left, reset)
-		case r.kind == costMicros:
-			h.tokens = append(h.tokens, tokenHold{key: d.Key, period: d.Period, kind: costMicros})
-			rem.budget(d.Limit, left)
+		case r.kind == costPico:
+			h.tokens = append(h.tokens, tokenHold{key: d.Key, period: d.Period, kind: costPico})
+			rem.budget(r.budgetMicros, left/money.PicoPerMicro)
 		default:
 			h.tokens = append(h.tokens, tokenHold{key: d.Key, period: d.Period, kind: r.kind})
 			rem.tokens(d.Limit, left, reset)
@@ -382,10 +407,10 @@ func (l *Local) budget(s scope, b policies.Budget, at time.Time) *budgetState {
 // it no more) whose period holds at. So a budget's state is always what
 // its scope spent, whether the budget was there or not, and a budget that
 // comes back in the same period starts from all of it.
-func (l *Local) spend(bs budgetScope, h *hold, at time.Time, cost int64) {
+func (l *Local) spend(bs budgetScope, h *hold, at time.Time, cost money.Sum) {
 	for _, st := range l.budgets[bs] {
 		if st.covers(at) || slices.Contains(h.budgets, st) {
-			st.spent = sat.Add(st.spent, cost)
+			st.spent = st.spent.Add(cost)
 		}
 	}
 }
@@ -433,17 +458,17 @@ func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
 		now = g.Claim.At
 	}
 	in, out := max(a.InputTokens, 0), max(a.OutputTokens, 0)
-	used := [4]int64{inputTokens: in, outputTokens: out, totalTokens: sat.Add(in, out), costMicros: max(a.CostMicros, 0)}
+	used := [4]int64{inputTokens: in, outputTokens: out, totalTokens: sat.Add(in, out), costPico: max(a.CostPico, 0)}
 	for _, t := range h.tokens {
 		l.counters.Adjust(h.at, now, t.key, t.period, used[t.kind]-h.amount[t.kind])
 	}
 	for _, st := range h.budgets {
-		st.reserved = sat.Sub(st.reserved, h.amount[costMicros])
+		st.reserved = st.reserved.Sub(h.cost)
 	}
-	cost := used[costMicros]
-	if cost == 0 {
+	if used[costPico] == 0 {
 		return
 	}
+	cost := money.FromPico(used[costPico])
 	// A calendar budget is charged in the period the request started in,
 	// the one that admitted it — as the ledger's aggregates count it
 	// (ledger.Aggregate), so a restart rebuilds the same numbers — and so
@@ -458,7 +483,7 @@ func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
 			l.spend(budgetScope{s[0], s[1], c.Model}, h, c.At, cost)
 		}
 		if rec := l.opts.Record; rec != nil {
-			rec(s[0], s[1], c.Model, c.At, cost)
+			rec(s[0], s[1], c.Model, c.At, used[costPico])
 		}
 	}
 }
@@ -488,9 +513,9 @@ func (l *Local) ExpireBefore(now, cutoff time.Time) int {
 			l.counters.Adjust(h.at, now, t.key, t.period, -h.amount[t.kind])
 		}
 		for _, st := range h.budgets {
-			st.reserved = sat.Sub(st.reserved, h.amount[costMicros])
+			st.reserved = st.reserved.Sub(h.cost)
 		}
-		h.amount, h.expired = [4]int64{}, true
+		h.amount, h.cost, h.expired = [4]int64{}, money.Sum{}, true
 		l.expiredHeld++
 		n++
 	}
@@ -605,13 +630,14 @@ func denial(r reservation, dec limits.Decision) *apierr.Error {
 	case r.req:
 		e.Code = apierr.CodeRateLimited
 		e.Message = fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds", who, d.Limit, limits.PeriodName(d.Period), ra)
-	case r.kind == costMicros && dec.Impossible:
+	case r.kind == costPico && dec.Impossible:
 		e.Code, e.RetryAfter = apierr.CodeInsufficientQuota, 0
 		e.Message = fmt.Sprintf("budget exceeded: this request may cost up to %s, more than the %s budget of %s (%s) allows at all; lower max_tokens",
-			usd(d.Amount), r.what, who, usd(d.Limit))
-	case r.kind == costMicros:
+			usdUp(claimCost(d.Amount)), r.what, who, usdUp(money.FromMicros(r.budgetMicros)))
+	case r.kind == costPico:
 		e.Code = apierr.CodeInsufficientQuota
-		e.Message = fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has no room for this request (up to %s); retry in %ds", r.what, who, usd(d.Limit), usd(d.Amount), ra)
+		e.Message = fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has no room for this request (up to %s); retry in %ds",
+			r.what, who, usdUp(money.FromMicros(r.budgetMicros)), usdUp(claimCost(d.Amount)), ra)
 	case dec.Impossible:
 		e.Code, e.RetryAfter = apierr.CodeTokensRateLimited, 0
 		e.Message = fmt.Sprintf("token limit: this request may use up to %d %s, more than %s allows per %s (%d) at all; lower max_tokens or shorten the prompt", d.Amount, r.what, who, limits.PeriodName(d.Period), d.Limit)
@@ -622,26 +648,32 @@ func denial(r reservation, dec limits.Decision) *apierr.Error {
 	return e
 }
 
-func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at time.Time, left, cost int64) *apierr.Error {
+func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at time.Time, left, cost money.Sum) *apierr.Error {
 	what := map[string]string{policies.PeriodDay: "daily", policies.PeriodWeek: "weekly", policies.PeriodMonth: "monthly", policies.PeriodLifetime: "lifetime"}[b.Period]
-	if cost > b.MicroUSD {
+	budget := money.FromMicros(b.MicroUSD)
+	if cost.Cmp(budget) > 0 {
 		// No period will ever have room: no retry-after (a saturated
 		// worst case, math.MaxInt64, always lands here).
 		return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeInsufficientQuota,
 			Message: fmt.Sprintf("budget exceeded: this request may cost up to %s, more than the %s budget of %s (%s) allows at all; lower max_tokens",
-				usd(cost), what, s.describe(), usd(b.MicroUSD))}
+				usdUp(cost), what, s.describe(), usdUp(budget))}
 	}
 	if b.Period == policies.PeriodLifetime {
 		return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeInsufficientQuota,
-			Message: fmt.Sprintf("budget exhausted: the lifetime budget of %s (%s) has %s left, not enough for this request", s.describe(), usd(b.MicroUSD), usd(max(left, 0)))}
+			Message: fmt.Sprintf("budget exhausted: the lifetime budget of %s (%s) has %s left, not enough for this request", s.describe(), usdUp(budget), usdDown(left))}
 	}
 	ra := st.end.Sub(at)
 	return &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeInsufficientQuota, RetryAfter: ra,
 		Message: fmt.Sprintf("budget exceeded: the %s budget of %s (%s) has %s left, not enough for this request; it resets at %s",
-			what, s.describe(), usd(b.MicroUSD), usd(max(left, 0)), st.end.Format(time.RFC3339))}
+			what, s.describe(), usdUp(budget), usdDown(left), st.end.Format(time.RFC3339))}
 }
 
-// usd formats micro-dollars as dollars.
+// usdUp formats an amount as dollars to the micro-dollar, rounded up (what
+// a request may cost); usdDown rounds down (what a budget has left).
+func usdUp(s money.Sum) string { return usd(s.MicrosUp()) }
+
+func usdDown(s money.Sum) string { return usd(s.MicrosDown()) }
+
 func usd(micros int64) string {
 	return fmt.Sprintf("$%d.%06d", micros/1_000_000, micros%1_000_000)
 }
@@ -652,11 +684,13 @@ type BudgetStatus struct {
 	Model     string // "" for the scope's own budgets
 	Period    string
 	Window    time.Duration // rolling budgets
-	// Limit, Spent (settled in the current period; for a rolling budget,
-	// spent and reserved together), Reserved (held by requests in flight)
-	// and Remaining, in micro-dollars.
-	Limit, Spent, Reserved, Remaining int64
-	Resets                            time.Time // zero: lifetime or rolling
+	// Limit is the budget, in micro-dollars as configured; Spent (settled
+	// in the current period; for a rolling budget, spent and reserved
+	// together), Reserved (held by requests in flight) and Remaining are
+	// exact.
+	Limit                      int64
+	Spent, Reserved, Remaining money.Sum
+	Resets                     time.Time // zero: lifetime or rolling
 }
 
 // Budgets reports every budget that covers p's requests (for any model)
@@ -682,13 +716,17 @@ func (l *Local) Budgets(p *keyring.Principal, at time.Time) []BudgetStatus {
 		for _, b := range s.l.Budgets {
 			bs := BudgetStatus{Scope: s.kind, ID: s.id, Model: s.model, Period: b.Period, Window: b.Window, Limit: b.MicroUSD}
 			if b.Period == policies.PeriodRolling {
-				dec := l.counters.Admit(at, []limits.Demand{rollingDemand(s, b, 0)})
-				bs.Remaining = dec.Remaining[0]
-				bs.Spent = b.MicroUSD - bs.Remaining
+				d := rollingDemand(s, b, 0)
+				left := l.counters.Admit(at, []limits.Demand{d}).Remaining[0] // pico-dollars, below 0 if over
+				bs.Remaining = money.FromPico(left)
+				bs.Spent = money.FromPico(sat.Sub(d.Limit, left))
+				if left < 0 {
+					bs.Spent = money.FromPico(d.Limit).Add(money.FromPico(-max(left, -sat.Max)))
+				}
 			} else {
 				st := l.budget(s, b, at)
 				bs.Spent, bs.Reserved = st.spent, st.reserved
-				bs.Remaining = sat.Sub(sat.Sub(b.MicroUSD, st.spent), st.reserved)
+				bs.Remaining = money.FromMicros(b.MicroUSD).Sub(st.spent).Sub(st.reserved)
 				bs.Resets = st.end
 			}
 			out = append(out, bs)

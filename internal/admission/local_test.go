@@ -16,6 +16,7 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger"
 	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -66,7 +67,7 @@ func TestBudgetUnderConcurrency(t *testing.T) {
 			defer wg.Done()
 			<-start
 			at := t0.Add(time.Duration(i) * time.Millisecond)
-			g, err := l.Admit(context.Background(), Claim{Principal: p, Model: "m", InputTokens: 10, MaxOutputTokens: 10, CostMicros: each, At: at})
+			g, err := l.Admit(context.Background(), Claim{Principal: p, Model: "m", InputTokens: 10, MaxOutputTokens: 10, CostPico: each * micro, At: at})
 			if err != nil {
 				var d *apierr.Error
 				if !errors.As(err, &d) || d.Code != "insufficient_quota" || d.Status != 429 {
@@ -77,11 +78,11 @@ func TestBudgetUnderConcurrency(t *testing.T) {
 			}
 			admitted.Add(1)
 			rec := ledger.Record{RequestID: fmt.Sprintf("r%d", i), KeyID: p.KeyID, Team: p.Team, Org: p.Org, Model: "m",
-				InputTokens: 10, OutputTokens: 10, CostMicros: each, Priced: true, Status: 200, Outcome: "ok", StartedAt: at, FinishedAt: at.Add(time.Second)}
+				InputTokens: 10, OutputTokens: 10, CostPico: each * micro, Priced: true, Status: 200, Outcome: "ok", StartedAt: at, FinishedAt: at.Add(time.Second)}
 			if err := led.Append(context.Background(), rec); err != nil {
 				t.Errorf("append: %v", err)
 			}
-			l.Settle(context.Background(), g, Actual{InputTokens: 10, OutputTokens: 10, CostMicros: each, At: at.Add(time.Second)})
+			l.Settle(context.Background(), g, Actual{InputTokens: 10, OutputTokens: 10, CostPico: each * micro, At: at.Add(time.Second)})
 			settled.Add(each)
 		}()
 	}
@@ -91,8 +92,8 @@ func TestBudgetUnderConcurrency(t *testing.T) {
 		t.Fatalf("admitted %d, denied %d; want exactly %d admitted", admitted.Load(), denied.Load(), affordable)
 	}
 	st := l.budgets[budgetScope{"team", "t", ""}]["day"]
-	if st.spent != settled.Load() || st.spent != each*affordable || st.reserved != 0 {
-		t.Errorf("budget state spent %d reserved %d; settled %d", st.spent, st.reserved, settled.Load())
+	if st.spent != mu(settled.Load()) || st.spent != mu(each*affordable) || !st.reserved.IsZero() {
+		t.Errorf("budget state spent %v reserved %v; settled %d µ$", st.spent, st.reserved, settled.Load())
 	}
 	if l.Held() != 0 {
 		t.Errorf("%d reservations still held", l.Held())
@@ -101,8 +102,8 @@ func TestBudgetUnderConcurrency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(totals) != 1 || totals[0].CostMicros != st.spent || totals[0].Requests != affordable {
-		t.Errorf("ledger totals %+v; want %d records summing to the budget counter %d", totals, affordable, st.spent)
+	if len(totals) != 1 || totals[0].Cost != st.spent || totals[0].Requests != affordable {
+		t.Errorf("ledger totals %+v; want %d records summing to the budget counter %v", totals, affordable, st.spent)
 	}
 }
 
@@ -115,7 +116,7 @@ func TestSettleReleasesTheDifference(t *testing.T) {
 		Budgets: []policies.Budget{{MicroUSD: 1000, Period: policies.PeriodLifetime}},
 	}, policies.Limits{}, policies.Limits{})
 	ctx := context.Background()
-	g, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 800, CostMicros: 900, At: t0})
+	g, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 800, CostPico: 900 * micro, At: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,12 +124,12 @@ func TestSettleReleasesTheDifference(t *testing.T) {
 		t.Errorf("remaining after the reservation: %+v", g.Remaining)
 	}
 	// While it is held, a second worst case does not fit.
-	if _, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 800, CostMicros: 900, At: t0.Add(time.Second)}); err == nil {
+	if _, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 800, CostPico: 900 * micro, At: t0.Add(time.Second)}); err == nil {
 		t.Fatal("a second reservation fitted while the first is held")
 	}
-	l.Settle(ctx, g, Actual{InputTokens: 100, OutputTokens: 50, CostMicros: 150, At: t0.Add(2 * time.Second)})
-	l.Settle(ctx, g, Actual{InputTokens: 100, OutputTokens: 50, CostMicros: 150, At: t0.Add(2 * time.Second)}) // twice: no effect
-	g2, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 700, CostMicros: 800, At: t0.Add(3 * time.Second)})
+	l.Settle(ctx, g, Actual{InputTokens: 100, OutputTokens: 50, CostPico: 150 * micro, At: t0.Add(2 * time.Second)})
+	l.Settle(ctx, g, Actual{InputTokens: 100, OutputTokens: 50, CostPico: 150 * micro, At: t0.Add(2 * time.Second)}) // twice: no effect
+	g2, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 700, CostPico: 800 * micro, At: t0.Add(3 * time.Second)})
 	if err != nil {
 		t.Fatalf("after settling 150 of 900, 800 more must fit: %v", err)
 	}
@@ -136,9 +137,9 @@ func TestSettleReleasesTheDifference(t *testing.T) {
 		t.Errorf("remaining %+v", g2.Remaining)
 	}
 	// The provider reported more than was reserved: it is charged.
-	l.Settle(ctx, g2, Actual{InputTokens: 100, OutputTokens: 760, CostMicros: 860, At: t0.Add(4 * time.Second)})
+	l.Settle(ctx, g2, Actual{InputTokens: 100, OutputTokens: 760, CostPico: 860 * micro, At: t0.Add(4 * time.Second)})
 	d := denialOf(t, func() error {
-		_, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 1, CostMicros: 1, At: t0.Add(5 * time.Second)})
+		_, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 1, CostPico: 1 * micro, At: t0.Add(5 * time.Second)})
 		return err
 	}())
 	if d.Code != "insufficient_quota" || !strings.Contains(d.Message, "lifetime budget of key key_a") {
@@ -156,13 +157,13 @@ func TestDeniedRequestReservesNothing(t *testing.T) {
 		policies.Limits{Tokens: policies.TokenLimits{Output: policies.RateLimits{PerHour: 10}}},
 	)
 	ctx := context.Background()
-	_, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 50, MaxOutputTokens: 20, CostMicros: 10, At: t0})
+	_, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 50, MaxOutputTokens: 20, CostPico: 10 * micro, At: t0})
 	d := denialOf(t, err)
 	if d.Code != "tokens_rate_limited" || !strings.Contains(d.Message, "org o") || !strings.Contains(d.Message, "at all") {
 		t.Fatalf("denial %+v; want the org's output-token limit, impossible", d)
 	}
 	// Nothing was reserved: the full key window and budget are there.
-	g, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 10, CostMicros: 50, At: t0})
+	g, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 10, CostPico: 50 * micro, At: t0})
 	if err != nil {
 		t.Fatalf("the refused request reserved something: %v", err)
 	}
@@ -194,9 +195,9 @@ func TestBudgetPeriods(t *testing.T) {
 	}
 	ctx := context.Background()
 	spend := func(l *Local, p *keyring.Principal, at time.Time, cost int64) error {
-		g, err := l.Admit(ctx, Claim{Principal: p, CostMicros: cost, At: at})
+		g, err := l.Admit(ctx, Claim{Principal: p, CostPico: cost * micro, At: at})
 		if err == nil {
-			l.Settle(ctx, g, Actual{CostMicros: cost, At: at})
+			l.Settle(ctx, g, Actual{CostPico: cost * micro, At: at})
 		}
 		return err
 	}
@@ -256,14 +257,14 @@ func TestPerModelAndOrgLimits(t *testing.T) {
 	org := policies.Limits{Requests: policies.RateLimits{PerMinute: 3}}
 	p := principal(policies.Limits{}, team, org)
 	ctx := context.Background()
-	if _, err := l.Admit(ctx, Claim{Principal: p, Model: "big", CostMicros: 10, At: t0}); err != nil {
+	if _, err := l.Admit(ctx, Claim{Principal: p, Model: "big", CostPico: 10 * micro, At: t0}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := l.Admit(ctx, Claim{Principal: p, Model: "big", CostMicros: 1, At: t0})
+	_, err := l.Admit(ctx, Claim{Principal: p, Model: "big", CostPico: 1 * micro, At: t0})
 	if d := denialOf(t, err); !strings.Contains(d.Message, "team t for model big") {
 		t.Errorf("denial %+v", d)
 	}
-	if _, err := l.Admit(ctx, Claim{Principal: p, Model: "small", CostMicros: 1000, At: t0}); err != nil {
+	if _, err := l.Admit(ctx, Claim{Principal: p, Model: "small", CostPico: 1000 * micro, At: t0}); err != nil {
 		t.Fatalf("another model is not limited by big's budget: %v", err)
 	}
 	// Two admitted so far (the refused one counted nothing): one more fits.
@@ -283,7 +284,7 @@ func TestExpireReleasesLostReservations(t *testing.T) {
 	p := principal(policies.Limits{Tokens: policies.TokenLimits{Output: policies.RateLimits{PerHour: 100}},
 		Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}}}, policies.Limits{}, policies.Limits{})
 	ctx := context.Background()
-	g, err := l.Admit(ctx, Claim{Principal: p, MaxOutputTokens: 100, CostMicros: 100, At: t0})
+	g, err := l.Admit(ctx, Claim{Principal: p, MaxOutputTokens: 100, CostPico: 100 * micro, At: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,12 +294,12 @@ func TestExpireReleasesLostReservations(t *testing.T) {
 	if n := l.ExpireBefore(t0.Add(20*time.Minute), t0.Add(5*time.Minute)); n != 1 || l.Expired() != 1 || l.Held() != 0 {
 		t.Fatalf("expired %d (total %d), held %d", n, l.Expired(), l.Held())
 	}
-	if _, err := l.Admit(ctx, Claim{Principal: p, MaxOutputTokens: 100, CostMicros: 100, At: t0.Add(21 * time.Minute)}); err != nil {
+	if _, err := l.Admit(ctx, Claim{Principal: p, MaxOutputTokens: 100, CostPico: 100 * micro, At: t0.Add(21 * time.Minute)}); err != nil {
 		t.Fatalf("the expired reservation still holds: %v", err)
 	}
 	// The request ends after all: it is charged its whole use.
-	l.Settle(ctx, g, Actual{OutputTokens: 100, CostMicros: 100, At: t0.Add(22 * time.Minute)})
-	if st := l.budgets[budgetScope{"key", "key_a", ""}]["day"]; st.spent != 100 || st.reserved != 100 {
+	l.Settle(ctx, g, Actual{OutputTokens: 100, CostPico: 100 * micro, At: t0.Add(22 * time.Minute)})
+	if st := l.budgets[budgetScope{"key", "key_a", ""}]["day"]; st.spent != mu(100) || st.reserved != mu(100) {
 		t.Errorf("a late settle of an expired grant: %+v; want its 100 spent (and the second request's 100 reserved)", st)
 	}
 	if l.Held() != 1 {
@@ -310,16 +311,16 @@ func TestExpireReleasesLostReservations(t *testing.T) {
 // the ledger recorded in it.
 func TestBudgetsStartFromTheLedger(t *testing.T) {
 	var asked []string
-	l := NewLocal(limits.New(limits.Options{}), LocalOptions{Spent: func(kind, id, model string, since time.Time) int64 {
+	l := NewLocal(limits.New(limits.Options{}), LocalOptions{Spent: func(kind, id, model string, since time.Time) money.Sum {
 		asked = append(asked, kind+"/"+id+"/"+model+"@"+since.Format(time.RFC3339))
-		return 95
+		return mu(95)
 	}})
 	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}}}, policies.Limits{}, policies.Limits{})
 	ctx := context.Background()
-	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 6, At: t0}); err == nil {
+	if _, err := l.Admit(ctx, Claim{Principal: p, CostPico: 6 * micro, At: t0}); err == nil {
 		t.Fatal("95 spent before the restart + 6 fitted in 100")
 	}
-	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 5, At: t0}); err != nil {
+	if _, err := l.Admit(ctx, Claim{Principal: p, CostPico: 5 * micro, At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	if len(asked) != 1 || asked[0] != "key/key_a/@2026-11-30T00:00:00Z" {
@@ -339,11 +340,11 @@ func BenchmarkAdmitSettle(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		at = at.Add(time.Millisecond)
-		g, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CountRequest: true, InputTokens: 500, MaxOutputTokens: 1000, CostMicros: 1200, At: at})
+		g, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CountRequest: true, InputTokens: 500, MaxOutputTokens: 1000, CostPico: 1200 * micro, At: at})
 		if err != nil {
 			b.Fatal(err)
 		}
-		l.Settle(ctx, g, Actual{InputTokens: 500, OutputTokens: 300, CostMicros: 700, At: at})
+		l.Settle(ctx, g, Actual{InputTokens: 500, OutputTokens: 300, CostPico: 700 * micro, At: at})
 	}
 }
 
@@ -352,19 +353,19 @@ func TestBudgetsReport(t *testing.T) {
 	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}, {MicroUSD: 500, Period: policies.PeriodRolling, Window: time.Hour}}},
 		policies.Limits{Models: map[string]policies.Limits{"m": {Budgets: []policies.Budget{{MicroUSD: 70, Period: policies.PeriodLifetime}}}}}, policies.Limits{})
 	ctx := context.Background()
-	g, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CostMicros: 40, At: t0})
+	g, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CostPico: 40 * micro, At: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Settle(ctx, g, Actual{CostMicros: 30, At: t0})
-	if _, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CostMicros: 20, At: t0}); err != nil {
+	l.Settle(ctx, g, Actual{CostPico: 30 * micro, At: t0})
+	if _, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CostPico: 20 * micro, At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	got := l.Budgets(p, t0)
 	want := []BudgetStatus{
-		{Scope: "key", ID: "key_a", Period: "day", Limit: 100, Spent: 30, Reserved: 20, Remaining: 50, Resets: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
-		{Scope: "key", ID: "key_a", Period: "rolling", Window: time.Hour, Limit: 500, Spent: 50, Remaining: 450},
-		{Scope: "team", ID: "t", Model: "m", Period: "lifetime", Limit: 70, Spent: 30, Reserved: 20, Remaining: 20},
+		{Scope: "key", ID: "key_a", Period: "day", Limit: 100, Spent: mu(30), Reserved: mu(20), Remaining: mu(50), Resets: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
+		{Scope: "key", ID: "key_a", Period: "rolling", Window: time.Hour, Limit: 500, Spent: mu(50), Remaining: mu(450)},
+		{Scope: "team", ID: "t", Model: "m", Period: "lifetime", Limit: 70, Spent: mu(30), Reserved: mu(20), Remaining: mu(20)},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Budgets = %+v", got)
@@ -379,20 +380,20 @@ func TestBudgetsReport(t *testing.T) {
 func TestSpendIndex(t *testing.T) {
 	day := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	buckets := []ledger.Aggregate{
-		{Scope: ledger.ScopeTeam, ID: "t", Model: "a", Bucket: day.Add(-15 * time.Minute), CostMicros: 1000}, // yesterday
-		{Scope: ledger.ScopeTeam, ID: "t", Model: "a", Bucket: day, CostMicros: 10},
-		{Scope: ledger.ScopeTeam, ID: "t", Model: "b", Bucket: day.Add(9 * time.Hour), CostMicros: 5},
-		{Scope: ledger.ScopeKey, ID: "t", Model: "a", Bucket: day, CostMicros: 7}, // another scope, same id
+		{Scope: ledger.ScopeTeam, ID: "t", Model: "a", Bucket: day.Add(-15 * time.Minute), Cost: mu(1000)}, // yesterday
+		{Scope: ledger.ScopeTeam, ID: "t", Model: "a", Bucket: day, Cost: mu(10)},
+		{Scope: ledger.ScopeTeam, ID: "t", Model: "b", Bucket: day.Add(9 * time.Hour), Cost: mu(5)},
+		{Scope: ledger.ScopeKey, ID: "t", Model: "a", Bucket: day, Cost: mu(7)}, // another scope, same id
 	}
-	lifetime := []ledger.Aggregate{{Scope: ledger.ScopeTeam, ID: "t", Model: "a", CostMicros: 5000}, {Scope: ledger.ScopeTeam, ID: "t", Model: "b", CostMicros: 6}}
+	lifetime := []ledger.Aggregate{{Scope: ledger.ScopeTeam, ID: "t", Model: "a", Cost: mu(5000)}, {Scope: ledger.ScopeTeam, ID: "t", Model: "b", Cost: mu(6)}}
 	spent := NewSpendIndex(buckets, lifetime).Spent
 	for _, tt := range []struct {
 		model string
 		since time.Time
 		want  int64
 	}{{"", day, 15}, {"a", day, 10}, {"b", day, 5}, {"", time.Time{}, 5006}, {"b", time.Time{}, 6}, {"", day.Add(-time.Hour), 1015}} {
-		if got := spent("team", "t", tt.model, tt.since); got != tt.want {
-			t.Errorf("spent(team t, model %q, since %v) = %d, want %d", tt.model, tt.since, got, tt.want)
+		if got := spent("team", "t", tt.model, tt.since); got != mu(tt.want) {
+			t.Errorf("spent(team t, model %q, since %v) = %v, want %d µ$", tt.model, tt.since, got, tt.want)
 		}
 	}
 	if got := EarliestPeriodStart(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC), time.UTC); !got.Equal(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)) {
@@ -407,15 +408,15 @@ func TestBudgetPeriodNeverGoesBack(t *testing.T) {
 	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}}}, policies.Limits{}, policies.Limits{})
 	ctx := context.Background()
 	midnight := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	g, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 80, At: midnight.Add(time.Millisecond)})
+	g, err := l.Admit(ctx, Claim{Principal: p, CostPico: 80 * micro, At: midnight.Add(time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Settle(ctx, g, Actual{CostMicros: 80, At: midnight.Add(time.Second)})
-	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 30, At: midnight.Add(-time.Millisecond)}); err == nil {
+	l.Settle(ctx, g, Actual{CostPico: 80 * micro, At: midnight.Add(time.Second)})
+	if _, err := l.Admit(ctx, Claim{Principal: p, CostPico: 30 * micro, At: midnight.Add(-time.Millisecond)}); err == nil {
 		t.Fatal("a late request from the old day reset the new day's budget")
 	}
-	if st := l.budgets[budgetScope{"key", "key_a", ""}]["day"]; !st.start.Equal(midnight) || st.spent != 80 {
+	if st := l.budgets[budgetScope{"key", "key_a", ""}]["day"]; !st.start.Equal(midnight) || st.spent != mu(80) {
 		t.Errorf("state %+v; want the new day with 80 spent", st)
 	}
 }
@@ -435,18 +436,18 @@ func TestRefusedRequestIsCountedNowhere(t *testing.T) {
 		}
 	}
 	authz()
-	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 10, At: t0}); err != nil {
+	if _, err := l.Admit(ctx, Claim{Principal: p, CostPico: 10 * micro, At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	authz()
-	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 1, At: t0}); err == nil {
+	if _, err := l.Admit(ctx, Claim{Principal: p, CostPico: 1 * micro, At: t0}); err == nil {
 		t.Fatal("the spent budget admitted more")
 	}
 	if rem := counters.Admit(t0, []limits.Demand{{Key: "key/key_a/requests/1m", Period: time.Minute, Limit: 5}}).Remaining[0]; rem != 4 {
 		t.Errorf("remaining requests %d, want 4: the refused request must give its count back", rem)
 	}
 	authz()
-	if _, err := l.Admit(ctx, Claim{Principal: p, CostMicros: 0, At: t0}); err != nil {
+	if _, err := l.Admit(ctx, Claim{Principal: p, CostPico: 0 * micro, At: t0}); err != nil {
 		t.Errorf("a request that costs nothing was refused by a spent budget: %v", err)
 	}
 }
@@ -459,20 +460,20 @@ func TestBudgetAddedMidPeriod(t *testing.T) {
 	l := NewLocal(limits.New(limits.Options{}), LocalOptions{Spent: idx.Spent, Record: idx.Add})
 	ctx := context.Background()
 	free := principal(policies.Limits{}, policies.Limits{}, policies.Limits{})
-	g, err := l.Admit(ctx, Claim{Principal: free, Model: "m", CostMicros: 50, At: t0})
+	g, err := l.Admit(ctx, Claim{Principal: free, Model: "m", CostPico: 50 * micro, At: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Settle(ctx, g, Actual{CostMicros: 50, At: t0})
+	l.Settle(ctx, g, Actual{CostPico: 50 * micro, At: t0})
 	// Now the team gets a daily budget of 60: 50 are already spent today.
 	capped := principal(policies.Limits{}, policies.Limits{Budgets: []policies.Budget{{MicroUSD: 60, Period: policies.PeriodDay}}}, policies.Limits{})
-	if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostMicros: 20, At: t0.Add(time.Hour)}); err == nil {
+	if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostPico: 20 * micro, At: t0.Add(time.Hour)}); err == nil {
 		t.Fatal("a budget added mid-day ignored what was spent earlier that day")
 	}
-	if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostMicros: 10, At: t0.Add(time.Hour)}); err != nil {
+	if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostPico: 10 * micro, At: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := idx.Spent("org", "o", "", time.Time{}); got != 50 {
+	if got := idx.Spent("org", "o", "", time.Time{}); got != mu(50) {
 		t.Errorf("lifetime spend of the org %d, want 50", got)
 	}
 }
@@ -521,11 +522,11 @@ func TestBudgetReaddedMidPeriod(t *testing.T) {
 			spend := func(p *keyring.Principal, cost int64) {
 				t.Helper()
 				at = at.Add(time.Minute)
-				g, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CostMicros: cost, At: at})
+				g, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CostPico: cost * micro, At: at})
 				if err != nil {
 					t.Fatalf("admit %d: %v", cost, err)
 				}
-				l.Settle(ctx, g, Actual{CostMicros: cost, At: at})
+				l.Settle(ctx, g, Actual{CostPico: cost * micro, At: at})
 			}
 			spend(capped, 30) // with the budget
 			spend(free, 40)   // removed: settled while absent
@@ -533,26 +534,26 @@ func TestBudgetReaddedMidPeriod(t *testing.T) {
 			// A request admitted while the budget is absent and settled
 			// after it is back is counted too.
 			at = at.Add(time.Minute)
-			inFlight, err := l.Admit(ctx, Claim{Principal: free, Model: "m", CostMicros: 20, At: at})
+			inFlight, err := l.Admit(ctx, Claim{Principal: free, Model: "m", CostPico: 20 * micro, At: at})
 			if err != nil {
 				t.Fatal(err)
 			}
 			// Re-added: 70 spent, 30 left.
 			st := l.Budgets(capped, at)
-			if len(st) != 1 || st[0].Spent != 70 || st[0].Remaining != 30 {
+			if len(st) != 1 || st[0].Spent != mu(70) || st[0].Remaining != mu(30) {
 				t.Fatalf("re-added budget %+v; want 70 spent, 30 left", st)
 			}
-			l.Settle(ctx, inFlight, Actual{CostMicros: 15, At: at})
-			if st := l.Budgets(capped, at); st[0].Spent != 85 || st[0].Remaining != 15 {
+			l.Settle(ctx, inFlight, Actual{CostPico: 15 * micro, At: at})
+			if st := l.Budgets(capped, at); st[0].Spent != mu(85) || st[0].Remaining != mu(15) {
 				t.Fatalf("after the in-flight request settled: %+v; want 85 spent, 15 left", st)
 			}
-			if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostMicros: 16, At: at}); err == nil {
+			if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostPico: 16 * micro, At: at}); err == nil {
 				t.Fatal("the re-added budget admitted 16 with 15 left")
 			} else if d := denialOf(t, err); d.Code != apierr.CodeInsufficientQuota {
 				t.Errorf("refused with %q, want insufficient_quota", d.Code)
 			}
 			spend(capped, 15)
-			if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostMicros: 1, At: at}); err == nil {
+			if _, err := l.Admit(ctx, Claim{Principal: capped, Model: "m", CostPico: 1 * micro, At: at}); err == nil {
 				t.Fatal("the spent budget admitted more")
 			}
 			// The next day starts empty.
@@ -608,3 +609,10 @@ func TestRemainingHeaders(t *testing.T) {
 		t.Errorf("headers %v, want none", got)
 	}
 }
+
+// micro is a micro-dollar in pico-dollars, what claims and settlements
+// count: budgets are configured in micro-dollars.
+const micro = money.PicoPerMicro
+
+// mu is n micro-dollars as a sum.
+func mu(n int64) money.Sum { return money.FromMicros(n) }

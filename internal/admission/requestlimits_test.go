@@ -86,7 +86,7 @@ func TestExpiredHoldIsDroppedADayLater(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
 			p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 1000, Period: policies.PeriodLifetime}}}, policies.Limits{}, policies.Limits{})
-			g, err := l.Admit(t.Context(), Claim{Principal: p, CostMicros: 100, At: t0})
+			g, err := l.Admit(t.Context(), Claim{Principal: p, CostPico: 100 * micro, At: t0})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,8 +96,8 @@ func TestExpiredHoldIsDroppedADayLater(t *testing.T) {
 			if n := l.ExpireBefore(tt.secondCutoff, tt.secondCutoff); n != 0 {
 				t.Fatalf("an expired hold expired again (%d)", n)
 			}
-			l.Settle(t.Context(), g, Actual{CostMicros: 100, At: tt.secondCutoff})
-			if st := l.budgets[budgetScope{"key", "key_a", ""}]["lifetime"]; st.spent != tt.charged || st.reserved != 0 {
+			l.Settle(t.Context(), g, Actual{CostPico: 100 * micro, At: tt.secondCutoff})
+			if st := l.budgets[budgetScope{"key", "key_a", ""}]["lifetime"]; st.spent != mu(tt.charged) || !st.reserved.IsZero() {
 				t.Errorf("after a late settle: %+v, want %d spent and nothing reserved", st, tt.charged)
 			}
 		})
@@ -121,10 +121,10 @@ func TestWholeLimitIsNotImpossible(t *testing.T) {
 		retry  bool
 		phrase string // in the refusal's message
 	}{
-		{"daily budget, whole", daily, Claim{CostMicros: 1}, Claim{CostMicros: 10}, "insufficient_quota", true, "resets at"},
-		{"daily budget, more", daily, Claim{CostMicros: 1}, Claim{CostMicros: 11}, "insufficient_quota", false, "allows at all"},
-		{"rolling budget, whole", rolling, Claim{CostMicros: 1}, Claim{CostMicros: 10}, "insufficient_quota", true, "has no room"},
-		{"rolling budget, more", rolling, Claim{CostMicros: 1}, Claim{CostMicros: 11}, "insufficient_quota", false, "allows at all"},
+		{"daily budget, whole", daily, Claim{CostPico: 1 * micro}, Claim{CostPico: 10 * micro}, "insufficient_quota", true, "resets at"},
+		{"daily budget, more", daily, Claim{CostPico: 1 * micro}, Claim{CostPico: 11 * micro}, "insufficient_quota", false, "allows at all"},
+		{"rolling budget, whole", rolling, Claim{CostPico: 1 * micro}, Claim{CostPico: 10 * micro}, "insufficient_quota", true, "has no room"},
+		{"rolling budget, more", rolling, Claim{CostPico: 1 * micro}, Claim{CostPico: 11 * micro}, "insufficient_quota", false, "allows at all"},
 		{"token window, whole", window, Claim{MaxOutputTokens: 1}, Claim{MaxOutputTokens: 10}, "tokens_rate_limited", true, "token limit reached"},
 		{"token window, more", window, Claim{MaxOutputTokens: 1}, Claim{MaxOutputTokens: 11}, "tokens_rate_limited", false, "at all"},
 	} {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -34,7 +35,7 @@ func TestSaturatedAmounts(t *testing.T) {
 			ctx := context.Background()
 
 			// A worst case that saturated: refused, 429 insufficient_quota.
-			_, err := l.Admit(ctx, Claim{Principal: p, Model: "m", InputTokens: huge, MaxOutputTokens: huge, CostMicros: huge, At: t0})
+			_, err := l.Admit(ctx, Claim{Principal: p, Model: "m", InputTokens: huge, MaxOutputTokens: huge, CostPico: huge, At: t0})
 			if d := denialOf(t, err); d.Status != 429 || d.Code != "insufficient_quota" || d.RetryAfter != 0 ||
 				!strings.Contains(d.Message, "at all") || !strings.Contains(d.Message, "$9223372036854.775807") {
 				t.Fatalf("saturated claim: %d %s %q retry %v, want 429 insufficient_quota, no retry, the whole amount, \"at all\"", d.Status, d.Code, d.Message, d.RetryAfter)
@@ -43,25 +44,25 @@ func TestSaturatedAmounts(t *testing.T) {
 			// Two requests admitted cheaply, each settled at a saturated
 			// cost (a provider reporting an absurd usage).
 			for i := range 2 {
-				g, err := l.Admit(ctx, Claim{Principal: p, Model: "m", InputTokens: 1, MaxOutputTokens: 1, CostMicros: 1, At: t0.Add(time.Duration(i) * time.Second)})
+				g, err := l.Admit(ctx, Claim{Principal: p, Model: "m", InputTokens: 1, MaxOutputTokens: 1, CostPico: 1 * micro, At: t0.Add(time.Duration(i) * time.Second)})
 				if err != nil {
 					if i == 0 {
 						t.Fatalf("first cheap request: %v", err)
 					}
 					break // the first settle already spent the budget
 				}
-				l.Settle(ctx, g, Actual{InputTokens: huge, OutputTokens: huge, CostMicros: huge, At: t0.Add(2 * time.Second)})
+				l.Settle(ctx, g, Actual{InputTokens: huge, OutputTokens: huge, CostPico: huge, At: t0.Add(2 * time.Second)})
 			}
-			if _, err := l.Admit(ctx, Claim{Principal: p, Model: "m", InputTokens: 1, MaxOutputTokens: 1, CostMicros: 1, At: t0.Add(3 * time.Second)}); err == nil {
+			if _, err := l.Admit(ctx, Claim{Principal: p, Model: "m", InputTokens: 1, MaxOutputTokens: 1, CostPico: 1 * micro, At: t0.Add(3 * time.Second)}); err == nil {
 				t.Fatal("a budget charged a saturated cost admitted another request")
 			}
 			for _, bs := range l.Budgets(p, t0.Add(3*time.Second)) {
-				if bs.Spent < 0 || bs.Remaining != 0 || bs.Reserved < 0 {
-					t.Errorf("budget %+v: want spent ≥ 0, nothing reserved or remaining", bs)
+				if bs.Spent.Cmp(mu(tc.b.MicroUSD)) < 0 || !bs.Remaining.IsZero() || !bs.Reserved.IsZero() {
+					t.Errorf("budget %+v: want all spent, nothing reserved or remaining", bs)
 				}
 			}
-			if s := idx.Spent("key", "key_a", "", time.Time{}); s != huge {
-				t.Errorf("spend index lifetime sum %d, want saturated %d", s, int64(huge))
+			if s := idx.Spent("key", "key_a", "", time.Time{}); s != money.FromPico(huge) {
+				t.Errorf("spend index lifetime sum %v, want the saturated cost, %d p$", s, int64(huge))
 			}
 		})
 	}

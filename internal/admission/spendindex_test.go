@@ -15,7 +15,7 @@ func TestSpendIndexForgetsOldBuckets(t *testing.T) {
 	// The oldest bucket the retention keeps at t0 (one exactly at the
 	// cutoff is kept); a day later it is outside.
 	old := t0.Add(-retention)
-	idx := NewSpendIndex([]ledger.Aggregate{{Scope: ledger.ScopeTeam, ID: "t", Bucket: old, CostMicros: 1000}}, nil)
+	idx := NewSpendIndex([]ledger.Aggregate{{Scope: ledger.ScopeTeam, ID: "t", Bucket: old, Cost: mu(1000)}}, nil)
 	for i, tt := range []struct {
 		at        time.Time
 		sinceOld  int64 // Spent since old, after this Add
@@ -26,12 +26,12 @@ func TestSpendIndexForgetsOldBuckets(t *testing.T) {
 		{t0.Add(24*time.Hour + time.Second), 3, 3},   // more than a day after: old is dropped
 		{t0.Add(24*time.Hour + 2*time.Second), 4, 4}, // nothing more to drop
 	} {
-		idx.Add("team", "t", "", tt.at, 1)
-		if got := idx.Spent("team", "t", "", old); got != tt.sinceOld {
-			t.Errorf("add %d at %v: spent since %v = %d, want %d", i+1, tt.at, old, got, tt.sinceOld)
+		idx.Add("team", "t", "", tt.at, micro)
+		if got := idx.Spent("team", "t", "", old); got != mu(tt.sinceOld) {
+			t.Errorf("add %d at %v: spent since %v = %v, want %d µ$", i+1, tt.at, old, got, tt.sinceOld)
 		}
-		if got := idx.Spent("team", "t", "", time.Time{}); got != tt.lifetimes {
-			t.Errorf("add %d: lifetime spent %d, want %d", i+1, got, tt.lifetimes)
+		if got := idx.Spent("team", "t", "", time.Time{}); got != mu(tt.lifetimes) {
+			t.Errorf("add %d: lifetime spent %v, want %d µ$", i+1, got, tt.lifetimes)
 		}
 	}
 }

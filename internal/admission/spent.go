@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/ledger"
-	"github.com/sluicegw/sluice/internal/sat"
+	"github.com/sluicegw/sluice/internal/money"
 )
 
 // SpendIndex answers "what did this scope spend since then", from memory:
@@ -16,8 +16,8 @@ import (
 // spent. It is safe for concurrent use.
 type SpendIndex struct {
 	mu        sync.Mutex
-	buckets   map[who]map[string]map[int64]int64 // model → bucket (unix s) → micro-dollars
-	lifetime  map[who]map[string]int64           // model → micro-dollars
+	buckets   map[who]map[string]map[int64]money.Sum // model → bucket (unix s) → spent
+	lifetime  map[who]map[string]money.Sum           // model → spent
 	lastPrune time.Time
 }
 
@@ -30,36 +30,36 @@ const retention = 40 * 24 * time.Hour
 // NewSpendIndex starts an index from the ledger's buckets (Buckets since
 // EarliestPeriodStart, at least) and lifetime sums.
 func NewSpendIndex(buckets, lifetime []ledger.Aggregate) *SpendIndex {
-	x := &SpendIndex{buckets: map[who]map[string]map[int64]int64{}, lifetime: map[who]map[string]int64{}}
+	x := &SpendIndex{buckets: map[who]map[string]map[int64]money.Sum{}, lifetime: map[who]map[string]money.Sum{}}
 	for _, a := range buckets {
 		bs, b := x.bucket(who{string(a.Scope), a.ID}, a.Model), a.Bucket.Unix()
-		bs[b] = sat.Add(bs[b], a.CostMicros)
+		bs[b] = bs[b].Add(a.Cost)
 	}
 	for _, a := range lifetime {
 		lt := x.life(who{string(a.Scope), a.ID})
-		lt[a.Model] = sat.Add(lt[a.Model], a.CostMicros)
+		lt[a.Model] = lt[a.Model].Add(a.Cost)
 	}
 	return x
 }
 
-func (x *SpendIndex) bucket(w who, model string) map[int64]int64 {
+func (x *SpendIndex) bucket(w who, model string) map[int64]money.Sum {
 	ms := x.buckets[w]
 	if ms == nil {
-		ms = map[string]map[int64]int64{}
+		ms = map[string]map[int64]money.Sum{}
 		x.buckets[w] = ms
 	}
 	b := ms[model]
 	if b == nil {
-		b = map[int64]int64{}
+		b = map[int64]money.Sum{}
 		ms[model] = b
 	}
 	return b
 }
 
-func (x *SpendIndex) life(w who) map[string]int64 {
+func (x *SpendIndex) life(w who) map[string]money.Sum {
 	m := x.lifetime[w]
 	if m == nil {
-		m = map[string]int64{}
+		m = map[string]money.Sum{}
 		x.lifetime[w] = m
 	}
 	return m
@@ -68,15 +68,15 @@ func (x *SpendIndex) life(w who) map[string]int64 {
 // Spent sums what scope kind/id spent on model ("" for every model) in the
 // buckets that start at or after since; a zero since means ever. It is a
 // LocalOptions.Spent.
-func (x *SpendIndex) Spent(kind, id, model string, since time.Time) int64 {
+func (x *SpendIndex) Spent(kind, id, model string, since time.Time) money.Sum {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	w := who{kind, id}
-	var sum int64
+	var sum money.Sum
 	if since.IsZero() {
 		for m, c := range x.lifetime[w] {
 			if model == "" || m == model {
-				sum = sat.Add(sum, c)
+				sum = sum.Add(c)
 			}
 		}
 		return sum
@@ -88,27 +88,27 @@ func (x *SpendIndex) Spent(kind, id, model string, since time.Time) int64 {
 		}
 		for b, c := range bs {
 			if b >= from {
-				sum = sat.Add(sum, c)
+				sum = sum.Add(c)
 			}
 		}
 	}
 	return sum
 }
 
-// Add counts a settled request's cost for a scope, in the bucket of at (the
-// time the request started, as the ledger counts it). It is a
-// LocalOptions.Record.
+// Add counts a settled request's cost, in pico-dollars, for a scope, in
+// the bucket of at (the time the request started, as the ledger counts
+// it). It is a LocalOptions.Record.
 func (x *SpendIndex) Add(kind, id, model string, at time.Time, cost int64) {
-	if cost == 0 || id == "" {
+	if cost <= 0 || id == "" {
 		return
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	w := who{kind, id}
 	bs, b := x.bucket(w, model), ledger.BucketOf(at).Unix()
-	bs[b] = sat.Add(bs[b], cost)
+	bs[b] = bs[b].AddPico(cost)
 	lt := x.life(w)
-	lt[model] = sat.Add(lt[model], cost)
+	lt[model] = lt[model].AddPico(cost)
 	if at.Sub(x.lastPrune) > 24*time.Hour {
 		x.prune(at.Add(-retention))
 		x.lastPrune = at

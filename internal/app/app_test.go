@@ -338,6 +338,7 @@ func TestCheckConfigCAFiles(t *testing.T) {
   - {name: plain, kind: openai-compatible, base_url: "http://127.0.0.1:8000"}
 models:
   - {name: m, provider: corp}
+pricing: {m: {input: 1, output: 1}}
 xds:
   upstream_ca_file: %q
   node_groups:
@@ -510,5 +511,46 @@ func TestServeReleasesWhatItOpenedOnFailure(t *testing.T) {
 			}
 			ln.Close()
 		})
+	}
+}
+
+// TestCheckConfigPricingWarnings: check-config warns, without failing,
+// about models without a price and about kinds of token a model's
+// provider reports that its price leaves to a default: cache reads on
+// OpenAI and Anthropic, cache writes on Anthropic, audio on a model whose
+// name says audio. A model priced for all of them draws no warning.
+func TestCheckConfigPricingWarnings(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "sluice.yaml")
+	os.WriteFile(config, []byte(`providers:
+  - {name: openai, kind: openai, base_url: "https://api.openai.com", api_key: sk}
+  - {name: anthropic, kind: anthropic, base_url: "https://api.anthropic.com", api_key: sk}
+  - {name: local, kind: openai-compatible, base_url: "http://127.0.0.1:8000"}
+models:
+  - {name: gpt-4o, provider: openai}
+  - {name: voice, provider: openai, upstream: gpt-4o-audio-preview}
+  - {name: claude, provider: anthropic}
+  - {name: claude-priced, provider: anthropic}
+  - {name: llama, provider: local}
+  - {name: free, provider: local}
+pricing:
+  gpt-4o: {input: 2500000, output: 10000000}
+  voice: {input: 2500000, cached_input: 1250000, audio_input: 40000000, output: 10000000}
+  claude: {input: 3000000, output: 15000000}
+  claude-priced: {input: 3000000, cached_input: 300000, cache_write: 3750000, cache_write_1h: 6000000, output: 15000000}
+  llama: {input: 1, output: 1}
+`), 0o600)
+	stdout, stderr, err := run(t, "check-config", config)
+	if err != nil || !strings.Contains(stdout, ": ok (version ") {
+		t.Fatalf("check-config: %v\n%s%s", err, stdout, stderr)
+	}
+	want := "" +
+		"warning: pricing.claude.cache_write: not set: Anthropic reports 5-minute cache writes, charged at the default, 1.25 × input\n" +
+		"warning: pricing.claude.cache_write_1h: not set: Anthropic reports 1-hour cache writes, charged at the default, 2 × input\n" +
+		"warning: pricing.claude.cached_input: not set: the provider reports cached prompt tokens, and they are charged at the input price (OpenAI bills them at a discount, Anthropic at 0.1 × input)\n" +
+		`warning: pricing.free: model "free" has no price: its requests are recorded at cost 0, which no budget counts (gateway.unpriced_models: allow)` + "\n" +
+		"warning: pricing.gpt-4o.cached_input: not set: the provider reports cached prompt tokens, and they are charged at the input price (OpenAI bills them at a discount, Anthropic at 0.1 × input)\n" +
+		"warning: pricing.voice.audio_output: not set: the model's name says it speaks audio, and audio output tokens are charged at the text output price\n"
+	if stderr != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", stderr, want)
 	}
 }

@@ -16,7 +16,7 @@ import (
 )
 
 func runCheckConfig(args []string, stdout, stderr io.Writer, env Env) error {
-	fs := newFlags("check-config", "[FILE]", "Validate a Sluice config file and print every problem with its path.\nFILE defaults to --config. Exit status 1 if there is any problem.", stderr)
+	fs := newFlags("check-config", "[FILE]", "Validate a Sluice config file and print every problem with its path, then warn\nabout what it may not mean: CA files missing here, kinds of token a model's\nprovider reports that its price leaves to a default. FILE defaults to --config.\nExit status 1 if there is any problem (warnings do not count).", stderr)
 	config := fs.String("config", "sluice.yaml", "config `file`")
 	if err := fs.Parse(args); err != nil {
 		return cli.FlagErr(err)
@@ -47,6 +47,11 @@ func runCheckConfig(args []string, stdout, stderr io.Writer, env Env) error {
 	fmt.Fprintf(stdout, "%s: ok (version %s: %d providers, %d models, %d orgs, %d teams, %d declared keys)\n",
 		path, snap.Version(), len(cfg.Providers), len(cfg.Models), len(cfg.Orgs), len(cfg.Teams), len(cfg.Keys))
 	printUpstreamCAs(snap, stdout, stderr)
+	// What the pricing table leaves to a default or to nothing, for the
+	// tokens the configured providers report: warnings, not problems.
+	for _, w := range snap.PricingWarnings() {
+		fmt.Fprintln(stderr, "warning: "+w.String())
+	}
 	return nil
 }
 
@@ -117,6 +122,21 @@ func loadSnapshot(path string, env Env) (*policies.Snapshot, error) {
 		return nil, err
 	}
 	snap, err := policies.Compile(cfg, path)
+	if err != nil {
+		return nil, fmt.Errorf("compile %s: %w", path, err)
+	}
+	return snap, nil
+}
+
+// loadSnapshotWithoutProviderKeys is loadSnapshot for a command that never
+// calls a provider: the providers' api_key values are not read, so their
+// environment variables need not be set where it runs.
+func loadSnapshotWithoutProviderKeys(path string, env Env) (*policies.Snapshot, error) {
+	cfg, err := policies.LoadWithoutProviderKeys(path, env)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := policies.CompileWithoutProviderKeys(cfg, path)
 	if err != nil {
 		return nil, fmt.Errorf("compile %s: %w", path, err)
 	}

@@ -18,10 +18,11 @@ import (
 
 	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/money"
 )
 
 func runSpend(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
-	fs := newFlags("spend", "", "Report spend from the ledger: totals grouped by key, team, org, model, or calendar\nday, week (from Monday) or month in a time zone (--tz), or the individual records\n(--records). Money is shown in dollars (stored as integer micro-dollars).", stderr)
+	fs := newFlags("spend", "", "Report spend from the ledger: totals grouped by key, team, org, model, or calendar\nday, week (from Monday) or month in a time zone (--tz), or the individual records\n(--records). Money is shown in dollars to the micro-dollar, rounded up (the ledger\nholds it exactly, in integer pico-dollars; --format json gives both).", stderr)
 	config := fs.String("config", "sluice.yaml", "config `file`")
 	by := fs.String("by", "key", "group totals by key, team, org, model, day, week, month or none;\nperiods are listed newest first, the others by cost")
 	tz := fs.String("tz", "UTC", "time `zone` of the calendar for day, week and month, and of dates in --since and --until\n(an IANA name: Asia/Kolkata, America/New_York)")
@@ -62,7 +63,9 @@ func runSpend(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	if *format != "table" && *format != "csv" && *format != "json" {
 		return fmt.Errorf("--format: want table, csv or json, got %q", *format)
 	}
-	snap, err := loadSnapshot(*config, env)
+	// spend reads the ledger and never calls a provider: it runs where
+	// the providers' keys are not in the environment.
+	snap, err := loadSnapshotWithoutProviderKeys(*config, env)
 	if err != nil {
 		return err
 	}
@@ -139,7 +142,10 @@ func fold(ts []ledger.Total, period func(time.Time) string, loc *time.Location) 
 		s.CacheCreationTokens += t.CacheCreationTokens
 		s.OutputTokens += t.OutputTokens
 		s.ReasoningTokens += t.ReasoningTokens
-		s.CostMicros += t.CostMicros
+		s.CacheCreation1hTokens += t.CacheCreation1hTokens
+		s.AudioInputTokens += t.AudioInputTokens
+		s.AudioOutputTokens += t.AudioOutputTokens
+		s.Cost = s.Cost.Add(t.Cost)
 		s.Estimated += t.Estimated
 		s.Unpriced += t.Unpriced
 	}
@@ -169,19 +175,18 @@ func parseWhen(s string, now time.Time, loc *time.Location) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("want a duration (24h), a date (2026-11-01) or an RFC 3339 time, got %q", s)
 }
 
-// dollars formats micro-dollars as dollars with six decimals, exactly.
-func dollars(micros int64) string {
-	sign := ""
-	if micros < 0 {
-		sign, micros = "-", -micros
-	}
-	return fmt.Sprintf("%s%d.%06d", sign, micros/1_000_000, micros%1_000_000)
+// dollars formats an amount as dollars with six decimals: micro-dollars,
+// rounded up (a cost is shown as no less than it is).
+func dollars(s money.Sum) string {
+	micros := s.MicrosUp()
+	return fmt.Sprintf("%d.%06d", micros/1_000_000, micros%1_000_000)
 }
 
 func writeTotals(w io.Writer, format, by string, ts []ledger.Total) error {
-	header := []string{by, "requests", "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "estimated", "unpriced"}
+	header := []string{by, "requests", "input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "estimated", "unpriced"}
 	row := func(t ledger.Total) []string {
-		return []string{t.Group, i64(t.Requests), i64(t.InputTokens), i64(t.CachedInputTokens), i64(t.OutputTokens), i64(t.ReasoningTokens), dollars(t.CostMicros), i64(t.Estimated), i64(t.Unpriced)}
+		return []string{t.Group, i64(t.Requests), i64(t.InputTokens), i64(t.CachedInputTokens), i64(t.CacheCreationTokens),
+			i64(t.OutputTokens), i64(t.ReasoningTokens), dollars(t.Cost), i64(t.Estimated), i64(t.Unpriced)}
 	}
 	switch format {
 	case "json":
@@ -191,7 +196,9 @@ func writeTotals(w io.Writer, format, by string, ts []ledger.Total) error {
 				Group: t.Group, Requests: t.Requests,
 				InputTokens: t.InputTokens, CachedInputTokens: t.CachedInputTokens, CacheCreationTokens: t.CacheCreationTokens,
 				OutputTokens: t.OutputTokens, ReasoningTokens: t.ReasoningTokens,
-				CostMicros: t.CostMicros, CostUSD: dollars(t.CostMicros), Estimated: t.Estimated, Unpriced: t.Unpriced,
+				CacheCreation1hTokens: t.CacheCreation1hTokens, AudioInputTokens: t.AudioInputTokens, AudioOutputTokens: t.AudioOutputTokens,
+				CostMicros: t.Cost.MicrosUp(), CostPico: json.Number(t.Cost.PicoString()), CostUSD: dollars(t.Cost),
+				Estimated: t.Estimated, Unpriced: t.Unpriced,
 			}); err != nil {
 				return err
 			}
@@ -224,28 +231,36 @@ func writeTotals(w io.Writer, format, by string, ts []ledger.Total) error {
 }
 
 // totalJSON is a Total as --format json writes it: the CSV's columns,
-// plus the exact micro-dollars and the cache writes.
+// plus every token count, and the cost rounded up to the micro-dollar
+// (cost_micros, the number cost_usd shows) and exact in pico-dollars
+// (cost_pico_usd, an integer that may exceed 2^63).
 type totalJSON struct {
-	Group               string `json:"group"`
-	Requests            int64  `json:"requests"`
-	InputTokens         int64  `json:"input_tokens"`
-	CachedInputTokens   int64  `json:"cached_input_tokens"`
-	CacheCreationTokens int64  `json:"cache_creation_tokens"`
-	OutputTokens        int64  `json:"output_tokens"`
-	ReasoningTokens     int64  `json:"reasoning_tokens"`
-	CostMicros          int64  `json:"cost_micros"`
-	CostUSD             string `json:"cost_usd"`
-	Estimated           int64  `json:"estimated"`
-	Unpriced            int64  `json:"unpriced"`
+	Group                 string      `json:"group"`
+	Requests              int64       `json:"requests"`
+	InputTokens           int64       `json:"input_tokens"`
+	CachedInputTokens     int64       `json:"cached_input_tokens"`
+	CacheCreationTokens   int64       `json:"cache_creation_tokens"`
+	OutputTokens          int64       `json:"output_tokens"`
+	ReasoningTokens       int64       `json:"reasoning_tokens"`
+	CacheCreation1hTokens int64       `json:"cache_creation_1h_tokens"`
+	AudioInputTokens      int64       `json:"audio_input_tokens"`
+	AudioOutputTokens     int64       `json:"audio_output_tokens"`
+	CostMicros            int64       `json:"cost_micros"`
+	CostPico              json.Number `json:"cost_pico_usd"`
+	CostUSD               string      `json:"cost_usd"`
+	Estimated             int64       `json:"estimated"`
+	Unpriced              int64       `json:"unpriced"`
 }
 
 func writeRecords(w io.Writer, format string, rs []ledger.Record) error {
 	// request_id is the record's own id; client_request_id the client's
 	// x-request-id, a correlation field that many records may share.
-	header := []string{"started_at", "request_id", "client_request_id", "key_id", "team", "model", "provider", "status", "outcome", "error_type", "input", "cached", "output", "reasoning", "cost_usd", "estimated"}
+	header := []string{"started_at", "request_id", "client_request_id", "key_id", "team", "model", "provider", "status", "outcome", "error_type",
+		"input", "cached", "cache_creation", "output", "reasoning", "cost_usd", "estimated"}
 	row := func(r ledger.Record) []string {
 		return []string{r.StartedAt.Format(time.RFC3339), r.RequestID, r.ClientRequestID, r.KeyID, r.Team, r.Model, r.Provider, strconv.Itoa(r.Status), r.Outcome, r.ErrorType,
-			i64(r.InputTokens), i64(r.CachedInputTokens), i64(r.OutputTokens), i64(r.ReasoningTokens), dollars(r.CostMicros), strconv.FormatBool(r.Estimated)}
+			i64(r.InputTokens), i64(r.CachedInputTokens), i64(r.CacheCreationTokens), i64(r.OutputTokens), i64(r.ReasoningTokens),
+			dollars(money.FromPico(r.CostPico)), strconv.FormatBool(r.Estimated)}
 	}
 	switch format {
 	case "json":

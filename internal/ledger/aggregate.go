@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/money"
 )
 
 // BucketWidth is the width of the aggregates' time buckets. Every calendar
@@ -81,7 +83,8 @@ type Aggregate struct {
 	// Lifetime's sums.
 	Bucket time.Time
 
-	CostMicros                                   int64
+	// Cost is the exact sum of the records' CostPico.
+	Cost                                         money.Sum
 	InputTokens, CachedInputTokens, OutputTokens int64
 	Requests                                     int64
 }

@@ -1,5 +1,5 @@
 // Package ledger owns the spend record — what one settled request cost, in
-// tokens and integer micro-dollars, and who spent it — and the three small
+// tokens and integer pico-dollars, and who spent it — and the three small
 // interfaces its backends satisfy: Ledger, which makes a record durable;
 // Reader, which reports on the records (sluice spend, the admin API); and
 // Aggregates, the per-key, per-team and per-org sums per model and
@@ -17,5 +17,6 @@
 //
 // It must not price requests (the pricing table does), count tokens
 // (extproc does), enforce budgets (limits does) or log: it stores and sums
-// what it is given. Money is int64 micro-dollars, tokens int64; no floats.
+// what it is given. A record's cost is int64 pico-dollars, exact; sums of
+// costs are money.Sum, exact too; tokens are int64; no floats.
 package ledger

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/money"
 )
 
 // Record is the spend record of one request, written once when the request
@@ -32,11 +34,19 @@ type Record struct {
 	// are where Sluice sent it after alias resolution.
 	Model, Provider, UpstreamModel string
 
+	// The token counts, as usage.Usage holds them: InputTokens is every
+	// prompt token, and CachedInputTokens (read from the prompt cache),
+	// CacheCreationTokens (written to it) and AudioInputTokens are parts
+	// of it; CacheCreation1hTokens is the part of CacheCreationTokens
+	// written with the 1-hour TTL. OutputTokens is every output token, and
+	// ReasoningTokens and AudioOutputTokens are parts of it.
 	InputTokens, CachedInputTokens, CacheCreationTokens, OutputTokens, ReasoningTokens int64
+	CacheCreation1hTokens, AudioInputTokens, AudioOutputTokens                         int64
 
-	// CostMicros is the cost in integer micro-dollars.
-	CostMicros int64
-	// Priced reports that the model had a price; CostMicros is 0 if not.
+	// CostPico is the cost in integer pico-dollars (1 µ$ = 10⁶ p$), exact:
+	// the tokens times the model's prices, never rounded (internal/money).
+	CostPico int64
+	// Priced reports that the model had a price; CostPico is 0 if not.
 	Priced bool
 	// Status is the HTTP status the client got, 0 if the stream was reset
 	// before response headers.
@@ -91,7 +101,10 @@ func (r Record) Validate() error {
 		{"cache_creation_tokens", r.CacheCreationTokens},
 		{"output_tokens", r.OutputTokens},
 		{"reasoning_tokens", r.ReasoningTokens},
-		{"cost_micros", r.CostMicros},
+		{"cache_creation_1h_tokens", r.CacheCreation1hTokens},
+		{"audio_input_tokens", r.AudioInputTokens},
+		{"audio_output_tokens", r.AudioOutputTokens},
+		{"cost_pico", r.CostPico},
 		{"ttft", int64(r.TTFT)},
 	} {
 		if f.v < 0 {
@@ -186,8 +199,12 @@ type Total struct {
 	Requests int64
 
 	InputTokens, CachedInputTokens, CacheCreationTokens, OutputTokens, ReasoningTokens int64
+	CacheCreation1hTokens, AudioInputTokens, AudioOutputTokens                         int64
 
-	CostMicros int64
+	// Cost is the sum of the records' CostPico, exact: it is not bounded
+	// by an int64 of pico-dollars ($9.2M), and backends sum it so that
+	// no total of any number of records overflows below $9.2 trillion.
+	Cost money.Sum
 	// Estimated counts the records with Estimated set.
 	Estimated int64
 	// Unpriced counts the records with Priced unset.
@@ -201,6 +218,6 @@ type Reader interface {
 	Records(ctx context.Context, f Filter) ([]Record, error)
 	// Totals sums the records f selects, one Total per group that has
 	// records (none if no record matches, also for ByNone), sorted by
-	// CostMicros descending, then by Group ascending.
+	// Cost descending, then by Group ascending.
 	Totals(ctx context.Context, f Filter, by GroupBy) ([]Total, error)
 }

@@ -24,7 +24,7 @@ func TestValidate(t *testing.T) {
 		{"empty request id", with(func(r *Record) { r.RequestID = "" }).Validate(), "empty request id"},
 		{"zero started at", with(func(r *Record) { r.StartedAt = time.Time{} }).Validate(), "request req_1: zero started_at"},
 		{"negative tokens", with(func(r *Record) { r.ReasoningTokens = -3 }).Validate(), "request req_1: reasoning_tokens -3 is negative"},
-		{"negative cost", with(func(r *Record) { r.CostMicros = -1 }).Validate(), "cost_micros -1 is negative"},
+		{"negative cost", with(func(r *Record) { r.CostPico = -1 }).Validate(), "cost_pico -1 is negative"},
 		{"negative ttft", with(func(r *Record) { r.TTFT = -1 }).Validate(), "ttft -1 is negative"},
 		{"zero filter", Filter{}.Validate(), ""},
 		{"since equals until", Filter{Since: at, Until: at}.Validate(), ""},

@@ -3,7 +3,7 @@
 // parts, whatever a client, a provider or a configuration supplies.
 //
 // Every quantity it handles is a count (tokens) or an amount of money
-// (micro-dollars, prices per million tokens): none is meaningfully
+// (pico-dollars, prices per million tokens): none is meaningfully
 // negative. So every function treats an input below 0 as 0, and every
 // result lies in [0, math.MaxInt64]; a result that does not fit is
 // math.MaxInt64 (Max), never a wrapped or negative number. A saturated
@@ -11,8 +11,9 @@
 // refuses any request that can never fit.
 //
 // Products are computed exactly in 128 bits (math/bits) before the one
-// division that rounds, so tokens × price-per-million / 1e6 is rounded up
-// once and is monotone in every input.
+// division that rounds (if any: a cost in pico-dollars, Σ tokens × price
+// per million, divides by 1), so a sum of products is rounded and
+// saturated once, and is monotone in every input.
 //
 // It must not know what it counts: callers (policies, admission, limits,
 // usage, extproc) decide what is a token and what is money.

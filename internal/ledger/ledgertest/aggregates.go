@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/money"
 )
 
 func buckets(t *testing.T, a ledger.Aggregates, since time.Time) []ledger.Aggregate {
@@ -48,16 +49,18 @@ func testAggregates(t *testing.T, b Backend) {
 	rec := func(id, key, team, org, model, started string, cost, in, cached, out int64) ledger.Record {
 		return ledger.Record{
 			RequestID: id, KeyID: key, Team: team, Org: org, Model: model,
-			CostMicros: cost, InputTokens: in, CachedInputTokens: cached, OutputTokens: out,
+			CostPico: cost, InputTokens: in, CachedInputTokens: cached, OutputTokens: out,
 			StartedAt: at(started),
 		}
 	}
+	// Costs in pico-dollars whose sums carry past a micro-dollar: k1's
+	// 0.7 µ$ and 0.8 µ$ are exactly 1.5 µ$.
 	appendAll(t, b,
-		rec("r1", "k1", "t1", "o1", "m", "2025-03-01T12:14:59.999999999Z", 100, 10, 1, 5),
+		rec("r1", "k1", "t1", "o1", "m", "2025-03-01T12:14:59.999999999Z", 700_000, 10, 1, 5),
 		// 12:15:00 UTC, given in Nepal's +5:45: the next bucket.
-		rec("r2", "k1", "t1", "", "m", "2025-03-01T18:00:00+05:45", 200, 20, 2, 6),
+		rec("r2", "k1", "t1", "", "m", "2025-03-01T18:00:00+05:45", 800_000, 20, 2, 6),
 		rec("r3", "k2", "t1", "o1", "", "2025-03-01T12:00:00Z", 400, 40, 0, 7),
-		rec("r4", "", "t2", "o1", "m", "1969-12-31T23:59:59.5Z", 800, 80, 8, 0),
+		rec("r4", "", "t2", "o1", "m", "1969-12-31T23:59:59.5Z", 900_000, 80, 8, 0),
 		// r1 again, otherwise different: the first record wins, and the
 		// aggregates count it once.
 		rec("r1", "k9", "t9", "o9", "m", "2025-03-01T13:00:00Z", 1600, 1, 1, 1),
@@ -65,7 +68,7 @@ func testAggregates(t *testing.T, b Backend) {
 	utc := func(s string) time.Time { return at(s).UTC() }
 	agg := func(scope ledger.Scope, id, model, bucket string, cost, in, cached, out, n int64) ledger.Aggregate {
 		a := ledger.Aggregate{Scope: scope, ID: id, Model: model,
-			CostMicros: cost, InputTokens: in, CachedInputTokens: cached, OutputTokens: out, Requests: n}
+			Cost: money.FromPico(cost), InputTokens: in, CachedInputTokens: cached, OutputTokens: out, Requests: n}
 		if bucket != "" {
 			a.Bucket = utc(bucket)
 		}
@@ -77,16 +80,16 @@ func testAggregates(t *testing.T, b Backend) {
 		b1215 = "2025-03-01T12:15:00Z"
 	)
 	want := []ledger.Aggregate{
-		agg(ledger.ScopeKey, "k1", "m", b1200, 100, 10, 1, 5, 1),
-		agg(ledger.ScopeKey, "k1", "m", b1215, 200, 20, 2, 6, 1),
+		agg(ledger.ScopeKey, "k1", "m", b1200, 700_000, 10, 1, 5, 1),
+		agg(ledger.ScopeKey, "k1", "m", b1215, 800_000, 20, 2, 6, 1),
 		agg(ledger.ScopeKey, "k2", "", b1200, 400, 40, 0, 7, 1),
 		agg(ledger.ScopeOrg, "o1", "", b1200, 400, 40, 0, 7, 1),
-		agg(ledger.ScopeOrg, "o1", "m", b1969, 800, 80, 8, 0, 1),
-		agg(ledger.ScopeOrg, "o1", "m", b1200, 100, 10, 1, 5, 1),
+		agg(ledger.ScopeOrg, "o1", "m", b1969, 900_000, 80, 8, 0, 1),
+		agg(ledger.ScopeOrg, "o1", "m", b1200, 700_000, 10, 1, 5, 1),
 		agg(ledger.ScopeTeam, "t1", "", b1200, 400, 40, 0, 7, 1),
-		agg(ledger.ScopeTeam, "t1", "m", b1200, 100, 10, 1, 5, 1),
-		agg(ledger.ScopeTeam, "t1", "m", b1215, 200, 20, 2, 6, 1),
-		agg(ledger.ScopeTeam, "t2", "m", b1969, 800, 80, 8, 0, 1),
+		agg(ledger.ScopeTeam, "t1", "m", b1200, 700_000, 10, 1, 5, 1),
+		agg(ledger.ScopeTeam, "t1", "m", b1215, 800_000, 20, 2, 6, 1),
+		agg(ledger.ScopeTeam, "t2", "m", b1969, 900_000, 80, 8, 0, 1),
 	}
 	// The reference model agrees with the sums by hand.
 	if diff := cmp.Diff(want, ExpectedBuckets(records(t, b, ledger.Filter{}), time.Time{})); diff != "" {
@@ -120,13 +123,13 @@ func testAggregates(t *testing.T, b Backend) {
 		}
 	}
 	wantLifetime := []ledger.Aggregate{
-		agg(ledger.ScopeKey, "k1", "m", "", 300, 30, 3, 11, 2),
+		agg(ledger.ScopeKey, "k1", "m", "", 1_500_000, 30, 3, 11, 2),
 		agg(ledger.ScopeKey, "k2", "", "", 400, 40, 0, 7, 1),
 		agg(ledger.ScopeOrg, "o1", "", "", 400, 40, 0, 7, 1),
-		agg(ledger.ScopeOrg, "o1", "m", "", 900, 90, 9, 5, 2),
+		agg(ledger.ScopeOrg, "o1", "m", "", 1_600_000, 90, 9, 5, 2),
 		agg(ledger.ScopeTeam, "t1", "", "", 400, 40, 0, 7, 1),
-		agg(ledger.ScopeTeam, "t1", "m", "", 300, 30, 3, 11, 2),
-		agg(ledger.ScopeTeam, "t2", "m", "", 800, 80, 8, 0, 1),
+		agg(ledger.ScopeTeam, "t1", "m", "", 1_500_000, 30, 3, 11, 2),
+		agg(ledger.ScopeTeam, "t2", "m", "", 900_000, 80, 8, 0, 1),
 	}
 	if diff := cmp.Diff(wantLifetime, lifetime(t, b)); diff != "" {
 		t.Errorf("Lifetime (-want +got):\n%s", diff)
@@ -189,7 +192,7 @@ func testAggregatesMatchRecords(t *testing.T, b Backend) {
 			r.InputTokens = rng.Int64N(100_000)
 			r.CachedInputTokens = rng.Int64N(r.InputTokens + 1)
 			r.OutputTokens = rng.Int64N(10_000)
-			r.CostMicros = rng.Int64N(5_000_000)
+			r.CostPico = rng.Int64N(5_000_000_000_000) // up to $5, to the pico-dollar
 		}
 		r.FinishedAt = r.StartedAt.Add(time.Duration(rng.Int64N(int64(time.Minute))))
 		if i > 0 && rng.IntN(10) == 0 {
@@ -258,7 +261,7 @@ func testAggregatesMatchRecords(t *testing.T, b Backend) {
 			continue
 		}
 		s := perKey[a.ID]
-		s.Group, s.Requests, s.CostMicros = a.ID, s.Requests+a.Requests, s.CostMicros+a.CostMicros
+		s.Group, s.Requests, s.Cost = a.ID, s.Requests+a.Requests, s.Cost.Add(a.Cost)
 		s.InputTokens += a.InputTokens
 		s.CachedInputTokens += a.CachedInputTokens
 		s.OutputTokens += a.OutputTokens
@@ -269,7 +272,7 @@ func testAggregatesMatchRecords(t *testing.T, b Backend) {
 			continue // records without a key are in no key's aggregates
 		}
 		got := perKey[tot.Group]
-		want := ledger.Total{Group: tot.Group, Requests: tot.Requests, CostMicros: tot.CostMicros,
+		want := ledger.Total{Group: tot.Group, Requests: tot.Requests, Cost: tot.Cost,
 			InputTokens: tot.InputTokens, CachedInputTokens: tot.CachedInputTokens, OutputTokens: tot.OutputTokens}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("key %s: Lifetime summed over models differs from Totals (-totals +lifetime):\n%s", tot.Group, diff)

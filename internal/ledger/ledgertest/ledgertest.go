@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/testctx"
 )
 
@@ -43,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 		{"InvalidRecord", lr(testInvalidRecord)},
 		{"Empty", testEmpty},
 		{"Totals", lr(testTotals)},
+		{"ExactCosts", testExactCosts},
 		{"Filters", lr(testFilters)},
 		{"InvalidQueries", lr(testInvalidQueries)},
 		{"ConcurrentAppends", lr(testConcurrentAppends)},
@@ -108,16 +111,21 @@ func fullRecord(id string, startedAt time.Time) ledger.Record {
 		CacheCreationTokens: 34,
 		OutputTokens:        567,
 		ReasoningTokens:     67,
-		CostMicros:          8901,
-		Priced:              true,
-		Status:              200,
-		Outcome:             "ok",
-		ErrorType:           "overloaded_error",
-		Estimated:           true,
-		Stream:              true,
-		StartedAt:           startedAt,
-		FinishedAt:          startedAt.Add(1234567891 * time.Nanosecond),
-		TTFT:                345678912 * time.Nanosecond,
+		// The other token kinds, each a part of what holds it.
+		CacheCreation1hTokens: 12,
+		AudioInputTokens:      45,
+		AudioOutputTokens:     56,
+		// 8,901.234567 µ$: a cost to the pico-dollar.
+		CostPico:   8_901_234_567,
+		Priced:     true,
+		Status:     200,
+		Outcome:    "ok",
+		ErrorType:  "overloaded_error",
+		Estimated:  true,
+		Stream:     true,
+		StartedAt:  startedAt,
+		FinishedAt: startedAt.Add(1234567891 * time.Nanosecond),
+		TTFT:       345678912 * time.Nanosecond,
 	}
 }
 
@@ -129,12 +137,12 @@ func testRoundTrip(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 	b := fullRecord("req_b", base.Add(time.Nanosecond))
 	b.Endpoint, b.Provider, b.UpstreamModel = "messages", "anthropic", "claude-sonnet-4-5"
 	b.Priced, b.Estimated, b.Stream = false, false, false
-	b.CostMicros, b.Status, b.Outcome = 0, 502, "upstream_error"
+	b.CostPico, b.Status, b.Outcome = 0, 502, "upstream_error"
 	b.ClientRequestID, b.ErrorType = "", "" // both optional
 	// Values a float64 would round: stored as integers, they come back
 	// exact.
 	c := fullRecord("req_c", base.Add(-time.Hour))
-	c.InputTokens, c.CostMicros = 1<<53+1, 1<<62+1
+	c.InputTokens, c.CostPico = 1<<53+1, 1<<62+1
 	c.Status, c.Outcome, c.TTFT = 0, "cancelled", 0
 	// Unicode and SQL-looking text round trip as they are.
 	d := fullRecord("req_d", base.Add(time.Hour))
@@ -168,14 +176,14 @@ func testMinimalRecord(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 func testDuplicateRequestID(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 	first := fullRecord("req_dup", time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC))
 	second := fullRecord("req_dup", first.StartedAt.Add(time.Minute))
-	second.CostMicros, second.KeyID = 1, "key_other"
+	second.CostPico, second.KeyID = 1, "key_other"
 	appendAll(t, l, first, second, first)
 	if diff := cmp.Diff([]ledger.Record{first}, records(t, rd, ledger.Filter{})); diff != "" {
 		t.Errorf("Records after appending req_dup three times (-want +got):\n%s", diff)
 	}
 	ts := totals(t, rd, ledger.Filter{}, ledger.ByNone)
-	if len(ts) != 1 || ts[0].Requests != 1 || ts[0].CostMicros != first.CostMicros {
-		t.Errorf("Totals by none = %+v; want 1 request costing %d", ts, first.CostMicros)
+	if len(ts) != 1 || ts[0].Requests != 1 || ts[0].Cost != money.FromPico(first.CostPico) {
+		t.Errorf("Totals by none = %+v; want 1 request costing %d p$", ts, first.CostPico)
 	}
 }
 
@@ -191,7 +199,7 @@ func testConcurrentDuplicates(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 	for i := range n {
 		wg.Go(func() {
 			r := fullRecord("req_race", start)
-			r.CostMicros = int64(1000 + i)
+			r.CostPico = int64(1000 + i)
 			errs[i] = l.Append(ctx, r)
 		})
 	}
@@ -203,8 +211,8 @@ func testConcurrentDuplicates(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 	if len(got) != 1 {
 		t.Fatalf("%d records; want 1", len(got))
 	}
-	if c := got[0].CostMicros; c < 1000 || c >= 1000+n {
-		t.Errorf("kept CostMicros %d; want one of the appended", c)
+	if c := got[0].CostPico; c < 1000 || c >= 1000+n {
+		t.Errorf("kept CostPico %d; want one of the appended", c)
 	}
 }
 
@@ -224,7 +232,7 @@ func testSharedClientRequestID(t *testing.T, b Backend) {
 		if i%5 == 0 {
 			r.ClientRequestID = "" // none sent: still a record
 		}
-		r.CostMicros = int64(100 + i)
+		r.CostPico = int64(100 + i)
 		recs = append(recs, r)
 	}
 	appendAll(t, l, recs...)
@@ -234,11 +242,11 @@ func testSharedClientRequestID(t *testing.T, b Backend) {
 	}
 	var cost int64
 	for _, r := range recs {
-		cost += r.CostMicros
+		cost += r.CostPico
 	}
 	ts := totals(t, rd, ledger.Filter{}, ledger.ByNone)
-	if len(ts) != 1 || ts[0].Requests != n || ts[0].CostMicros != cost {
-		t.Errorf("Totals by none = %+v; want %d requests costing %d", ts, n, cost)
+	if len(ts) != 1 || ts[0].Requests != n || ts[0].Cost != money.FromPico(cost) {
+		t.Errorf("Totals by none = %+v; want %d requests costing %d p$", ts, n, cost)
 	}
 	life, err := b.Lifetime(t.Context())
 	if err != nil {
@@ -256,7 +264,7 @@ func testSharedClientRequestID(t *testing.T, b Backend) {
 	// The first record of a RequestID still wins, whatever its client
 	// request id: a retried Append is the same record.
 	again := recs[1]
-	again.ClientRequestID, again.CostMicros = "other", 1
+	again.ClientRequestID, again.CostPico = "other", 1
 	appendAll(t, l, again)
 	if got := records(t, rd, ledger.Filter{}); len(got) != n {
 		t.Errorf("%d records after appending a RequestID again; want %d", len(got), n)
@@ -278,7 +286,10 @@ func testInvalidRecord(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 		"negative cache writes":  with(func(r *ledger.Record) { r.CacheCreationTokens = -1 }),
 		"negative output tokens": with(func(r *ledger.Record) { r.OutputTokens = -1 }),
 		"negative reasoning":     with(func(r *ledger.Record) { r.ReasoningTokens = -1 }),
-		"negative cost":          with(func(r *ledger.Record) { r.CostMicros = -1 }),
+		"negative cost":          with(func(r *ledger.Record) { r.CostPico = -1 }),
+		"negative 1h writes":     with(func(r *ledger.Record) { r.CacheCreation1hTokens = -1 }),
+		"negative audio input":   with(func(r *ledger.Record) { r.AudioInputTokens = -1 }),
+		"negative audio output":  with(func(r *ledger.Record) { r.AudioOutputTokens = -1 }),
 		"negative ttft":          with(func(r *ledger.Record) { r.TTFT = -time.Nanosecond }),
 	} {
 		if err := l.Append(testctx.Deadline(t), r); !errors.Is(err, ledger.ErrInvalid) {
@@ -320,7 +331,7 @@ func dataset() map[string]ledger.Record {
 			Model: model, Provider: "p", UpstreamModel: model,
 			InputTokens: in, CachedInputTokens: cachedIn, CacheCreationTokens: cacheWrite,
 			OutputTokens: out, ReasoningTokens: reasoning,
-			CostMicros: cost, Priced: priced, Status: 200, Outcome: "ok", Estimated: estimated,
+			CostPico: cost, Priced: priced, Status: 200, Outcome: "ok", Estimated: estimated,
 			StartedAt: at, FinishedAt: at.Add(time.Second),
 		}
 	}
@@ -372,7 +383,7 @@ func testTotals(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 	// One Total written out by hand, so that sumOf is checked too.
 	keyA1 := ledger.Total{
 		Group: "key_a1", Requests: 2, InputTokens: 300, CachedInputTokens: 10, CacheCreationTokens: 20,
-		OutputTokens: 130, ReasoningTokens: 5, CostMicros: 4000, Estimated: 1, Unpriced: 0,
+		OutputTokens: 130, ReasoningTokens: 5, Cost: money.FromPico(4000), Estimated: 1, Unpriced: 0,
 	}
 	if diff := cmp.Diff(keyA1, sumOf(ds, "key_a1", "a", "b")); diff != "" {
 		t.Fatalf("the suite's own sumOf is wrong (-want +got):\n%s", diff)
@@ -438,6 +449,70 @@ func testTotals(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 		if diff := cmp.Diff(tt.want, got, cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("Totals(%+v, %s) (-want +got):\n%s", tt.f, tt.by, diff)
 		}
+	}
+}
+
+// testExactCosts: costs are pico-dollars and their sums are exact, in the
+// Totals, their order and the aggregates: sub-micro-dollar remainders
+// carry, totals that differ by one pico-dollar sort apart, and a sum
+// beyond an int64 of pico-dollars ($9.2M) is neither refused nor wrapped.
+func testExactCosts(t *testing.T, b Backend) {
+	const maxPico = math.MaxInt64
+	start := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)
+	var recs []ledger.Record
+	rec := func(key string, cost int64) {
+		i := len(recs)
+		recs = append(recs, ledger.Record{
+			RequestID: fmt.Sprintf("req_%02d", i), KeyID: key, Team: "t", Org: "o", Model: "m",
+			CostPico: cost, Priced: true, Status: 200, Outcome: "ok", StartedAt: start.Add(time.Duration(i) * time.Second),
+		})
+	}
+	for range 3 {
+		rec("a", 999_999) // 2.999997 µ$ together
+	}
+	rec("b", 2_999_998) // one pico-dollar more than a
+	rec("c", 3_000_000)
+	rec("d", maxPico)
+	rec("d", maxPico) // together beyond an int64 of pico-dollars
+	rec("e", 1)
+	rec("f", 500_000)
+	rec("f", 500_000) // exactly 1 µ$
+	appendAll(t, b, recs...)
+
+	d := money.FromPico(maxPico).Add(money.FromPico(maxPico))
+	if got := d.PicoString(); got != "18446744073709551614" {
+		t.Fatalf("the suite's own sum of d is %s", got)
+	}
+	want := []ledger.Total{
+		{Group: "d", Requests: 2, Cost: d},
+		{Group: "c", Requests: 1, Cost: money.FromPico(3_000_000)},
+		{Group: "b", Requests: 1, Cost: money.FromPico(2_999_998)},
+		{Group: "a", Requests: 3, Cost: money.FromPico(2_999_997)},
+		{Group: "f", Requests: 2, Cost: money.FromMicros(1)},
+		{Group: "e", Requests: 1, Cost: money.FromPico(1)},
+	}
+	if diff := cmp.Diff(want, totals(t, b, ledger.Filter{}, ledger.ByKey)); diff != "" {
+		t.Errorf("Totals by key (-want +got):\n%s", diff)
+	}
+	all := d.AddPico(3_000_000 + 2_999_998 + 2_999_997 + 1_000_000 + 1)
+	if diff := cmp.Diff([]ledger.Total{{Group: "", Requests: 10, Cost: all}}, totals(t, b, ledger.Filter{}, ledger.ByNone)); diff != "" {
+		t.Errorf("Totals by none (-want +got):\n%s", diff)
+	}
+	wantLife := []ledger.Aggregate{
+		{Scope: ledger.ScopeKey, ID: "a", Model: "m", Cost: money.FromPico(2_999_997), Requests: 3},
+		{Scope: ledger.ScopeKey, ID: "b", Model: "m", Cost: money.FromPico(2_999_998), Requests: 1},
+		{Scope: ledger.ScopeKey, ID: "c", Model: "m", Cost: money.FromPico(3_000_000), Requests: 1},
+		{Scope: ledger.ScopeKey, ID: "d", Model: "m", Cost: d, Requests: 2},
+		{Scope: ledger.ScopeKey, ID: "e", Model: "m", Cost: money.FromPico(1), Requests: 1},
+		{Scope: ledger.ScopeKey, ID: "f", Model: "m", Cost: money.FromMicros(1), Requests: 2},
+		{Scope: ledger.ScopeOrg, ID: "o", Model: "m", Cost: all, Requests: 10},
+		{Scope: ledger.ScopeTeam, ID: "t", Model: "m", Cost: all, Requests: 10},
+	}
+	if diff := cmp.Diff(wantLife, lifetime(t, b)); diff != "" {
+		t.Errorf("Lifetime (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(ExpectedBuckets(recs, time.Time{}), buckets(t, b, time.Time{})); diff != "" {
+		t.Errorf("Buckets (-want +got):\n%s", diff)
 	}
 }
 
@@ -532,7 +607,7 @@ func testConcurrentAppends(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 		for i := range each {
 			r := fullRecord(fmt.Sprintf("req_%02d_%03d", g, i), start.Add(time.Duration(g*each+i)*time.Millisecond))
 			r.KeyID, r.Team = fmt.Sprintf("key_%02d", g), fmt.Sprintf("team_%d", g%4)
-			r.InputTokens, r.OutputTokens, r.CostMicros = int64(i), int64(g), int64(g*1000+i+1)
+			r.InputTokens, r.OutputTokens, r.CostPico = int64(i), int64(g), int64(g*1000+i+1)
 			r.Estimated, r.Priced = i%3 == 0, i%5 != 0
 			all[g] = append(all[g], r)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/money"
 )
 
 // The reference semantics of Filter and GroupBy, written plainly: Memory
@@ -52,7 +53,10 @@ func add(t *ledger.Total, r ledger.Record) {
 	t.CacheCreationTokens += r.CacheCreationTokens
 	t.OutputTokens += r.OutputTokens
 	t.ReasoningTokens += r.ReasoningTokens
-	t.CostMicros += r.CostMicros
+	t.CacheCreation1hTokens += r.CacheCreation1hTokens
+	t.AudioInputTokens += r.AudioInputTokens
+	t.AudioOutputTokens += r.AudioOutputTokens
+	t.Cost = t.Cost.AddPico(r.CostPico)
 	if r.Estimated {
 		t.Estimated++
 	}
@@ -64,7 +68,7 @@ func add(t *ledger.Total, r ledger.Record) {
 // sortTotals puts ts in Reader.Totals' order.
 func sortTotals(ts []ledger.Total) {
 	slices.SortFunc(ts, func(a, b ledger.Total) int {
-		return cmp.Or(cmp.Compare(b.CostMicros, a.CostMicros), cmp.Compare(a.Group, b.Group))
+		return cmp.Or(b.Cost.Cmp(a.Cost), cmp.Compare(a.Group, b.Group))
 	})
 }
 
@@ -102,7 +106,7 @@ func ExpectedBuckets(recs []ledger.Record, since time.Time) []ledger.Aggregate {
 				sums[k] = &ledger.Aggregate{Scope: s, ID: id, Model: r.Model, Bucket: b}
 			}
 			addAggregate(sums[k], ledger.Aggregate{
-				CostMicros: r.CostMicros, InputTokens: r.InputTokens, CachedInputTokens: r.CachedInputTokens,
+				Cost: money.FromPico(r.CostPico), InputTokens: r.InputTokens, CachedInputTokens: r.CachedInputTokens,
 				OutputTokens: r.OutputTokens, Requests: 1,
 			})
 		}
@@ -131,7 +135,7 @@ func ExpectedLifetime(recs []ledger.Record) []ledger.Aggregate {
 }
 
 func addAggregate(a *ledger.Aggregate, b ledger.Aggregate) {
-	a.CostMicros += b.CostMicros
+	a.Cost = a.Cost.Add(b.Cost)
 	a.InputTokens += b.InputTokens
 	a.CachedInputTokens += b.CachedInputTokens
 	a.OutputTokens += b.OutputTokens

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/money"
 )
 
 var _ ledger.Aggregates = (*Ledger)(nil)
 
 // errOverflow is the error of a record whose sums would take an aggregate
-// beyond int64 (more than 9.2 × 10¹² dollars, say): such a record cannot
-// be counted, so it is not stored either.
+// beyond what it holds (more than 9.2 × 10¹² dollars, or int64 tokens):
+// such a record cannot be counted, so it is not stored either.
 var errOverflow = errors.New("sum would overflow int64")
 
 // aggKey identifies an aggregate row.
@@ -28,7 +29,8 @@ type aggKey struct {
 
 // sums are the counters of an aggregate row.
 type sums struct {
-	cost, input, cachedInput, output, requests int64
+	cost                                 money.Sum
+	input, cachedInput, output, requests int64
 }
 
 // plus is s + o, and false if a sum overflows. Every value is
@@ -36,7 +38,7 @@ type sums struct {
 func (s sums) plus(o sums) (sums, bool) {
 	add := func(a, b int64) (int64, bool) { return a + b, a <= math.MaxInt64-b }
 	var ok [5]bool
-	s.cost, ok[0] = add(s.cost, o.cost)
+	s.cost, ok[0] = s.cost.Plus(o.cost)
 	s.input, ok[1] = add(s.input, o.input)
 	s.cachedInput, ok[2] = add(s.cachedInput, o.cachedInput)
 	s.output, ok[3] = add(s.output, o.output)
@@ -58,14 +60,16 @@ func aggregateOf(r ledger.Record) aggInput {
 		key: r.KeyID, team: r.Team, org: r.Org, model: r.Model,
 		bucket: ledger.BucketOf(r.StartedAt).Unix(),
 		sums: sums{
-			cost: r.CostMicros, input: r.InputTokens, cachedInput: r.CachedInputTokens,
+			cost: money.FromPico(r.CostPico), input: r.InputTokens, cachedInput: r.CachedInputTokens,
 			output: r.OutputTokens, requests: 1,
 		},
 	}
 }
 
 // The queries of Buckets and Lifetime: rows in aggColumns' order, with a
-// NULL bucket for none. Buckets' rows are sorted in Go: with an ORDER BY,
+// NULL bucket for none. Lifetime sums the rows' whole micro-dollars and
+// their pico-dollar remainders apart (each below 10⁶, so their sum cannot
+// overflow), and aggregates puts them together exactly. Buckets' rows are sorted in Go: with an ORDER BY,
 // SQLite would rather scan the whole table in primary-key order than
 // read the recent buckets through spend_agg_bucket and sort them, and at
 // start-up a ledger's current month is a small part of its history.
@@ -73,7 +77,7 @@ const (
 	allBucketsQuery = `SELECT ` + aggColumns + ` FROM spend_agg`
 	bucketsQuery    = allBucketsQuery + ` WHERE bucket >= ?`
 	lifetimeQuery   = `SELECT scope, id, model, NULL,
-		sum(cost_micros), sum(input_tokens), sum(cached_input_tokens), sum(output_tokens), sum(requests)
+		sum(cost_micros), sum(cost_pico), sum(input_tokens), sum(cached_input_tokens), sum(output_tokens), sum(requests)
 		FROM spend_agg GROUP BY scope, id, model ORDER BY scope, id, model`
 )
 
@@ -122,13 +126,15 @@ func (l *Ledger) aggregates(ctx context.Context, query string, args ...any) ([]l
 	var as []ledger.Aggregate
 	for rows.Next() {
 		var (
-			a      ledger.Aggregate
-			bucket *int64
+			a            ledger.Aggregate
+			bucket       *int64
+			micros, pico int64
 		)
 		if err := rows.Scan(&a.Scope, &a.ID, &a.Model, &bucket,
-			&a.CostMicros, &a.InputTokens, &a.CachedInputTokens, &a.OutputTokens, &a.Requests); err != nil {
+			&micros, &pico, &a.InputTokens, &a.CachedInputTokens, &a.OutputTokens, &a.Requests); err != nil {
 			return nil, err
 		}
+		a.Cost = money.FromParts(micros, pico)
 		if bucket != nil {
 			a.Bucket = time.Unix(*bucket, 0).UTC()
 		}

@@ -60,7 +60,7 @@ func TestMigrationBackfill(t *testing.T) {
 		r.Org = []string{"acme", ""}[rng.IntN(2)]
 		r.Model = []string{"gpt-4o", "claude-sonnet", ""}[rng.IntN(3)]
 		r.InputTokens, r.CachedInputTokens, r.OutputTokens = rng.Int64N(5000), rng.Int64N(100), rng.Int64N(900)
-		r.CostMicros = rng.Int64N(1_000_000)
+		r.CostPico = rng.Int64N(1_000_000) * 1_000_000 // whole µ$, as the first schema held
 		switch p := rng.IntN(20); {
 		case p == 0: // before 1970: the backfill floors towards the past
 			r.StartedAt = time.Unix(-1-rng.Int64N(3600), rng.Int64N(1e9))
@@ -98,7 +98,7 @@ func TestMigrationBackfill(t *testing.T) {
 	var want ledger.Aggregate
 	for _, r := range recs {
 		if r.KeyID == "key_3" && r.Model == "gpt-4o" && ledger.BucketOf(r.StartedAt).Equal(base) {
-			want.CostMicros += r.CostMicros
+			want.Cost = want.Cost.AddPico(r.CostPico)
 			want.Requests++
 		}
 	}
@@ -108,8 +108,8 @@ func TestMigrationBackfill(t *testing.T) {
 	}
 	for _, a := range bs {
 		if a.Scope == ledger.ScopeKey && a.ID == "key_3" && a.Model == "gpt-4o" && a.Bucket.Equal(base) {
-			if a.CostMicros != want.CostMicros || a.Requests != want.Requests {
-				t.Errorf("key_3/gpt-4o at %v = %d micros in %d requests; want %d in %d", base, a.CostMicros, a.Requests, want.CostMicros, want.Requests)
+			if a.Cost != want.Cost || a.Requests != want.Requests {
+				t.Errorf("key_3/gpt-4o at %v = %v in %d requests; want %v in %d", base, a.Cost, a.Requests, want.Cost, want.Requests)
 			}
 		}
 	}
@@ -118,7 +118,7 @@ func TestMigrationBackfill(t *testing.T) {
 	// from before the migration is not counted again.
 	start(t, l)
 	more := []ledger.Record{record("req_new_1"), record("req_new_2"), recs[1]}
-	more[2].CostMicros++ // a duplicate with another cost: ignored
+	more[2].CostPico++ // a duplicate with another cost: ignored
 	for _, r := range more {
 		if err := l.Append(testctx.Deadline(t), r); err != nil {
 			t.Fatal(err)
@@ -227,7 +227,8 @@ func TestAggregateFailureWritesNothing(t *testing.T) {
 }
 
 // TestAggregateOverflow: a record whose sums would take an aggregate
-// beyond int64 is refused alone, whether the overflow is within its batch
+// beyond int64 (its input tokens here; its cost would need $9.2 trillion)
+// is refused alone, whether the overflow is within its batch
 // (found in Go, which names the record) or against the stored sum
 // (refused by SQLite, after which the committer commits the batch's
 // records one by one to find it); the others are committed, and the
@@ -238,18 +239,18 @@ func TestAggregateOverflow(t *testing.T) {
 	seed := openTest(t, path, Options{})
 	stop := start(t, seed)
 	big := record("req_big")
-	big.KeyID, big.Team, big.Org, big.CostMicros = "key_big", "team_big", "org_big", math.MaxInt64-100
+	big.KeyID, big.Team, big.Org, big.InputTokens = "key_big", "team_big", "org_big", math.MaxInt64-100
 	if err := errors.Join(seed.Append(testctx.Deadline(t), big), stop()); err != nil {
 		t.Fatal(err)
 	}
 
 	l := openTest(t, path, Options{})
 	over := big
-	over.RequestID, over.CostMicros = "req_over", 200 // against the stored sum
+	over.RequestID, over.InputTokens = "req_over", 200 // against the stored sum
 	// Any two of these fit in one aggregate, all three do not: whichever
 	// the batch counts last fails.
 	three := numbered(3)
-	three[0].CostMicros, three[1].CostMicros, three[2].CostMicros = math.MaxInt64-100, 60, 60
+	three[0].InputTokens, three[1].InputTokens, three[2].InputTokens = math.MaxInt64-100, 60, 60
 	fine := record("req_fine")
 	fine.KeyID, fine.Team, fine.Org = "key_fine", "team_fine", "org_fine"
 	wait := appendAsync(t.Context(), l, over, fine, three[0], three[1], three[2])

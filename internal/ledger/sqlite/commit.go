@@ -95,9 +95,10 @@ func encode(r ledger.Record) ([]any, error) {
 	return []any{
 		r.RequestID, r.KeyID, r.Team, r.Org, r.Endpoint, r.Model, r.Provider, r.UpstreamModel,
 		r.InputTokens, r.CachedInputTokens, r.CacheCreationTokens, r.OutputTokens, r.ReasoningTokens,
-		r.CostMicros, r.Priced, int64(r.Status), r.Outcome, r.Estimated, r.Stream,
+		r.Priced, int64(r.Status), r.Outcome, r.Estimated, r.Stream,
 		started, finished, int64(r.TTFT),
 		r.ClientRequestID, r.ErrorType,
+		r.CostPico, r.CacheCreation1hTokens, r.AudioInputTokens, r.AudioOutputTokens,
 	}, nil
 }
 
@@ -359,7 +360,8 @@ func (c *committer) write(ctx context.Context, batch []*pending) (int, error) {
 
 // add adds s to the aggregate row k, creating it if missing.
 func (c *committer) add(ctx context.Context, k aggKey, s sums) error {
-	args := []any{string(k.scope), k.id, k.model, k.bucket, s.cost, s.input, s.cachedInput, s.output, s.requests}
+	args := []any{string(k.scope), k.id, k.model, k.bucket, s.cost.Micros(), s.cost.Remainder(),
+		s.input, s.cachedInput, s.output, s.requests}
 	res, err := c.addAgg.ExecContext(ctx, args...)
 	if err != nil {
 		return err

@@ -109,7 +109,7 @@ func TestCrashChild(t *testing.T) {
 		wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				r := record(fmt.Sprintf("req_%02d_%06d", g, i))
-				r.KeyID, r.CostMicros = fmt.Sprintf("key_%d", g%8), int64(i%1000+1)
+				r.KeyID, r.CostPico = fmt.Sprintf("key_%d", g%8), int64(i%1000+1)
 				if err := l.Append(ctx, r); err != nil {
 					if ctx.Err() == nil {
 						t.Errorf("Append(%s): %v", r.RequestID, err)

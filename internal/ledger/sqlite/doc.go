@@ -27,6 +27,13 @@
 // client_request_id and error_type; request_id, which held the client's
 // x-request-id until then, is from then on the id Sluice generates, and
 // the rows already there keep theirs as both (TestMigrationClientRequestID).
+// Migration 4 makes costs exact pico-dollars: a record's cost_micros
+// becomes cost_pico (× 10⁶), the aggregates keep their whole micro-dollars
+// and gain cost_pico, the pico-dollars beyond them, and the records gain
+// the 1-hour cache-write and audio token counts (TestMigrationPico).
+// Totals and Lifetime sum the micro-dollars and the pico-dollar
+// remainders apart and put them together in Go, so no sum overflows
+// below $9.2 trillion (TestMillionRecordsExact).
 //
 // # Group commit
 //
@@ -37,8 +44,8 @@
 // row the batch touched once, commits, and answers every Append of the
 // batch with the outcome. A record the database refuses (a constraint)
 // fails alone and the rest of its batch is committed again without it;
-// so does a record whose sums would overflow an aggregate (int64 is 9.2
-// trillion dollars in micro-dollars, so only a corrupt record can). Any
+// so does a record whose sums would overflow an aggregate (its cost sum
+// holds 9.2 trillion dollars, so only a corrupt record can). Any
 // other error fails the whole batch, and its callers may retry (a
 // RequestID is written once, so a retry never double-counts). When its
 // context ends, Run stops taking Appends, commits what is queued, and

@@ -2,30 +2,64 @@ package sqlite
 
 import (
 	"database/sql"
+	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/sqlitedb"
 	"github.com/sluicegw/sluice/internal/testctx"
 )
 
 // insertV1 writes r as the releases before schema version 3 did: the
-// first schema's 22 columns, request_id holding the client's x-request-id.
+// first schema's 22 columns, request_id holding the client's x-request-id,
+// and the cost in whole micro-dollars (r.CostPico must be a multiple of
+// 10⁶).
 func insertV1(t *testing.T, db *sql.DB, r ledger.Record) {
 	t.Helper()
-	args, err := encode(r)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const v1 = `INSERT INTO spend (request_id, key_id, team, org, endpoint, model, provider, upstream_model,
 	input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, reasoning_tokens,
 	cost_micros, priced, status, outcome, estimated, stream, started_at, finished_at, ttft)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	if _, err := db.ExecContext(t.Context(), v1, args[:22]...); err != nil {
+	if _, err := db.ExecContext(t.Context(), v1, v1Args(t, r)...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// insertV3 writes r as schema version 3 did: insertV1's columns, then
+// client_request_id and error_type.
+func insertV3(t *testing.T, db *sql.DB, r ledger.Record) {
+	t.Helper()
+	const v3 = `INSERT INTO spend (request_id, key_id, team, org, endpoint, model, provider, upstream_model,
+	input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, reasoning_tokens,
+	cost_micros, priced, status, outcome, estimated, stream, started_at, finished_at, ttft,
+	client_request_id, error_type)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	if _, err := db.ExecContext(t.Context(), v3, append(v1Args(t, r), r.ClientRequestID, r.ErrorType)...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// v1Args are the first schema's 22 values of r, its cost in micro-dollars.
+func v1Args(t *testing.T, r ledger.Record) []any {
+	t.Helper()
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if r.CostPico%money.PicoPerMicro != 0 {
+		t.Fatalf("%s: cost %d p$ is not whole micro-dollars, which the old schemas held", r.RequestID, r.CostPico)
+	}
+	return []any{
+		r.RequestID, r.KeyID, r.Team, r.Org, r.Endpoint, r.Model, r.Provider, r.UpstreamModel,
+		r.InputTokens, r.CachedInputTokens, r.CacheCreationTokens, r.OutputTokens, r.ReasoningTokens,
+		r.CostPico / money.PicoPerMicro, r.Priced, int64(r.Status), r.Outcome, r.Estimated, r.Stream,
+		r.StartedAt.UnixNano(), r.FinishedAt.UnixNano(), int64(r.TTFT),
 	}
 }
 
@@ -73,5 +107,103 @@ func TestMigrationClientRequestID(t *testing.T) {
 	}
 	if len(ts) != 1 || ts[0].Requests != 3 {
 		t.Errorf("Totals = %+v; want 3 requests", ts)
+	}
+}
+
+// TestMigrationPico opens a ledger of schema version 3, whose costs were
+// whole micro-dollars, with real rows and their aggregates: the upgrade
+// in place makes every record's cost its micro-dollars × 10⁶ pico-dollars
+// (a cost too large for that saturating, rather than failing the
+// migration), the new token counts 0, and keeps the aggregates, whose
+// micro-dollars were exact; records appended afterwards are exact to the
+// pico-dollar, and add to the same aggregate rows.
+func TestMigrationPico(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.sqlite")
+	old, err := sqlitedb.Open(t.Context(), path, pragmas, migrations[:3], "ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []ledger.Record
+	for i, micros := range []int64{0, 1, 450, 2_500_000, 9_223_372_036_854} {
+		r := record(fmt.Sprintf("req_v3_%d", i))
+		r.ClientRequestID, r.ErrorType = fmt.Sprintf("client-%d", i), "overloaded_error"
+		r.StartedAt = r.StartedAt.Add(time.Duration(i) * time.Second)
+		r.CostPico = micros * money.PicoPerMicro // the largest that fits an int64 of pico-dollars
+		insertV3(t, old, r)
+		recs = append(recs, r)
+	}
+	// A cost of more than $9.2M in one record: its pico-dollars saturate.
+	huge := ledger.Record{RequestID: "req_v3_huge", ClientRequestID: "client-huge", Model: "gpt-4o",
+		Priced: true, Status: 200, Outcome: "ok", StartedAt: record("").StartedAt.Add(-time.Second)}
+	if _, err := old.ExecContext(t.Context(), `INSERT INTO spend (request_id, key_id, team, org, endpoint, model, provider, upstream_model,
+	input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, reasoning_tokens,
+	cost_micros, priced, status, outcome, estimated, stream, started_at, finished_at, ttft, client_request_id, error_type)
+	VALUES (?, '', '', '', '', 'gpt-4o', '', '', 0, 0, 0, 0, 0, 9223372036854775807, 1, 200, 'ok', 0, 0, ?, 0, 0, ?, '')`,
+		huge.RequestID, huge.StartedAt.UnixNano(), huge.ClientRequestID); err != nil {
+		t.Fatal(err)
+	}
+	// The aggregates of version 3, written as its committer did.
+	for _, r := range recs {
+		a := aggregateOf(r)
+		for _, sc := range []struct {
+			scope, id string
+		}{{"key", a.key}, {"team", a.team}, {"org", a.org}} {
+			if _, err := old.ExecContext(t.Context(), `INSERT INTO spend_agg (scope, id, model, bucket, cost_micros, input_tokens, cached_input_tokens, output_tokens, requests)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)
+				ON CONFLICT (scope, id, model, bucket) DO UPDATE SET cost_micros = cost_micros + excluded.cost_micros,
+					input_tokens = input_tokens + excluded.input_tokens, cached_input_tokens = cached_input_tokens + excluded.cached_input_tokens,
+					output_tokens = output_tokens + excluded.output_tokens, requests = requests + 1`,
+				sc.scope, sc.id, a.model, a.bucket, r.CostPico/money.PicoPerMicro, r.InputTokens, r.CachedInputTokens, r.OutputTokens); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l := openTest(t, path, Options{})
+	got, err := l.Records(t.Context(), ledger.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge.CostPico = math.MaxInt64
+	want := []ledger.Record{recs[4], recs[3], recs[2], recs[1], recs[0], huge}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Records after the migration (-want +got):\n%s", diff)
+	}
+	life, err := l.Lifetime(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLife := money.FromMicros(0 + 1 + 450 + 2_500_000 + 9_223_372_036_854)
+	for _, a := range life {
+		if a.Scope == ledger.ScopeKey && a.ID == "key_1" && a.Cost != wantLife {
+			t.Errorf("key_1's lifetime aggregate after the migration = %v; want %v", a.Cost, wantLife)
+		}
+	}
+
+	// New records are exact to the pico-dollar, and land in the old rows.
+	start(t, l)
+	tiny := record("req_v4_tiny")
+	tiny.CostPico, tiny.CacheCreation1hTokens, tiny.AudioInputTokens, tiny.AudioOutputTokens = 140_000, 3, 4, 5
+	tiny.CacheCreationTokens, tiny.InputTokens = 7, 100
+	if err := l.Append(testctx.Deadline(t), tiny); err != nil {
+		t.Fatal(err)
+	}
+	got, err = l.Records(t.Context(), ledger.Filter{KeyID: "key_1", Since: tiny.StartedAt, Until: tiny.StartedAt.Add(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]ledger.Record{recs[0], tiny}, got, cmpopts.SortSlices(func(a, b ledger.Record) bool { return a.RequestID < b.RequestID })); diff != "" {
+		t.Errorf("Records at the first record's time (-want +got):\n%s", diff)
+	}
+	checkAggregates(t, l)
+	ts, err := l.Totals(t.Context(), ledger.Filter{KeyID: "key_1"}, ledger.ByNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := wantLife.AddPico(140_000); len(ts) != 1 || ts[0].Cost != want || ts[0].CacheCreation1hTokens != 3 {
+		t.Errorf("Totals of key_1 = %+v; want a cost of %v and 3 1-hour cache writes", ts, want)
 	}
 }

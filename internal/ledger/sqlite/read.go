@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/money"
 )
 
 // Records returns the records f selects, newest first (StartedAt
@@ -41,8 +42,9 @@ func (l *Ledger) records(ctx context.Context, f ledger.Filter) ([]ledger.Record,
 		)
 		err := rows.Scan(&r.RequestID, &r.KeyID, &r.Team, &r.Org, &r.Endpoint, &r.Model, &r.Provider, &r.UpstreamModel,
 			&r.InputTokens, &r.CachedInputTokens, &r.CacheCreationTokens, &r.OutputTokens, &r.ReasoningTokens,
-			&r.CostMicros, &priced, &r.Status, &r.Outcome, &estimated, &stream, &started, &finished, &ttft,
-			&r.ClientRequestID, &r.ErrorType)
+			&priced, &r.Status, &r.Outcome, &estimated, &stream, &started, &finished, &ttft,
+			&r.ClientRequestID, &r.ErrorType,
+			&r.CostPico, &r.CacheCreation1hTokens, &r.AudioInputTokens, &r.AudioOutputTokens)
 		if err != nil {
 			return nil, err
 		}
@@ -86,24 +88,37 @@ func (l *Ledger) totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy)
 	}
 	cond, args := where(f)
 	// GROUP BY even for ByNone: grouping no rows yields no row, where a
-	// bare aggregate would yield one of NULLs.
+	// bare aggregate would yield one of NULLs. The cost is summed in two
+	// parts, whole micro-dollars and the pico-dollars beyond them, and
+	// put together exactly in Go: a plain sum of cost_pico would overflow
+	// (and SQLite's sum raises "integer overflow") once a group's total
+	// passes $9.2M, where the micro-dollars hold $9.2 trillion and the
+	// remainders, each below 10⁶, 9.2 × 10¹² records. The order is by the
+	// exact total: its whole micro-dollars, then the pico-dollars left.
 	rows, err := l.db.QueryContext(ctx, `SELECT `+groupExprs[by]+` AS grp, count(*),
 		sum(input_tokens), sum(cached_input_tokens), sum(cache_creation_tokens), sum(output_tokens), sum(reasoning_tokens),
-		sum(cost_micros) AS cost, sum(estimated), sum(1 - priced)
-		FROM spend`+cond+` GROUP BY grp ORDER BY cost DESC, grp ASC LIMIT ?`, append(args, limit(f))...)
+		sum(cache_creation_1h_tokens), sum(audio_input_tokens), sum(audio_output_tokens),
+		sum(cost_pico / 1000000) AS micros, sum(cost_pico % 1000000) AS pico, sum(estimated), sum(1 - priced)
+		FROM spend`+cond+` GROUP BY grp
+		ORDER BY micros + pico / 1000000 DESC, pico % 1000000 DESC, grp ASC LIMIT ?`, append(args, limit(f))...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var ts []ledger.Total
 	for rows.Next() {
-		var t ledger.Total
+		var (
+			t            ledger.Total
+			micros, pico int64
+		)
 		err := rows.Scan(&t.Group, &t.Requests,
 			&t.InputTokens, &t.CachedInputTokens, &t.CacheCreationTokens, &t.OutputTokens, &t.ReasoningTokens,
-			&t.CostMicros, &t.Estimated, &t.Unpriced)
+			&t.CacheCreation1hTokens, &t.AudioInputTokens, &t.AudioOutputTokens,
+			&micros, &pico, &t.Estimated, &t.Unpriced)
 		if err != nil {
 			return nil, err
 		}
+		t.Cost = money.FromParts(micros, pico)
 		ts = append(ts, t)
 	}
 	return ts, rows.Err()

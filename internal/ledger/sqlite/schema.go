@@ -88,6 +88,22 @@ ALTER TABLE spend ADD COLUMN client_request_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE spend ADD COLUMN error_type TEXT NOT NULL DEFAULT '';
 UPDATE spend SET client_request_id = request_id;
 `,
+	// 4: costs in pico-dollars, exact (1 µ$ = 10⁶ p$): a record's
+	// cost_micros, rounded up to a whole micro-dollar, becomes cost_pico,
+	// its value × 10⁶ (saturated at the largest INTEGER, $9.2M, rather than
+	// fail the migration on a record no real request reaches). The
+	// aggregates keep their cost_micros, now the whole micro-dollars of
+	// their sum, beside cost_pico, the pico-dollars beyond them (old rows
+	// have none). And the token counts of 1-hour cache writes and of audio.
+	`
+ALTER TABLE spend ADD COLUMN cost_pico INTEGER NOT NULL DEFAULT 0 CHECK (cost_pico >= 0);
+ALTER TABLE spend ADD COLUMN cache_creation_1h_tokens INTEGER NOT NULL DEFAULT 0 CHECK (cache_creation_1h_tokens >= 0);
+ALTER TABLE spend ADD COLUMN audio_input_tokens INTEGER NOT NULL DEFAULT 0 CHECK (audio_input_tokens >= 0);
+ALTER TABLE spend ADD COLUMN audio_output_tokens INTEGER NOT NULL DEFAULT 0 CHECK (audio_output_tokens >= 0);
+UPDATE spend SET cost_pico = CASE WHEN cost_micros > 9223372036854 THEN 9223372036854775807 ELSE cost_micros * 1000000 END;
+ALTER TABLE spend DROP COLUMN cost_micros;
+ALTER TABLE spend_agg ADD COLUMN cost_pico INTEGER NOT NULL DEFAULT 0 CHECK (cost_pico >= 0 AND cost_pico < 1000000);
+`,
 }
 
 // The aggregates table, spend_agg, holds per (scope, id, model, bucket)
@@ -99,6 +115,10 @@ UPDATE spend SET client_request_id = request_id;
 // their key, and Lifetime reads them in key order. spend_agg_bucket
 // serves Buckets(since).
 //
+// A row's cost is cost_micros whole micro-dollars plus cost_pico
+// pico-dollars (0 ≤ cost_pico < 10⁶): exact, and an int64 of micro-dollars
+// holds $9.2 trillion where one of pico-dollars would hold $9.2M.
+//
 // The committer adds to it in the transaction that inserts the records
 // (commit.go), once per (scope, id, model, bucket) per batch, so a record
 // is counted exactly when it is stored: SQLite's transaction makes the
@@ -106,7 +126,7 @@ UPDATE spend SET client_request_id = request_id;
 
 // aggColumns are spend_agg's columns in the order of addAgg's and
 // newAgg's arguments.
-const aggColumns = `scope, id, model, bucket, cost_micros, input_tokens, cached_input_tokens, output_tokens, requests`
+const aggColumns = `scope, id, model, bucket, cost_micros, cost_pico, input_tokens, cached_input_tokens, output_tokens, requests`
 
 // bucketExpr is started_at's bucket in Unix seconds: floored to a
 // multiple of 900 s (the % is adjusted so that times before 1970 floor
@@ -117,33 +137,38 @@ const bucketExpr = `(started_at - ((started_at % 900000000000) + 900000000000) %
 // row when addAgg found none (the committer holds the write lock, so no
 // one else can create it in between). Update first, because in steady
 // state nearly every row exists: an UPSERT (INSERT … ON CONFLICT DO
-// UPDATE) finds the row twice, and measured 10% fewer records/s. An
-// addition that overflows int64 makes SQLite compute a REAL, which the
-// STRICT INTEGER column refuses (SQLITE_CONSTRAINT_DATATYPE): the
-// transaction fails rather than store a wrong sum.
+// UPDATE) finds the row twice, and measured 10% fewer records/s. The
+// batch's cost comes as ?5 whole micro-dollars and ?6 pico-dollars below
+// 10⁶; the pico-dollars that reach a micro-dollar carry into cost_micros
+// (every right-hand side reads the row as it was). An addition that
+// overflows int64 makes SQLite compute a REAL, which the STRICT INTEGER
+// column refuses (SQLITE_CONSTRAINT_DATATYPE): the transaction fails
+// rather than store a wrong sum.
 const (
 	addAgg = `UPDATE spend_agg SET
-		cost_micros         = cost_micros         + ?5,
-		input_tokens        = input_tokens        + ?6,
-		cached_input_tokens = cached_input_tokens + ?7,
-		output_tokens       = output_tokens       + ?8,
-		requests            = requests            + ?9
+		cost_micros         = cost_micros         + ?5 + (cost_pico + ?6) / 1000000,
+		cost_pico           = (cost_pico + ?6) % 1000000,
+		input_tokens        = input_tokens        + ?7,
+		cached_input_tokens = cached_input_tokens + ?8,
+		output_tokens       = output_tokens       + ?9,
+		requests            = requests            + ?10
 	WHERE scope = ?1 AND id = ?2 AND model = ?3 AND bucket = ?4`
-	newAgg = `INSERT INTO spend_agg (` + aggColumns + `) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
+	newAgg = `INSERT INTO spend_agg (` + aggColumns + `) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)`
 )
 
 // columns are the spend table's columns as insert binds them and reads
-// scan them: ledger.Record's fields in order, then the columns later
-// migrations added.
+// scan them: the first schema's, in ledger.Record's order (cost_micros,
+// dropped by migration 4, aside), then the columns later migrations added.
 const columns = `request_id, key_id, team, org, endpoint, model, provider, upstream_model,
 	input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, reasoning_tokens,
-	cost_micros, priced, status, outcome, estimated, stream, started_at, finished_at, ttft,
-	client_request_id, error_type`
+	priced, status, outcome, estimated, stream, started_at, finished_at, ttft,
+	client_request_id, error_type,
+	cost_pico, cache_creation_1h_tokens, audio_input_tokens, audio_output_tokens`
 
 // insert writes one record; a record whose request_id is taken is skipped
 // (the first wins). ON CONFLICT names the column so that only that
 // uniqueness conflict is ignored: a CHECK failure is still an error, where
 // INSERT OR IGNORE would drop the row silently.
 const insert = `INSERT INTO spend (` + columns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (request_id) DO NOTHING`

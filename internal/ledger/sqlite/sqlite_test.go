@@ -81,7 +81,7 @@ func record(id string) ledger.Record {
 	return ledger.Record{
 		RequestID: id, KeyID: "key_1", Team: "search", Org: "acme", Endpoint: "chat_completions",
 		Model: "gpt-4o", Provider: "openai", UpstreamModel: "gpt-4o",
-		InputTokens: 100, OutputTokens: 20, CostMicros: 450, Priced: true, Status: 200, Outcome: "ok",
+		InputTokens: 100, OutputTokens: 20, CostPico: 450_000_000, Priced: true, Status: 200, Outcome: "ok",
 		StartedAt: at, FinishedAt: at.Add(time.Second), TTFT: 100 * time.Millisecond,
 	}
 }
@@ -153,7 +153,7 @@ func TestIndexes(t *testing.T) {
 		cond, args := where(tt.f)
 		for _, q := range []string{
 			`SELECT ` + columns + ` FROM spend` + cond + ` ORDER BY started_at DESC, request_id ASC`,
-			`SELECT ` + groupExprs[ledger.ByDay] + ` AS grp, sum(cost_micros) FROM spend` + cond + ` GROUP BY grp`,
+			`SELECT ` + groupExprs[ledger.ByDay] + ` AS grp, sum(cost_pico / 1000000) FROM spend` + cond + ` GROUP BY grp`,
 		} {
 			rows, err := l.db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, args...)
 			if err != nil {
