@@ -1,12 +1,14 @@
 package app
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicegw/sluice/policies"
 )
@@ -140,5 +142,38 @@ func TestPricingImportErrors(t *testing.T) {
 				t.Errorf("stdout %q on failure", stdout)
 			}
 		})
+	}
+}
+
+// TestImportedFieldsAreSluices: every field the importer writes is a
+// field of policies.Price (decoded strictly, an unknown one is an error),
+// with the value it means: claude-sonnet-4-5's whole price, long-context
+// tier included, and a 0 the file gives as a price kept as free.
+func TestImportedFieldsAreSluices(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "pricingimport", "testdata", "all.golden.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Pricing map[string]policies.Price `yaml:"pricing"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("the imported section is not Sluice's price format: %v", err)
+	}
+	p := func(v int64) *int64 { return &v }
+	want := policies.Price{
+		Input: 3000000, CachedInput: 300000, CacheWrite: p(3750000), CacheWrite1h: p(6000000), Output: 15000000,
+		LongContext: &policies.LongContext{AboveInputTokens: 200000, Input: p(6000000), CachedInput: p(600000), CacheWrite: p(7500000), CacheWrite1h: p(12000000), Output: p(22500000)},
+	}
+	if d := cmp.Diff(want, doc.Pricing["claude-sonnet-4-5"]); d != "" {
+		t.Errorf("claude-sonnet-4-5 (-want +got):\n%s", d)
+	}
+	if got := doc.Pricing["gpt-4o-audio-preview"]; got.AudioInput == nil || *got.AudioInput != 40000000 || got.AudioOutput == nil || *got.AudioOutput != 80000000 {
+		t.Errorf("gpt-4o-audio-preview: %+v, want its audio prices", got)
+	}
+	if got := doc.Pricing["search/sonar"]; got.PerRequest != 5000 {
+		t.Errorf("search/sonar: %+v, want a 5000 µ$ request fee", got)
 	}
 }
