@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"math/rand/v2"
@@ -300,6 +301,12 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 type resolved struct {
 	req   payload.Request
 	route *policies.ModelRoute
+	// cacheControl: the body names "cache_control" (as a key, or as a
+	// string no JSON text can hold otherwise unescaped), so the provider
+	// may write the prompt to its cache: the reservation prices the
+	// prompt at the cache-write rates too. A false positive only reserves
+	// more.
+	cacheControl bool
 }
 
 // destination is where an authorized request goes: the target it is
@@ -335,7 +342,7 @@ func parseModel(snap *policies.Snapshot, ep llmapi.Endpoint, body []byte) (resol
 	if !ok {
 		return resolved{}, modelNotFound(req.Model)
 	}
-	return resolved{req: req, route: route}, nil
+	return resolved{req: req, route: route, cacheControl: bytes.Contains(body, []byte(`"cache_control"`))}, nil
 }
 
 // authorize decides whether the caller may send r, and where it goes: the
@@ -421,7 +428,7 @@ func (p *Processor) reserve(ctx context.Context, r resolved) (admission.Grant, *
 	maxOut = max(maxOut, 0)
 	var worst int64 // pico-dollars
 	if route.Priced {
-		worst = route.Price.Cost(policies.Tokens{Input: req.InputTokens, Output: maxOut})
+		worst = route.Price.WorstCost(req.InputTokens, maxOut, r.cacheControl)
 	}
 	grant, err := p.d.Admitter.Admit(ctx, admission.Claim{
 		Principal: p.principal, Model: route.Name, CountRequest: !p.counted,

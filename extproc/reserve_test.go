@@ -147,3 +147,34 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestReserveCacheWrites: the reservation prices every prompt token at the
+// dearest rate the provider may bill it at — for a request that names
+// cache_control, the 1-hour cache-write rate (2 × input by default), for
+// one that does not, input — so the cost the provider later reports can
+// never be above what was reserved.
+func TestReserveCacheWrites(t *testing.T) {
+	ctx := testctx.Deadline(t)
+	for _, tc := range []struct {
+		name, content string
+		inRate        int64 // p$ per prompt token reserved
+	}{
+		{"no cache_control", `"hi"`, 150_000_000},
+		{"cache_control", `[{"type":"text","text":"hi","cache_control":{"type":"ephemeral","ttl":"1h"}}]`, 300_000_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, spy, _ := reserveDeps(t)
+			p := NewProcessor(d)
+			p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))
+			p.Handle(ctx, reqBody(`{"model":"pro","max_tokens":10,"messages":[{"role":"user","content":`+tc.content+`}]}`))
+			if len(spy.claims) != 1 {
+				t.Fatalf("%d claims, want 1", len(spy.claims))
+			}
+			c := spy.claims[0]
+			want := c.InputTokens*tc.inRate + 10*600_000_000 + 5*1_000_000
+			if c.InputTokens <= 0 || c.CostPico != want {
+				t.Errorf("reserved %d p$ for %d prompt tokens, want %d (prompt at %d p$ a token, 10 output tokens, the fee)", c.CostPico, c.InputTokens, want, tc.inRate)
+			}
+		})
+	}
+}

@@ -117,5 +117,31 @@ func (p Price) Cost(t Tokens) int64 {
 	return total.DivUp(1)
 }
 
+// WorstCost is the most a request can cost whose prompt Sluice estimates
+// at input tokens and whose output is at most output tokens, in
+// pico-dollars: every prompt token at the dearest rate a prompt token of
+// it can be billed at (input, cached, audio, and both cache-write rates
+// when cacheWrites: the request asks for prompt caching), every output
+// token at the dearest output rate (output, reasoning, audio), at the
+// rates the estimate selects (Rates), plus the per-request fee. The
+// provider reports how a prompt divides into those kinds only once it has
+// answered; admission reserves this, so no division of the tokens costs
+// more: Cost(t) ≤ WorstCost(t.Input, t.Output, true) for every t, and
+// ≤ WorstCost(t.Input, t.Output, false) for every t without cache
+// writes. It saturates as Cost does.
+func (p Price) WorstCost(input, output int64, cacheWrites bool) int64 {
+	in, out := max(input, 0), max(output, 0)
+	r := p.Rates(in)
+	inRate := max(r.Input, r.CachedInput, r.AudioInput)
+	if cacheWrites {
+		inRate = max(inRate, r.CacheWrite, r.CacheWrite1h)
+	}
+	var total sat.Products
+	total.Add(in, inRate)
+	total.Add(out, max(r.Output, r.Reasoning, r.AudioOutput))
+	total.Add(max(p.PerRequest, 0), money.PicoPerMicro)
+	return total.DivUp(1)
+}
+
 // clampTo is n in [0, limit].
 func clampTo(n, limit int64) int64 { return min(max(n, 0), limit) }

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/sluicegw/sluice/internal/sat"
@@ -112,4 +113,49 @@ func FuzzCost(f *testing.F) {
 				p, input, maxTokens, n, base, q, in2, mt2, n2, more)
 		}
 	})
+}
+
+// TestWorstCostBoundsCost: whatever way a provider divides a request's
+// tokens into kinds, its cost is at most the worst case reserved for the
+// request's totals — with cache writes allowed, and without when the
+// division has none — at prices with every kind set, defaulted or dearer
+// than the base, long-context tier included.
+func TestWorstCostBoundsCost(t *testing.T) {
+	p := func(v int64) *int64 { return &v }
+	prices := []Price{
+		{Input: 3_000_000, Output: 15_000_000},
+		{Input: 3_000_000, CachedInput: 300_000, Output: 15_000_000, PerRequest: 7},
+		{Input: 1_000_000, Output: 2_000_000, AudioInput: p(40_000_000), AudioOutput: p(80_000_000), Reasoning: p(9_000_000), CacheWrite: p(5_000_000), CacheWrite1h: p(1)},
+		{Input: 3_000_000, Output: 15_000_000, LongContext: &LongContext{AboveInputTokens: 100, Input: p(6_000_000), Output: p(22_500_000)}},
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i, pr := range prices {
+		for range 20000 {
+			in, out := rng.Int64N(300), rng.Int64N(300)
+			part := func(n int64) int64 { return rng.Int64N(n + 1) }
+			tk := Tokens{Input: in, CachedInput: part(in), CacheWrite: part(in), AudioInput: part(in), Output: out, Reasoning: part(out), AudioOutput: part(out)}
+			tk.CacheWrite1h = part(tk.CacheWrite)
+			if c, w := pr.Cost(tk), pr.WorstCost(in, out, true); c > w {
+				t.Fatalf("price %d: Cost(%+v) = %d > WorstCost = %d", i, tk, c, w)
+			}
+			tk.CacheWrite, tk.CacheWrite1h = 0, 0
+			if c, w := pr.Cost(tk), pr.WorstCost(in, out, false); c > w {
+				t.Fatalf("price %d: Cost(%+v) = %d > WorstCost without cache writes = %d", i, tk, c, w)
+			}
+		}
+	}
+	// Exact: 10 prompt tokens at the 1-hour write rate (2 × $3), 5 output
+	// tokens at $15, and without cache writes the prompt at $3.
+	if got := prices[0].WorstCost(10, 5, true); got != 10*6_000_000+5*15_000_000 {
+		t.Errorf("WorstCost with cache writes = %d", got)
+	}
+	if got := prices[0].WorstCost(10, 5, false); got != 10*3_000_000+5*15_000_000 {
+		t.Errorf("WorstCost without = %d", got)
+	}
+	if got := prices[0].WorstCost(math.MaxInt64, math.MaxInt64, true); got != math.MaxInt64 {
+		t.Errorf("WorstCost at 2^63-1 tokens = %d, want saturated", got)
+	}
+	if got := prices[0].WorstCost(-5, -5, true); got != 0 {
+		t.Errorf("WorstCost of negative counts = %d, want 0", got)
+	}
 }
