@@ -60,6 +60,15 @@ func TestPublishedBills(t *testing.T) {
 		//   total            = $0.5205
 		{"Anthropic writes of both TTLs", sonnet4,
 			Tokens{Input: 101_000, CacheWrite: 100_000, CacheWrite1h: 60_000, Output: 500}, 520_500_000_000},
+		// The exchange whose bill Sluice once got wrong: 4 input tokens,
+		// 2,048 written to the cache (5 minutes), 12 output tokens. At
+		// base input for the write it came to 6,336 µ$; Anthropic bills:
+		//   4 × $3/M        = $0.000012
+		//   2,048 × $3.75/M = $0.00768
+		//   12 × $15/M      = $0.00018
+		//   total           = $0.007872 = 7,872 µ$
+		{"Anthropic cache write, the 7,872 µ$ bill", sonnet4,
+			Tokens{Input: 2_052, CacheWrite: 2_048, Output: 12}, 7_872_000_000},
 		// The next request reads those 100,000 tokens from the cache:
 		//   1,000 × $3/M      = $0.003
 		//   100,000 × $0.30/M = $0.030
