@@ -1,14 +1,11 @@
 package extproc
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.yaml.in/yaml/v3"
-
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/fixtures"
@@ -17,38 +14,12 @@ import (
 	"github.com/sluicegw/sluice/policies"
 )
 
-// cassette is a recorded exchange of ../shared/fixtures, in go-vcr v2's
-// layout.
-type cassette struct {
-	Interactions []struct {
-		Request struct {
-			URL  string `yaml:"url"`
-			Body string `yaml:"body"`
-		} `yaml:"request"`
-		Response struct {
-			Code    int                 `yaml:"code"`
-			Headers map[string][]string `yaml:"headers"`
-			Body    string              `yaml:"body"`
-		} `yaml:"response"`
-	} `yaml:"interactions"`
-}
-
-// thirdPartyCassette reads one of ../shared/fixtures/thirdparty's
-// cassettes (skipping the test where the fixtures are absent).
-func thirdPartyCassette(t *testing.T, name string) cassette {
+// thirdPartyCassette reads the one exchange of one of
+// ../shared/fixtures/thirdparty's cassettes (skipping the test where the
+// fixtures are absent).
+func thirdPartyCassette(t *testing.T, name string) fixtures.Interaction {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(fixtures.OpenAI(t)), "thirdparty", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c cassette
-	if err := yaml.Unmarshal(data, &c); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	if len(c.Interactions) != 1 {
-		t.Fatalf("%s: %d interactions, want 1", name, len(c.Interactions))
-	}
-	return c
+	return fixtures.One(t, filepath.Join(filepath.Dir(fixtures.OpenAI(t)), "thirdparty", name))
 }
 
 // haikuConfig prices claude-haiku-4-5 as Anthropic publishes it
@@ -89,7 +60,7 @@ keys:
 // writes, the 13 writes cost 13 µ$ and the request 134.2 µ$, rounded up
 // to 135 µ$: 3.25 µ$ short of the bill.
 func TestAnthropicCacheWriteBill(t *testing.T) {
-	c := thirdPartyCassette(t, "anthropic/agw-messages-basic.yaml").Interactions[0]
+	c := thirdPartyCassette(t, "anthropic/agw-messages-basic.yaml")
 	if c.Request.URL != "https://api.anthropic.com/v1/messages" || c.Response.Code != 200 {
 		t.Fatalf("unexpected cassette: %s answered %d", c.Request.URL, c.Response.Code)
 	}

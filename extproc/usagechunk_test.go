@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +16,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -231,21 +229,7 @@ func loadRecorded(t *testing.T) []recorded {
 			request: `{"model":"gpt-5-nano","stream":true,"messages":[{"role":"user","content":"Hello!"}]}`, input: 18, output: 286, reasoning: 192},
 	}
 	for i := range rs {
-		data, err := os.ReadFile(filepath.Join(dir, rs[i].name))
-		if err != nil {
-			t.Skipf("fixture: %v", err)
-		}
-		var v struct {
-			Interactions []struct {
-				Response struct {
-					Body string `yaml:"body"`
-				} `yaml:"response"`
-			} `yaml:"interactions"`
-		}
-		if err := yaml.Unmarshal(data, &v); err != nil || len(v.Interactions) != 1 {
-			t.Fatalf("%s: %v", rs[i].name, err)
-		}
-		b := v.Interactions[0].Response.Body
+		b := fixtures.One(t, filepath.Join(dir, rs[i].name)).Response.Body
 		at := strings.Index(b, `"choices":[]`)
 		rs[i].body = b
 		rs[i].usageStart = strings.LastIndex(b[:at], "\n\n") + 2

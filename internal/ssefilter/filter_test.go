@@ -3,12 +3,9 @@ package ssefilter
 import (
 	"bytes"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicegw/sluice/internal/fixtures"
 )
@@ -185,22 +182,7 @@ func crlf(s string) string { return strings.ReplaceAll(s, "\n", "\r\n") }
 // fixtures folder (dir relative to ../shared/fixtures/openai).
 func recordedStream(t *testing.T, name string) string {
 	t.Helper()
-	path := filepath.Join(fixtures.OpenAI(t), name)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Skipf("fixture %s: %v", path, err)
-	}
-	var v struct {
-		Interactions []struct {
-			Response struct {
-				Body string `yaml:"body"`
-			} `yaml:"response"`
-		} `yaml:"interactions"`
-	}
-	if err := yaml.Unmarshal(data, &v); err != nil || len(v.Interactions) != 1 {
-		t.Fatalf("%s: %v (%d interactions)", path, err, len(v.Interactions))
-	}
-	return v.Interactions[0].Response.Body
+	return fixtures.One(t, filepath.Join(fixtures.OpenAI(t), name)).Response.Body
 }
 
 // TestRecordedStreams: the recorded OpenAI streams with a usage chunk

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/sluicegw/sluice/internal/fixtures"
 )
 
@@ -84,21 +82,11 @@ func seedStreams(f *testing.F) []string {
 		files = append(files, m...)
 	}
 	for _, file := range files {
-		data, err := os.ReadFile(file)
+		c, err := fixtures.ReadCassette(file)
 		if err != nil {
 			f.Fatal(err)
 		}
-		var v struct {
-			Interactions []struct {
-				Response struct {
-					Body string `yaml:"body"`
-				} `yaml:"response"`
-			} `yaml:"interactions"`
-		}
-		if err := yaml.Unmarshal(data, &v); err != nil {
-			f.Fatalf("%s: %v", file, err)
-		}
-		for _, in := range v.Interactions {
+		for _, in := range c.Interactions {
 			if b := in.Response.Body; len(b) <= 8<<10 && strings.HasPrefix(b, "data:") {
 				out = append(out, b)
 			}

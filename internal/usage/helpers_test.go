@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/sluicegw/sluice/internal/fixtures"
 	"github.com/sluicegw/sluice/internal/llmapi"
 )
@@ -84,30 +82,7 @@ func readCassettes(t testing.TB, dir string) []cassette {
 	sort.Strings(files)
 	var out []cassette
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v struct {
-			Interactions []struct {
-				Request struct {
-					URL  string `yaml:"url"`
-					Body string `yaml:"body"`
-				} `yaml:"request"`
-				Response struct {
-					Code    int                 `yaml:"code"`
-					Headers map[string][]string `yaml:"headers"`
-					Body    string              `yaml:"body"`
-				} `yaml:"response"`
-			} `yaml:"interactions"`
-		}
-		if err := yaml.Unmarshal(data, &v); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if len(v.Interactions) != 1 {
-			t.Fatalf("%s: %d interactions, want 1", f, len(v.Interactions))
-		}
-		in := v.Interactions[0]
+		in := fixtures.One(t, f)
 		out = append(out, cassette{
 			Name:    strings.TrimSuffix(filepath.Base(f), ".yaml"),
 			URL:     in.Request.URL,
