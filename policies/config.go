@@ -33,6 +33,11 @@ type Admin struct {
 	// "${SLUICE_ADMIN_TOKEN}". Empty: the API is off (its routes answer
 	// 403 saying so).
 	Token Secret `yaml:"token"`
+	// PProf serves Go's runtime profiles under /debug/pprof/ on
+	// listen.admin, behind Token (which it requires). Default false: the
+	// paths answer 404. Read on every request, so a reload turns it on or
+	// off at once.
+	PProf bool `yaml:"pprof"`
 }
 
 // Listen holds the addresses Sluice listens on (host:port). All default to

@@ -67,6 +67,9 @@ func (c *Config) check() []issue {
 	if t := c.Admin.Token.Reveal(); t != "" && len(t) < 16 {
 		v.add("admin.token", "must be at least 16 characters (use a random token, e.g. openssl rand -hex 24)")
 	}
+	if c.Admin.PProf && c.Admin.Token.Reveal() == "" {
+		v.add("admin.pprof", "requires admin.token: profiles are served only with the admin token (set token: ${SLUICE_ADMIN_TOKEN})")
+	}
 	return v.issues
 }
 

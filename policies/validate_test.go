@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -53,6 +54,12 @@ func TestValidate(t *testing.T) {
 			`listen.grpc: required (host:port)`,
 			`listen.xds: must be host:port, got "127.0.0.1"`,
 		}},
+		{"pprof without an admin token", func(c *Config) { c.Admin = Admin{PProf: true} }, []string{
+			"admin.pprof: requires admin.token: profiles are served only with the admin token (set token: ${SLUICE_ADMIN_TOKEN})",
+		}},
+		{"pprof with an admin token", func(c *Config) {
+			c.Admin = Admin{Token: Secret(strings.Repeat("t", 16)), PProf: true}
+		}, nil},
 		{"no store", func(c *Config) { c.Store = Store{} }, []string{
 			"store: set exactly one of sqlite or postgres",
 		}},

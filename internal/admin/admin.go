@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,11 +54,17 @@ type Server struct {
 	deps     Deps
 	patterns []string       // every route served, "METHOD /path", for the OpenAPI test
 	api      *http.ServeMux // the /v1/ routes, behind guard
+	pprof    *http.ServeMux // the /debug/pprof/ routes, behind pprofGate
+	// closing is closed when Serve's context ends, so that a profile
+	// being recorded stops and shutdown is not held up.
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns the admin server: /healthz, /readyz and /metrics, open to
-// anyone who can reach the listener, and the token-protected API under
-// /v1/ (docs/admin-api.openapi.yaml). It starts nothing.
+// anyone who can reach the listener, the token-protected API under /v1/
+// (docs/admin-api.openapi.yaml), and Go's profiles under /debug/pprof/
+// while admin.pprof is set, behind the same token. It starts nothing.
 func New(d Deps) (*Server, error) {
 	var missing []error
 	for _, f := range []struct {
@@ -75,7 +82,7 @@ func New(d Deps) (*Server, error) {
 	if err := errors.Join(missing...); err != nil {
 		return nil, err
 	}
-	s := &Server{log: d.Log.With("component", "admin"), deps: d}
+	s := &Server{log: d.Log.With("component", "admin"), deps: d, closing: make(chan struct{})}
 	mux := http.NewServeMux()
 	handle := func(pattern string, h http.Handler) {
 		mux.Handle(pattern, h)
@@ -103,6 +110,14 @@ func New(d Deps) (*Server, error) {
 	}
 	s.api = api
 	mux.Handle("/v1/", s.guard(api))
+
+	prof := http.NewServeMux()
+	for _, rt := range s.pprofRoutes() {
+		prof.HandleFunc(rt.pattern, rt.handler)
+		s.patterns = append(s.patterns, rt.pattern)
+	}
+	s.pprof = prof
+	mux.Handle("/debug/pprof/", s.pprofGate(prof))
 	s.handler = mux
 	return s, nil
 }
@@ -120,6 +135,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("admin: %w", err)
 	case <-ctx.Done():
 	}
+	s.closeOnce.Do(func() { close(s.closing) })
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

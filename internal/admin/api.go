@@ -121,11 +121,7 @@ func (s *Server) routes() []route {
 func (s *Server) guard(api *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("cache-control", "no-store")
-		if e := s.authorize(r); e != nil {
-			if e.Status == http.StatusUnauthorized {
-				w.Header().Set("www-authenticate", `Bearer realm="sluice-admin"`)
-			}
-			writeError(w, e)
+		if !s.checkToken(w, r) {
 			return
 		}
 		if _, pattern := api.Handler(r); pattern == "" {
@@ -134,6 +130,20 @@ func (s *Server) guard(api *http.ServeMux) http.Handler {
 		}
 		api.ServeHTTP(w, r)
 	})
+}
+
+// checkToken reports whether r carries the admin token; if not, it has
+// answered the request (401, 403 or 503, as authorize decides).
+func (s *Server) checkToken(w http.ResponseWriter, r *http.Request) bool {
+	e := s.authorize(r)
+	if e == nil {
+		return true
+	}
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("www-authenticate", `Bearer realm="sluice-admin"`)
+	}
+	writeError(w, e)
+	return false
 }
 
 // authorize checks the bearer token against admin.token, in constant
@@ -159,7 +169,7 @@ func (s *Server) authorize(r *http.Request) *apiError {
 	}
 	got, want := sha256.Sum256([]byte(cred)), sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-		s.log.Warn("admin API request with a wrong token refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		s.log.Warn("admin request with a wrong token refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 		return errorf(http.StatusUnauthorized, "unauthorized", "wrong admin token")
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"reflect"
@@ -56,7 +57,8 @@ func routeOnlyServer(t *testing.T) *Server {
 // TestOpenAPIMatchesRoutes: every route the server serves is an operation
 // of docs/admin-api.openapi.yaml and every operation is a route the mux
 // dispatches to; every $ref resolves; every /v1 operation documents the
-// 401 and 403 that guard answers for it.
+// 401 and 403 that guard answers for it, every /debug/pprof/ one the 401
+// and the 404 (pprof off) that pprofGate answers.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	data, err := os.ReadFile(openAPIFile)
 	if err != nil {
@@ -82,18 +84,27 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 				continue
 			}
 			documented = append(documented, strings.ToUpper(m)+" "+path)
-			if strings.HasPrefix(path, "/v1/") {
-				responses, _ := op["responses"].(map[string]any)
-				for _, code := range []string{"401", "403"} {
-					if _, ok := responses[code]; !ok {
-						t.Errorf("%s %s does not document %s", strings.ToUpper(m), path, code)
-					}
+			var codes []string
+			switch {
+			case strings.HasPrefix(path, "/v1/"):
+				codes = []string{"401", "403"}
+			case strings.HasPrefix(path, "/debug/pprof/"):
+				codes = []string{"401", "404"}
+			}
+			responses, _ := op["responses"].(map[string]any)
+			for _, code := range codes {
+				if _, ok := responses[code]; !ok {
+					t.Errorf("%s %s does not document %s", strings.ToUpper(m), path, code)
 				}
 			}
 		}
 	}
 	s := routeOnlyServer(t)
-	served := slices.Clone(s.patterns)
+	// OpenAPI has no {$}: "GET /debug/pprof/{$}" is the path "/debug/pprof/".
+	var served []string
+	for _, p := range s.patterns {
+		served = append(served, strings.TrimSuffix(p, "{$}"))
+	}
 	slices.Sort(documented)
 	slices.Sort(served)
 	if diff := cmp.Diff(served, documented); diff != "" {
@@ -102,15 +113,20 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 
 	// Each documented operation reaches the handler of the same pattern
 	// through the real mux: the path templates mean the same in both.
-	api := s.api
 	for _, op := range documented {
 		method, path, _ := strings.Cut(op, " ")
-		if !strings.HasPrefix(path, "/v1/") {
+		var mux *http.ServeMux
+		switch {
+		case strings.HasPrefix(path, "/v1/"):
+			mux = s.api
+		case strings.HasPrefix(path, "/debug/pprof/"):
+			mux = s.pprof
+		default:
 			continue
 		}
-		concrete := strings.NewReplacer("{id}", "key_x", "{name}", "n").Replace(path)
-		_, pattern := api.Handler(httptest.NewRequest(method, concrete, nil))
-		if pattern != op {
+		concrete := strings.NewReplacer("{id}", "key_x", "{name}", "n", "{profile}", "heap").Replace(path)
+		_, pattern := mux.Handler(httptest.NewRequest(method, concrete, nil))
+		if pattern = strings.Replace(pattern, "{$}", "", 1); pattern != op {
 			t.Errorf("%s %s routes to %q; want %q", method, concrete, pattern, op)
 		}
 	}

@@ -42,7 +42,7 @@ type serveFlags struct {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
-	fs := newFlags("serve", "", "Run the ext_authz and ext_proc gRPC services (with gRPC health), the xDS\ncontrol plane (ADS) and the admin HTTP server (/healthz, /readyz, /metrics,\nand the admin API under /v1/ when admin.token is set).\nThe config file is reloaded when it changes; Envoy gets the new resources\nover xDS.", stderr)
+	fs := newFlags("serve", "", "Run the ext_authz and ext_proc gRPC services (with gRPC health), the xDS\ncontrol plane (ADS) and the admin HTTP server (/healthz, /readyz, /metrics,\nthe admin API under /v1/ when admin.token is set, and /debug/pprof/\nwith admin.pprof).\nThe config file is reloaded when it changes; Envoy gets the new resources\nover xDS.", stderr)
 	var f serveFlags
 	fs.StringVar(&f.config, "config", "sluice.yaml", "config `file`")
 	fs.BoolVar(&f.demoKey, "demo-key", false, "if the store has no keys yet, create one for the first team and print it once (quickstart)")
