@@ -5,7 +5,7 @@ BIN      := bin/sluice
 DEV_BIN  := bin/sluice-dev
 PKGS     := ./...
 
-.PHONY: all build build-dev run test lint vet fmt-check jsclients bench fuzz mutation clean check-go
+.PHONY: all build build-dev run test lint vet fmt-check jsclients bench bench-service fuzz mutation clean check-go
 
 all: build
 
@@ -64,6 +64,14 @@ fmt-check: check-go
 # Benchmarks with allocations; compare runs with benchstat.
 bench: check-go
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+# The whole service over gRPC: sluice serve (SQLite store and ledger, a
+# key, limits and budgets) and the do-nothing floor, each driven by
+# bench/extprocload playing Envoy; one JSON line per scenario and server.
+# DURATION=3s shortens every scenario. See bench/README.md.
+bench-service: build
+	$(GO) build -o bin/extprocload ./bench/extprocload
+	SLUICE_BIN=$(BIN) DRIVER_BIN=bin/extprocload scripts/bench-service.sh
 
 # Run each fuzz target for FUZZTIME (new interesting inputs land in the
 # Go cache; copy regressions into the package's testdata/fuzz).

@@ -1,0 +1,225 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/app"
+)
+
+// benchKey is the secret whose SHA-256 bench.yaml declares.
+const benchKey = "sk-sluice-BenchOnlyNotASecret000000000000000000000000"
+
+// short are the scenarios of `make bench-service`, cut to a few requests.
+var short = map[string]func(Config) Config{
+	"open-200rps": func(c Config) Config { c.Rate, c.Requests, c.Duration = 200, 10, 0; return c },
+	"streams-50x20": func(c Config) Config {
+		c.Concurrency, c.Requests, c.Chunks, c.Interval, c.Duration = 4, 8, 5, time.Millisecond, 0
+		return c
+	},
+	"closed-max": func(c Config) Config { c.Concurrency, c.Requests, c.Duration = 4, 20, 0; return c },
+}
+
+// TestScenarios runs every scenario once, briefly, against the floor and
+// against a Sluice serving bench.yaml in this process (its pid is the
+// test's), and checks that every request completed and the result is
+// sane. No timing is asserted.
+func TestScenarios(t *testing.T) {
+	servers := map[string]string{"floor": startFloor(t), "sluice": startSluice(t)}
+	for server, addr := range servers {
+		for name, preset := range Scenarios {
+			t.Run(server+"/"+name, func(t *testing.T) {
+				cfg := short[name](preset)
+				cfg.Scenario, cfg.Server, cfg.Addr, cfg.PID, cfg.Key, cfg.Model = name, server, addr, os.Getpid(), benchKey, "gpt-4o-mini"
+				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+				defer cancel()
+				res, err := Run(ctx, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Errors != 0 || res.Requests != cfg.Requests {
+					t.Fatalf("requests %d (want %d), errors %d: %s", res.Requests, cfg.Requests, res.Errors, res.FirstError)
+				}
+				wantChunks := 1
+				if cfg.Stream {
+					wantChunks = cfg.Chunks
+				}
+				if res.Chunks != wantChunks {
+					t.Errorf("chunks = %d, want %d", res.Chunks, wantChunks)
+				}
+				if res.CPUMicrosReq < 0 || res.ReqPerSec <= 0 || res.P50Millis <= 0 || res.P99Millis < res.P50Millis || res.RSSKiB <= 0 {
+					t.Errorf("result not sane: %+v", res)
+				}
+				b, err := json.Marshal(res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, f := range []string{"scenario", "server", "requests", "errors", "cpu_us_per_req", "req_per_s", "p50_ms", "p99_ms", "rss_kib"} {
+					if !bytes.Contains(b, []byte(`"`+f+`":`)) {
+						t.Errorf("JSON line lacks %q: %s", f, b)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestRejectedCredentialIsAnError checks that a request Sluice refuses
+// counts as an error, not a completed request: the driver must not
+// measure a run of denials as throughput.
+func TestRejectedCredentialIsAnError(t *testing.T) {
+	addr := startSluice(t)
+	_, err := Run(t.Context(), Config{Addr: addr, Key: "sk-sluice-WrongKey000000000000000000000000000000", Model: "gpt-4o-mini", Concurrency: 1, Requests: 1})
+	if err == nil || !strings.Contains(err.Error(), "denied") {
+		t.Fatalf("Run with an unknown key: err = %v, want a denied check", err)
+	}
+}
+
+func TestParseRun(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want func(Config) bool
+		err  bool
+	}{
+		{args: []string{"--addr", "a:1", "--scenario", "open-200rps", "--duration", "1s"},
+			want: func(c Config) bool { return c.Rate == 200 && c.Duration == time.Second && c.Scenario == "open-200rps" }},
+		{args: []string{"--addr", "a:1", "--scenario", "open-200rps", "--concurrency", "3"},
+			want: func(c Config) bool { return c.Rate == 0 && c.Concurrency == 3 }},
+		{args: []string{"--addr", "a:1", "--scenario", "streams-50x20"},
+			want: func(c Config) bool { return c.Stream && c.Chunks == 20 && c.Concurrency == 50 }},
+		{args: []string{"--scenario", "closed-max"}, err: true},                                      // no addr
+		{args: []string{"--addr", "a:1", "--scenario", "nope"}, err: true},                           // unknown
+		{args: []string{"--addr", "a:1", "--scenario", "streams-50x20", "--chunks", "2"}, err: true}, // too few chunks
+	} {
+		c, err := parseRun(tc.args, io.Discard)
+		if tc.err {
+			if !errors.Is(err, ErrUsage) {
+				t.Errorf("%v: err = %v, want ErrUsage", tc.args, err)
+			}
+			continue
+		}
+		if err != nil || !tc.want(c) {
+			t.Errorf("%v: %+v, %v", tc.args, c, err)
+		}
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if q := quantile(d, 0.5); q != 5 {
+		t.Errorf("p50 = %d, want 5", q)
+	}
+	if q := quantile(d, 0.99); q != 10 {
+		t.Errorf("p99 = %d, want 10", q)
+	}
+	if q := quantile(nil, 0.5); q != 0 {
+		t.Errorf("p50 of nothing = %d", q)
+	}
+}
+
+func TestBodies(t *testing.T) {
+	b, err := NewBodies("gpt-4o-mini", 6, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Chunks) != 6 || string(b.Chunks[5]) != "data: [DONE]\n\n" || !bytes.Contains(b.Chunks[4], []byte(`"usage":{"completion_tokens":64`)) {
+		t.Errorf("stream chunks: %q", b.Chunks)
+	}
+	var req struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
+	if err := json.Unmarshal(b.Request, &req); err != nil || req.Model != "gpt-4o-mini" || !req.Stream {
+		t.Errorf("request %s: %+v %v", b.Request, req, err)
+	}
+	var resp struct {
+		Usage struct {
+			TotalTokens int64 `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(b.Response, &resp); err != nil || resp.Usage.TotalTokens != 476 {
+		t.Errorf("response %s: %v", b.Response, err)
+	}
+}
+
+func startFloor(t *testing.T) string {
+	t.Helper()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ServeFloor(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("floor: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// startSluice runs `sluice serve` on a copy of bench.yaml in this
+// process and returns its gRPC address, from the ready file.
+func startSluice(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, err := os.ReadFile("../bench.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ready := filepath.Join(dir, "ready.json")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var serveErr error
+	go func() {
+		defer close(done)
+		serveErr = app.Run(ctx, []string{"serve", "--config", filepath.Join(dir, "bench.yaml"), "--ready-file", ready, "--log-level", "error"},
+			io.Discard, io.Discard, func(string) (string, bool) { return "", false })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if serveErr != nil {
+			t.Errorf("sluice serve: %v", serveErr)
+		}
+	})
+	// Poll for the ready file (serve writes it once listening), bounded.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case <-done:
+			t.Fatalf("sluice serve ended before ready: %v", serveErr)
+		case <-deadline:
+			t.Fatal("sluice serve: not ready after 10s")
+		case <-tick.C:
+		}
+		b, err := os.ReadFile(ready)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		var r struct {
+			GRPC string `json:"grpc"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			continue // written but not complete yet
+		}
+		return r.GRPC
+	}
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# make bench-service: the whole-service benchmark over gRPC (bench/README.md,
+# "Whole service over gRPC"). Starts `sluice serve` on a fresh copy of
+# bench/extprocload/bench.yaml, runs every scenario of bench/extprocload
+# against it, then does the same against the do-nothing floor server, and
+# prints one JSON line per run.
+#
+# With taskset and at least 2 CPUs, the server runs on CPU 0 and the driver
+# on CPU 1, so the driver's own work does not land in the server's CPU
+# time (which is read from /proc/<pid>/stat either way).
+#   DURATION=3s       override every scenario's duration
+#   SCENARIOS="..."   the scenarios to run (default: all three)
+#   SERVERS="..."     sluice, floor or both (default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sluice=${SLUICE_BIN:-bin/sluice}
+driver=${DRIVER_BIN:-bin/extprocload}
+scenarios=${SCENARIOS:-open-200rps streams-50x20 closed-max}
+servers=${SERVERS:-sluice floor}
+key=sk-sluice-BenchOnlyNotASecret000000000000000000000000   # bench.yaml declares its sha256
+
+server_pin=() driver_pin=()
+if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
+  server_pin=(taskset -c 0) driver_pin=(taskset -c 1)
+fi
+extra=()
+if [ -n "${DURATION:-}" ]; then extra=(--duration "$DURATION"); fi
+
+tmp=$(mktemp -d)
+pid=
+cleanup() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+# wait_ready polls for the ready file the server writes once listening.
+wait_ready() {
+  for _ in $(seq 200); do
+    if [ -s "$tmp/ready.json" ]; then return 0; fi
+    if ! kill -0 "$pid" 2>/dev/null; then echo "bench-service: server exited; its log:" >&2; cat "$tmp/server.log" >&2; return 1; fi
+    sleep 0.05
+  done
+  echo "bench-service: server not ready after 10s" >&2
+  return 1
+}
+
+for server in $servers; do
+  rm -f "$tmp/ready.json"
+  case $server in
+    sluice)
+      cp bench/extprocload/bench.yaml "$tmp/bench.yaml"
+      "${server_pin[@]}" "$sluice" serve --config "$tmp/bench.yaml" --ready-file "$tmp/ready.json" --log-level warn >"$tmp/server.log" 2>&1 &
+      ;;
+    floor)
+      "${server_pin[@]}" "$driver" floor --addr 127.0.0.1:0 --ready-file "$tmp/ready.json" >"$tmp/server.log" 2>&1 &
+      ;;
+    *) echo "bench-service: unknown server $server" >&2; exit 2 ;;
+  esac
+  pid=$!
+  wait_ready
+  addr=$(sed 's/.*"grpc": *"\([^"]*\)".*/\1/' "$tmp/ready.json")
+  for s in $scenarios; do
+    "${driver_pin[@]}" "$driver" run --addr "$addr" --pid "$pid" --key "$key" --server "$server" --scenario "$s" "${extra[@]}"
+  done
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  pid=
+done
