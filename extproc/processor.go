@@ -323,7 +323,13 @@ func (p *Processor) resolve(body []byte) (resolved, *apierr.Error) {
 	if limit := p.snap.Gateway().MaxRequestBodyBytes; int64(len(body)) > limit {
 		return resolved{}, bodyTooLarge(len(body), limit)
 	}
-	return parseModel(p.snap, p.ep, body)
+	r, err := parseModel(p.snap, p.ep, body)
+	if err == nil {
+		// Only the reservation reads it, so only the downstream
+		// processor looks (not every fallback attempt's).
+		r.cacheControl = bytes.Contains(body, []byte(`"cache_control"`))
+	}
+	return r, err
 }
 
 // parseModel parses body as a request to ep and finds the model it names
@@ -342,7 +348,7 @@ func parseModel(snap *policies.Snapshot, ep llmapi.Endpoint, body []byte) (resol
 	if !ok {
 		return resolved{}, modelNotFound(req.Model)
 	}
-	return resolved{req: req, route: route, cacheControl: bytes.Contains(body, []byte(`"cache_control"`))}, nil
+	return resolved{req: req, route: route}, nil
 }
 
 // authorize decides whether the caller may send r, and where it goes: the

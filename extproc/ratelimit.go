@@ -26,6 +26,32 @@ const (
 	kindBudget   = "budget"
 )
 
+// kindSet is a set of rate-limit kinds, without a map per response.
+type kindSet struct{ requests, tokens, budget bool }
+
+func (s *kindSet) add(kind string) {
+	switch kind {
+	case kindRequests:
+		s.requests = true
+	case kindTokens:
+		s.tokens = true
+	case kindBudget:
+		s.budget = true
+	}
+}
+
+func (s kindSet) has(kind string) bool {
+	switch kind {
+	case kindRequests:
+		return s.requests
+	case kindTokens:
+		return s.tokens
+	case kindBudget:
+		return s.budget
+	}
+	return false
+}
+
 // upstreamPrefix starts the name a provider's rate-limit header is renamed
 // to when Sluice sends its own of the same kind.
 const upstreamPrefix = "x-upstream-"
@@ -81,9 +107,9 @@ func rateLimitHeaders(hm *extprocsvc.HeaderMutation, sluice [][2]string, provide
 	if len(sluice) == 0 {
 		return hm
 	}
-	covered := map[string]bool{}
+	var covered kindSet
 	for _, h := range sluice {
-		covered[rateLimitKind(h[0])] = true
+		covered.add(rateLimitKind(h[0]))
 	}
 	if hm == nil {
 		hm = &extprocsvc.HeaderMutation{}
@@ -94,7 +120,7 @@ func rateLimitHeaders(hm *extprocsvc.HeaderMutation, sluice [][2]string, provide
 	values := map[string][]string{}
 	for _, h := range provider {
 		k := h.GetKey()
-		if !covered[rateLimitKind(k)] {
+		if !covered.has(rateLimitKind(k)) {
 			continue
 		}
 		if _, seen := values[k]; !seen {
