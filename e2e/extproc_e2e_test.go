@@ -86,11 +86,17 @@ func gatewayBootstrap(t *testing.T, sluiceAddr, mockAddr string, localAddr ...st
 type call struct {
 	path, body string
 	headers    map[string]string
+	// chunked sends the body without a content-length.
+	chunked bool
 }
 
 func (c call) do(t *testing.T, base, key string) (int, http.Header, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", base+c.path, strings.NewReader(c.body))
+	var body io.Reader = strings.NewReader(c.body)
+	if c.chunked {
+		body = io.MultiReader(body) // a length the client cannot know
+	}
+	req, _ := http.NewRequest("POST", base+c.path, body)
 	req.Header.Set("content-type", "application/json")
 	if strings.HasPrefix(c.path, "/v1/messages") {
 		req.Header.Set("x-api-key", key)

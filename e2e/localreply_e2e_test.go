@@ -94,7 +94,9 @@ func TestLocalRepliesThroughExtProc(t *testing.T) {
 			want   string
 		}{
 			{"ext_authz denial", badKey, call{path: "/v1/chat/completions", body: chat}, 401, denial},
-			{"buffer limit", key, call{path: "/v1/chat/completions", body: bodyOfSize(1024 + 64<<10 + 1)}, 413, tooLarge},
+			// Chunked: with a content-length, Sluice's own refusal at the
+			// request headers races the buffer filling, in Envoy as here.
+			{"buffer limit", key, call{path: "/v1/chat/completions", body: bodyOfSize(1024 + 64<<10 + 1), chunked: true}, 413, tooLarge},
 		} {
 			st, h, body := tc.c.do(t, p.url, tc.key)
 			if st != tc.status || body != tc.want || h.Get("content-type") != "application/json" {
