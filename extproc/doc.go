@@ -69,7 +69,13 @@
 // else changed.
 //
 // Processor and UpstreamProcessor are transport-free (ProcessingRequest in,
-// ProcessingResponse out); Server is the stream loop. It must not own
+// ProcessingResponse out); Server is the stream loop. Codec is the gRPC
+// codec of the server both services share (codec.go): protobuf, except
+// that a ProcessingRequest other than the request headers is decoded
+// without its metadata_context and attributes, which Envoy forwards on
+// every message and Sluice reads only from the request headers; replies
+// are marshalled with go-control-plane's vtprotobuf code when built with
+// the vtprotobuf tag. It must not own
 // policy, keys, counters or storage; it uses them through the interfaces it
 // declares.
 package extproc

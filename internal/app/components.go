@@ -359,7 +359,9 @@ func (c *components) servers() error {
 	// One panicking request fails its own call or stream, never the
 	// process (internal/grpcguard); both servers are guarded.
 	guard := grpcguard.New(c.log.With("component", "grpc"), c.reg)
-	c.grpc = grpc.NewServer(append(guard.ServerOptions(), grpc.MaxRecvMsgSize(c.grpcRecv))...)
+	// extproc.Codec decodes the forwarded metadata only where Sluice reads
+	// it, and marshals replies with vtprotobuf where built with it.
+	c.grpc = grpc.NewServer(append(guard.ServerOptions(), grpc.MaxRecvMsgSize(c.grpcRecv), grpc.ForceServerCodecV2(extproc.Codec{}))...)
 	authv3.RegisterAuthorizationServer(c.grpc, authz.NewServer(checker, authz.NewMetrics(c.reg), c.log))
 	extprocsvc.RegisterExternalProcessorServer(c.grpc, extprocServer)
 	c.health = health.NewServer()
