@@ -236,9 +236,20 @@ func (c *components) openKeys(ctx context.Context, stdout io.Writer) error {
 
 // openLedger opens the spend ledger. Its committer is started by run.
 func (c *components) openLedger(ctx context.Context) error {
-	led, err := openLedgerBackend(ctx, c.snap)
+	asyncErrors := prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_async_errors_total",
+		Help: "Errors the spend ledger reported after acknowledging records: a record SQLite refused (dropped), an ingestion that failed (retried), a spool that failed (direct commits from then on)."})
+	c.reg.MustRegister(asyncErrors)
+	log := c.log.With("component", "ledger")
+	led, err := openLedgerBackend(ctx, c.snap, func(err error) {
+		asyncErrors.Inc()
+		log.Error("spend ledger", "err", err)
+	})
 	if err != nil {
 		return err
+	}
+	if b, ok := led.(interface{ Backlog() int64 }); ok {
+		c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_ledger_spool_backlog",
+			Help: "Spend records durable in the spool and not yet in SQLite."}, func() float64 { return float64(b.Backlog()) }))
 	}
 	c.ledger = led
 	c.onClose(led.Close)
@@ -258,9 +269,12 @@ func openStoreBackend(ctx context.Context, snap *policies.Snapshot) (store.Store
 
 // openLedgerBackend opens the spend ledger the config names, for serve and
 // the spend command alike; the caller closes it. Only the embedded SQLite
-// backend exists; another backend is chosen here, from the config.
-func openLedgerBackend(ctx context.Context, snap *policies.Snapshot) (ledgerBackend, error) {
-	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{})
+// backend exists; another backend is chosen here, from the config. Its
+// spool is on: the first process to open the file owns it (serve, or
+// spend while no server runs, replaying what a stopped server left);
+// onError is told what the ledger cannot return to an Append.
+func openLedgerBackend(ctx context.Context, snap *policies.Snapshot, onError func(error)) (ledgerBackend, error) {
+	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{Spool: true, Linger: time.Millisecond, OnError: onError})
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}

@@ -69,7 +69,7 @@ func runSpend(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	if err != nil {
 		return err
 	}
-	led, err := openLedgerBackend(ctx, snap)
+	led, err := openLedgerBackend(ctx, snap, func(err error) { fmt.Fprintln(stderr, "sluice spend:", err) })
 	if err != nil {
 		return err
 	}

@@ -84,8 +84,11 @@ const (
 // Buckets returns the aggregates of every bucket from the one that holds
 // since on (all of them if since is zero), sorted by scope, id, model and
 // bucket. Like every read, it sees the last commit and never waits for
-// the committer.
+// the committer (with a spool, it waits for the ingester: see Records).
 func (l *Ledger) Buckets(ctx context.Context, since time.Time) ([]ledger.Aggregate, error) {
+	if err := l.visible(ctx); err != nil {
+		return nil, fmt.Errorf("ledger/sqlite: buckets: %w", err)
+	}
 	var (
 		as  []ledger.Aggregate
 		err error
@@ -109,6 +112,9 @@ func (l *Ledger) Buckets(ctx context.Context, since time.Time) ([]ledger.Aggrega
 // sorted by scope, id and model; Bucket is zero. The table's primary key
 // is in that order, so SQLite sums it in one pass without sorting.
 func (l *Ledger) Lifetime(ctx context.Context) ([]ledger.Aggregate, error) {
+	if err := l.visible(ctx); err != nil {
+		return nil, fmt.Errorf("ledger/sqlite: lifetime: %w", err)
+	}
 	as, err := l.aggregates(ctx, lifetimeQuery)
 	if err != nil {
 		return nil, fmt.Errorf("ledger/sqlite: lifetime: %w", err)

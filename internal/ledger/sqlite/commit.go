@@ -14,8 +14,9 @@ import (
 
 // pending is one queued Append.
 type pending struct {
-	args []any    // the insert's arguments, encoded by Append
-	agg  aggInput // what the record adds to its aggregates
+	args    []any    // the insert's arguments, encoded by Append
+	agg     aggInput // what the record adds to its aggregates
+	payload []byte   // the record as spooled; nil without a spool
 	// done receives the outcome once; buffered, so the committer never
 	// waits for an Append that gave up.
 	done chan error
@@ -39,6 +40,9 @@ func (l *Ledger) Append(ctx context.Context, r ledger.Record) error {
 		return fmt.Errorf("ledger/sqlite: append %s: %w", r.RequestID, err)
 	}
 	p := &pending{args: args, agg: aggregateOf(r), done: make(chan error, 1)}
+	if l.sp != nil {
+		p.payload = appendRecord(make([]byte, 0, 256), &r)
+	}
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -135,11 +139,30 @@ func (l *Ledger) Run(ctx context.Context) error {
 		l.stop(dbctx, nil, err)
 		return err
 	}
+	commit := func(batch []*pending) { _ = l.commit(dbctx, c, batch) }
+	var ingested chan error
+	var stopIngest chan struct{}
+	if l.sp != nil {
+		// The ingester owns c; this goroutine only spools.
+		ingested, stopIngest = make(chan error, 1), make(chan struct{})
+		l.ing.mu.Lock()
+		l.ing.running = true
+		l.ing.mu.Unlock()
+		go func() { ingested <- l.ingest(dbctx, c, stopIngest) }()
+		commit = l.spoolBatch
+	}
+	stop := func() error {
+		if l.sp == nil {
+			return l.stop(dbctx, c, nil)
+		}
+		return l.stopSpooled(dbctx, c, stopIngest, ingested)
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	lastBatch := 0
 	for {
 		if ctx.Err() != nil {
-			return l.stop(dbctx, c, nil)
+			return stop()
 		}
 		l.mu.Lock()
 		n, first := len(l.queue), l.first
@@ -149,11 +172,15 @@ func (l *Ledger) Run(ctx context.Context) error {
 			case <-l.wake:
 				continue
 			case <-ctx.Done():
-				return l.stop(dbctx, c, nil)
+				return stop()
 			}
 		}
-		if n < l.maxBatch && l.maxWait > 0 {
-			if d := time.Until(first.Add(l.maxWait)); d > 0 {
+		wait := l.maxWait
+		if wait == 0 && lastBatch > 1 {
+			wait = l.linger // there is load: let the batch fill a little
+		}
+		if n < l.maxBatch && wait > 0 {
+			if d := time.Until(first.Add(wait)); d > 0 {
 				timer.Reset(d)
 				select {
 				case <-timer.C:
@@ -162,14 +189,46 @@ func (l *Ledger) Run(ctx context.Context) error {
 					continue
 				case <-ctx.Done():
 					timer.Stop()
-					return l.stop(dbctx, c, nil)
+					return stop()
 				}
 			}
 		}
 		// A failed batch's error went to its Appends, whose callers may
 		// retry; the committer goes on with the next batch.
-		_ = l.commit(dbctx, c, l.take())
+		batch := l.take()
+		lastBatch = len(batch)
+		commit(batch)
 	}
+}
+
+// stopSpooled is stop with a spool: it refuses new Appends, spools what
+// is queued, lets the ingester finish, and rewinds the spool if SQLite
+// holds all of it. It returns the error that left records in the spool.
+func (l *Ledger) stopSpooled(ctx context.Context, c *committer, stopIngest chan struct{}, ingested chan error) error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	for {
+		batch := l.take()
+		if len(batch) == 0 {
+			break
+		}
+		l.spoolBatch(batch)
+	}
+	close(stopIngest)
+	err := <-ingested
+	s := &l.ing
+	s.mu.Lock()
+	s.running = false
+	caughtUp, broken := s.ingested == s.written, s.broken
+	s.mu.Unlock()
+	if err == nil && caughtUp && !broken {
+		err = l.sp.rewind(true)
+	}
+	if err != nil {
+		err = fmt.Errorf("ledger/sqlite: run: %w", err)
+	}
+	return errors.Join(err, c.close())
 }
 
 // stop refuses new Appends, then commits what is queued with c, or, if c
@@ -233,12 +292,20 @@ func finish(batch []*pending, err error) {
 // transaction, so that only those that cannot be counted fail. Any other
 // error fails the whole batch; it is returned.
 func (l *Ledger) commit(ctx context.Context, c *committer, batch []*pending) error {
+	return l.commitCounted(ctx, c, batch, l.sp == nil)
+}
+
+// commitCounted is commit; count says whether Stats counts the commit
+// (with a spool, Stats counts what is spooled: see spoolBatch).
+func (l *Ledger) commitCounted(ctx context.Context, c *committer, batch []*pending, count bool) error {
 	for len(batch) > 0 {
 		bad, err := c.write(ctx, batch)
 		switch {
 		case err == nil:
-			l.nCommits.Add(1)
-			l.nRecords.Add(int64(len(batch)))
+			if count {
+				l.nCommits.Add(1)
+				l.nRecords.Add(int64(len(batch)))
+			}
 			finish(batch, nil)
 			return nil
 		case !recordFault(err):
@@ -253,7 +320,7 @@ func (l *Ledger) commit(ctx context.Context, c *committer, batch []*pending) err
 		default:
 			var first error
 			for _, p := range batch {
-				if err := l.commit(ctx, c, []*pending{p}); err != nil && first == nil {
+				if err := l.commitCounted(ctx, c, []*pending{p}, count); err != nil && first == nil {
 					first = err
 				}
 			}

@@ -15,7 +15,10 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger"
 )
 
-const crashEnv = "SLUICE_LEDGER_TEST_CRASH"
+const (
+	crashEnv      = "SLUICE_LEDGER_TEST_CRASH"
+	crashSpoolEnv = "SLUICE_LEDGER_TEST_CRASH_SPOOL"
+)
 
 // TestCrashLosesNothing kills a process that is appending as fast as it
 // can, in the middle of its work, and checks that every record whose
@@ -23,12 +26,21 @@ const crashEnv = "SLUICE_LEDGER_TEST_CRASH"
 // aggregates are the sums of the records there. The child prints a
 // RequestID only after its Append returned, so what the parent read is a
 // lower bound of what was acknowledged.
+//
+// With a spool, the kill finds acknowledged records that are only in the
+// spool; Open replays them.
 func TestCrashLosesNothing(t *testing.T) {
+	for _, spool := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spool=%v", spool), func(t *testing.T) { crashLosesNothing(t, spool) })
+	}
+}
+
+func crashLosesNothing(t *testing.T, spool bool) {
 	const want = 3000 // acknowledged records to see before the kill
 	path := filepath.Join(t.TempDir(), "ledger.sqlite")
 
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashEnv+"="+path)
+	cmd.Env = append(os.Environ(), crashEnv+"="+path, fmt.Sprintf("%s=%v", crashSpoolEnv, spool))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -65,7 +77,19 @@ func TestCrashLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	l := openTest(t, path, Options{})
+	inSQLite := 0
+	if spool { // what SQLite held before the spool's replay
+		direct := openTest(t, path, Options{})
+		before, err := direct.Records(t.Context(), ledger.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inSQLite = len(before)
+		if err := direct.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := openTest(t, path, Options{Spool: spool})
 	recs, err := l.Records(t.Context(), ledger.Filter{})
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +114,9 @@ func TestCrashLosesNothing(t *testing.T) {
 	// before its WAL sync: recovery kept records and aggregates together.
 	checkAggregates(t, l)
 	t.Logf("killed after %d acknowledged appends; the file holds %d records, none lost", len(acked), len(recs))
+	if spool {
+		t.Logf("%d of them were replayed from the spool", len(recs)-inSQLite)
+	}
 }
 
 // TestCrashChild is the process TestCrashLosesNothing kills; it does
@@ -100,7 +127,7 @@ func TestCrashChild(t *testing.T) {
 	if path == "" {
 		t.Skip("child process of TestCrashLosesNothing")
 	}
-	l := openTest(t, path, Options{})
+	l := openTest(t, path, Options{Spool: os.Getenv(crashSpoolEnv) == "true"})
 	start(t, l)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()

@@ -11,6 +11,50 @@
 // mid-run and finds every acknowledged record). Appends are made durable
 // by Run, the committer, which must be running: Open starts no goroutine.
 //
+// # The spool
+//
+// With Options.Spool (what `sluice serve` runs), a record is durable
+// before SQLite has it: the committer writes each batch as checksummed
+// frames to the spool, the file beside the ledger named like it plus
+// "-spool", with one write and one fdatasync, and then acknowledges the
+// batch's Appends. The ingester, a goroutine Run starts, inserts the
+// spooled records into SQLite in transactions of up to 1,024 records, at
+// most 50 ms after the first arrived (at once when a read is waiting).
+// A read (Records, Totals, Buckets, Lifetime) first waits until SQLite
+// holds every record acknowledged before it began, so a Ledger's reads see
+// its acknowledged Appends as without a spool; another process reading
+// the file sees a record once it is ingested, normally within 50 ms.
+// Open replays the spool's frames into SQLite (a RequestID already there
+// is skipped, so nothing is counted twice), then rewinds it; the spool is
+// also rewound in use whenever SQLite has caught up and it has grown past
+// 4 MiB. spool.go holds the layout and why only a torn tail can be lost,
+// and only if it was never acknowledged (TestReplayStopsAtTheTail;
+// TestCrashLosesNothing kills a spooling writer and finds every
+// acknowledged record after the replay).
+//
+// One Ledger of a file owns its spool, by an exclusive flock; another
+// (a second process, or `sluice spend` while the server runs) commits to
+// SQLite directly, and the first to open after a crash replays what was
+// left. If the spool cannot be written, the failure is reported
+// (Options.OnError) and the Ledger commits directly from then on; a
+// record SQLite refuses at ingestion, which Append would have returned as
+// an error, is reported and dropped; an ingestion SQLite fails as a whole
+// is retried with backoff, the records staying durable in the spool.
+//
+// Why: a SQLite commit writes one WAL frame per page it changed (the
+// table, each index, the aggregates: a dozen pages for one record) and
+// syncs, which made the ledger a third of the whole service's CPU per
+// request. BenchmarkAppendSpool, CPU per record (the whole process's,
+// ingestion included) on the shared 2-core VM, noisy run to run:
+//
+//	appenders  direct   spool   spool, Linger 1ms
+//	       16  102–127  53–94   60 (MaxWait 1ms: 41–64)
+//	      256   46–54   46–57   38
+//
+// Options.Linger lets a busy committer wait for company: after a batch of
+// more than one record, the next waits up to Linger for more, so a sync
+// is shared by more records; a lone record never waits. serve sets 1 ms.
+//
 // # Aggregates
 //
 // Beside the records, the table spend_agg holds, per scope (key, team,

@@ -13,8 +13,13 @@ import (
 
 // Records returns the records f selects, newest first (StartedAt
 // descending, then RequestID ascending). Reads never wait for the
-// committer: in WAL mode they see the last commit.
+// committer: in WAL mode they see the last commit. With a spool, a read
+// first waits until SQLite holds every record acknowledged before it
+// began (see visible), so it sees them too.
 func (l *Ledger) Records(ctx context.Context, f ledger.Filter) ([]ledger.Record, error) {
+	if err := l.visible(ctx); err != nil {
+		return nil, fmt.Errorf("ledger/sqlite: records: %w", err)
+	}
 	recs, err := l.records(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("ledger/sqlite: records: %w", err)
@@ -72,6 +77,9 @@ var groupExprs = map[ledger.GroupBy]string{
 // Totals sums the records f selects per group, sorted by cost descending,
 // then by group. No record, no Total, also for ByNone.
 func (l *Ledger) Totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy) ([]ledger.Total, error) {
+	if err := l.visible(ctx); err != nil {
+		return nil, fmt.Errorf("ledger/sqlite: totals: %w", err)
+	}
 	ts, err := l.totals(ctx, f, by)
 	if err != nil {
 		return nil, fmt.Errorf("ledger/sqlite: totals by %s: %w", by, err)

@@ -46,6 +46,25 @@ type Options struct {
 	// shows that waiting only adds latency; see doc.go). A batch is never
 	// held back past MaxWait after its first record.
 	MaxWait time.Duration
+	// Linger is MaxWait for loaded times only: with MaxWait 0, after a
+	// batch of more than one record, the committer waits up to Linger
+	// after the next batch's first record for more. A lone record (the
+	// last batch held one) is committed at once, so a quiet ledger adds
+	// no latency, and a busy one shares each sync among more records.
+	// 0: no wait.
+	Linger time.Duration
+	// Spool makes records durable in the spool beside the file (spool.go)
+	// rather than by a SQLite commit each: a batch costs one write and
+	// one fdatasync, and the ingester moves records into SQLite in larger
+	// transactions. Only one Ledger of a file has the spool (a lock
+	// decides); another commits directly, as without Spool.
+	Spool bool
+	// OnError is told what a spooled Append can no longer return: a
+	// record SQLite refused at ingestion (dropped, as a direct Append
+	// would have failed), an ingestion that failed and is retried, a spool
+	// that failed (the Ledger commits directly from then on). Nil: not
+	// told. It is called from the ledger's goroutines and must not block.
+	OnError func(error)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -55,6 +74,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("max_wait: %v is negative", o.MaxWait))
+	}
+	if o.Linger < 0 {
+		errs = append(errs, fmt.Errorf("linger: %v is negative", o.Linger))
 	}
 	if o.MaxBatch == 0 {
 		o.MaxBatch = DefaultMaxBatch
@@ -70,6 +92,7 @@ type Ledger struct {
 	db       *sql.DB
 	maxBatch int
 	maxWait  time.Duration // 0: no wait
+	linger   time.Duration // 0: no wait
 
 	// slots bounds the queue: Append takes a slot before it queues, the
 	// committer gives the slots of a batch back once it took the batch.
@@ -84,6 +107,11 @@ type Ledger struct {
 	closed  bool      // no more Appends: Run returned, or Close was called
 
 	nRecords, nCommits atomic.Int64
+
+	// With a spool (nil without): see spool.go and ingest.go.
+	sp      *spool
+	onError func(error)
+	ing     ingestState
 }
 
 // Open opens the ledger in the SQLite file at path, creating the file and
@@ -100,13 +128,22 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger/sqlite: %w", err)
 	}
-	return &Ledger{
+	l := &Ledger{
 		db:       db,
 		maxBatch: opts.MaxBatch,
 		maxWait:  opts.MaxWait,
+		linger:   opts.Linger,
 		slots:    make(chan struct{}, max(4*opts.MaxBatch, 1024)),
 		wake:     make(chan struct{}, 1),
-	}, nil
+		onError:  opts.OnError,
+	}
+	l.ing.init()
+	if opts.Spool {
+		if err := l.openSpool(ctx, path+spoolSuffix); err != nil {
+			return nil, errors.Join(fmt.Errorf("ledger/sqlite: spool: %w", err), db.Close())
+		}
+	}
+	return l, nil
 }
 
 // Close fails the Appends still queued with ledger.ErrClosed, refuses new
@@ -123,7 +160,12 @@ func (l *Ledger) Close() error {
 		p.done <- ledger.ErrClosed
 		<-l.slots
 	}
-	return l.db.Close()
+	var errs []error
+	if l.sp != nil {
+		errs = append(errs, l.sp.close())
+		l.sp = nil
+	}
+	return errors.Join(append(errs, l.db.Close())...)
 }
 
 // Stats reports how many records this Ledger has committed (duplicates

@@ -1,0 +1,377 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// With a spool, a batch goes from the committer to the ingester, which
+// owns the SQLite connection: spooled batches (acknowledged, durable in
+// the spool) are merged into transactions of up to ingestBatch records,
+// at most ingestDelay after the first arrived unless a read is waiting;
+// direct batches (the spool failed) are committed as without a spool,
+// their Appends told the outcome.
+const (
+	ingestBatch = 1024
+	ingestDelay = 50 * time.Millisecond
+	// retryFirst and retryMax bound the wait between two attempts to
+	// ingest records SQLite failed as a whole; at Run's end, stopAttempts
+	// attempts are made before the rest is left to the next Open's replay.
+	retryFirst   = 50 * time.Millisecond
+	retryMax     = 5 * time.Second
+	stopAttempts = 3
+)
+
+// ingestState is what the committer, the ingester and readers share.
+type ingestState struct {
+	mu sync.Mutex
+	q  []ingestItem
+	// written counts the records spooled (and acknowledged), ingested
+	// those SQLite holds or refused; a read waits until ingested reaches
+	// the written it saw. progress is closed (and replaced) when ingested
+	// grows.
+	written, ingested int64
+	progress          chan struct{}
+	first             time.Time // when q's first item arrived
+	urgent            bool      // a read waits: do not delay
+	running           bool      // the ingester runs
+	broken            bool      // the spool failed: batches go direct
+	wake              chan struct{}
+	dropped           int64
+}
+
+type ingestItem struct {
+	p      *pending
+	direct bool // p.done is the Append's: commit as without a spool
+}
+
+func (s *ingestState) init() {
+	s.progress = make(chan struct{})
+	s.wake = make(chan struct{}, 1)
+}
+
+func (s *ingestState) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// openSpool takes the spool at path, if no other Ledger has it, and
+// replays its frames into SQLite.
+func (l *Ledger) openSpool(ctx context.Context, path string) error {
+	sp, err := openSpool(path)
+	if err != nil || sp == nil {
+		return err
+	}
+	if err := l.replay(ctx, sp); err != nil {
+		return errors.Join(err, sp.close())
+	}
+	l.sp = sp
+	return nil
+}
+
+// replay inserts the spool's frames into SQLite, ingestBatch at a time,
+// and rewinds it. A frame that does not decode, or a record SQLite
+// refuses, is dropped and reported; any other failure fails Open, the
+// spool kept as it was.
+func (l *Ledger) replay(ctx context.Context, sp *spool) error {
+	c, err := newCommitter(ctx, l.db)
+	if err != nil {
+		return err
+	}
+	var batch []*pending
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_, err := l.ingestOnce(ctx, c, batch)
+		batch = batch[:0]
+		return err
+	}
+	err = sp.replay(func(payload []byte) error {
+		r, err := decodeRecord(payload)
+		var args []any
+		if err == nil {
+			args, err = encode(r)
+		}
+		if err != nil {
+			l.report(fmt.Errorf("spooled record dropped at replay: %w", err))
+			return nil
+		}
+		batch = append(batch, &pending{args: args, agg: aggregateOf(r), done: make(chan error, 1)})
+		if len(batch) == ingestBatch {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err == nil {
+		err = sp.rewind(true)
+	}
+	return errors.Join(err, c.close())
+}
+
+// ingestOnce commits batch, whose items' done channels are the ingester's
+// own, and reads every outcome: a record SQLite refuses is dropped and
+// reported; the records that failed otherwise are returned with the
+// error, to be tried again.
+func (l *Ledger) ingestOnce(ctx context.Context, c *committer, batch []*pending) ([]*pending, error) {
+	all := slices.Clone(batch) // commit reorders what it is given
+	err := l.commitCounted(ctx, c, batch, false)
+	var again []*pending
+	var cause error
+	for _, p := range all {
+		switch e := <-p.done; {
+		case e == nil:
+		case recordFault(e):
+			l.ing.mu.Lock()
+			l.ing.dropped++
+			l.ing.mu.Unlock()
+			l.report(fmt.Errorf("spend record %v refused by SQLite and dropped: %w", p.args[0], e))
+		default:
+			again, cause = append(again, p), e
+		}
+	}
+	if len(again) > 0 {
+		return again, fmt.Errorf("ingest %d records: %w", len(again), cmpErr(cause, err))
+	}
+	return nil, nil
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func (l *Ledger) report(err error) {
+	if l.onError != nil {
+		l.onError(fmt.Errorf("ledger/sqlite: %w", err))
+	}
+}
+
+// spoolBatch makes batch durable in the spool and acknowledges it, or,
+// once the spool has failed, hands it to the ingester to commit directly.
+func (l *Ledger) spoolBatch(batch []*pending) {
+	if len(batch) == 0 {
+		return
+	}
+	s := &l.ing
+	s.mu.Lock()
+	broken, caughtUp := s.broken, s.ingested == s.written
+	s.mu.Unlock()
+	var err error
+	if !broken {
+		if caughtUp && l.sp.off >= rewindAt {
+			err = l.sp.rewind(false)
+		}
+		if err == nil {
+			payloads := make([][]byte, len(batch))
+			for i, p := range batch {
+				payloads[i] = p.payload
+			}
+			err = l.sp.write(l.sp.frames(payloads))
+		}
+		if err != nil {
+			l.report(fmt.Errorf("spool %s failed; committing to SQLite directly from now on: %w", l.sp.path, err))
+			broken = true
+		}
+	}
+	items := make([]ingestItem, len(batch))
+	for i, p := range batch {
+		if broken {
+			items[i] = ingestItem{p: p, direct: true}
+		} else {
+			items[i] = ingestItem{p: &pending{args: p.args, agg: p.agg, done: make(chan error, 1)}}
+		}
+	}
+	s.mu.Lock()
+	s.broken = broken
+	if len(s.q) == 0 {
+		s.first = time.Now()
+	}
+	s.q = append(s.q, items...)
+	if !broken {
+		s.written += int64(len(batch))
+	}
+	s.mu.Unlock()
+	s.poke()
+	if !broken {
+		l.nCommits.Add(1)
+		l.nRecords.Add(int64(len(batch)))
+		finish(batch, nil) // after written grew: a read that follows waits for them
+	}
+}
+
+// ingest is the ingester: it runs until stop is closed and its queue is
+// empty (or, while stopping, stopAttempts attempts failed), and returns
+// the error that left records in the spool, if any.
+func (l *Ledger) ingest(ctx context.Context, c *committer, stop <-chan struct{}) error {
+	s := &l.ing
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	stopping := false
+	for {
+		s.mu.Lock()
+		n, first, urgent := len(s.q), s.first, s.urgent
+		s.mu.Unlock()
+		if n == 0 {
+			if stopping {
+				return nil
+			}
+			select {
+			case <-s.wake:
+			case <-stop:
+				stopping = true
+			}
+			continue
+		}
+		if d := time.Until(first.Add(ingestDelay)); n < ingestBatch && !urgent && !stopping && d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-s.wake:
+				timer.Stop()
+				continue
+			case <-stop:
+				timer.Stop()
+				stopping = true
+			}
+		}
+		items := s.take()
+		if err := l.ingestItems(ctx, c, items, stop); err != nil {
+			return err
+		}
+		if !stopping {
+			select {
+			case <-stop:
+				stopping = true
+			default:
+			}
+		}
+	}
+}
+
+// take removes the head of the queue: up to ingestBatch spooled items, or
+// the direct items there, whichever comes first.
+func (s *ingestState) take() []ingestItem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := 0
+	for k < len(s.q) && k < ingestBatch && s.q[k].direct == s.q[0].direct {
+		k++
+	}
+	items := slices.Clone(s.q[:k])
+	rest := copy(s.q, s.q[k:])
+	clear(s.q[rest:])
+	s.q = s.q[:rest]
+	s.urgent = false
+	if rest > 0 {
+		s.first = time.Now() // the rest waits at most one more delay
+	}
+	return items
+}
+
+// ingestItems commits items (all spooled or all direct). Spooled records
+// that fail as a whole are retried with backoff; once stop is closed,
+// after stopAttempts attempts the rest is left in the spool and the error
+// returned.
+func (l *Ledger) ingestItems(ctx context.Context, c *committer, items []ingestItem, stop <-chan struct{}) error {
+	batch := make([]*pending, len(items))
+	for i, it := range items {
+		batch[i] = it.p
+	}
+	if items[0].direct {
+		_ = l.commitCounted(ctx, c, batch, true) // the Appends have the outcome
+		return nil
+	}
+	done := len(batch)
+	wait := retryFirst
+	for attempt := 1; ; attempt++ {
+		again, err := l.ingestOnce(ctx, c, batch)
+		if err == nil {
+			break
+		}
+		stopping := false
+		select {
+		case <-stop:
+			stopping = true
+		default:
+		}
+		if stopping && attempt >= stopAttempts {
+			l.advance(int64(done - len(again)))
+			return fmt.Errorf("%d acknowledged records stay in the spool, to be replayed when the ledger is next opened: %w", len(again), err)
+		}
+		l.report(fmt.Errorf("%w; retrying in %v", err, wait))
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+		}
+		wait = min(2*wait, retryMax)
+		batch = again
+	}
+	l.advance(int64(done))
+	return nil
+}
+
+func (l *Ledger) advance(n int64) {
+	s := &l.ing
+	s.mu.Lock()
+	s.ingested += n
+	close(s.progress)
+	s.progress = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// visible returns once SQLite holds (or has refused) every record whose
+// Append returned before it was called, so that a read sees what was
+// acknowledged. Without a spool it returns at once.
+func (l *Ledger) visible(ctx context.Context) error {
+	s := &l.ing
+	s.mu.Lock()
+	target := s.written
+	for s.ingested < target {
+		if !s.running {
+			behind := target - s.ingested
+			s.mu.Unlock()
+			return fmt.Errorf("%d acknowledged records are in the spool and not yet in SQLite (they are replayed when the ledger is next opened)", behind)
+		}
+		ch := s.progress
+		s.urgent = true
+		s.mu.Unlock()
+		s.poke()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for acknowledged records to reach SQLite: %w", ctx.Err())
+		}
+		s.mu.Lock()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Backlog reports how many acknowledged records are in the spool and not
+// yet in SQLite.
+func (l *Ledger) Backlog() int64 {
+	l.ing.mu.Lock()
+	defer l.ing.mu.Unlock()
+	return l.ing.written - l.ing.ingested
+}
+
+// Dropped reports how many spooled records SQLite refused.
+func (l *Ledger) Dropped() int64 {
+	l.ing.mu.Lock()
+	defer l.ing.mu.Unlock()
+	return l.ing.dropped
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package sqlite
+
+import "os"
+
+// syncData is a full sync where fdatasync is not available.
+func syncData(f *os.File) error { return f.Sync() }
