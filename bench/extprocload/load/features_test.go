@@ -47,7 +47,9 @@ func serve(t *testing.T, srv interface {
 }
 
 // TestRampScenario runs the ramp, two tiny steps, against the floor and
-// against Sluice: a line per step that held, then the summary.
+// against Sluice: a line per step run, then the summary. Whether a step
+// holds depends on this machine's load, so only the lines' consistency
+// is checked (the rule itself: TestHolds, TestRampStops…).
 func TestRampScenario(t *testing.T) {
 	servers := map[string]string{"floor": startFloor(t), "sluice": startSluice(t)}
 	for server, addr := range servers {
@@ -61,30 +63,39 @@ func TestRampScenario(t *testing.T) {
 				t.Fatal(err)
 			}
 			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-			if len(lines) != 3 {
-				t.Fatalf("%d lines, want 2 steps and the summary:\n%s", len(lines), out.String())
+			if len(lines) < 2 || len(lines) > 3 {
+				t.Fatalf("%d lines, want 1 or 2 steps and the summary:\n%s", len(lines), out.String())
 			}
-			for i, want := range []struct {
-				rate    float64
-				offered int
-			}{{100, 5}, {200, 10}} {
+			held := 0.0
+			for i, l := range lines[:len(lines)-1] {
 				var s RampStep
-				if err := json.Unmarshal([]byte(lines[i]), &s); err != nil {
+				if err := json.Unmarshal([]byte(l), &s); err != nil {
 					t.Fatal(err)
 				}
-				if s.Scenario != "ramp" || s.Server != server || s.StepRate != want.rate || s.Offered != want.offered ||
-					s.Served != want.offered || s.Errors != 0 || !s.Holds || s.P50Millis <= 0 || s.P99Millis < s.P50Millis || s.ServedPerSec <= 0 || s.CPUMicrosReq < 0 {
-					t.Errorf("step %d: %s", i, lines[i])
+				want := []float64{100, 200}[i]
+				if s.Scenario != "ramp" || s.Server != server || s.StepRate != want || s.Offered != int(want/20) ||
+					s.Served+s.Errors != s.Offered || s.P99Millis < s.P50Millis || s.CPUMicrosReq < 0 {
+					t.Errorf("step %d: %s", i, l)
+				}
+				if s.Holds != holds(s.StepRate, s.ServedPerSec, s.Offered, s.Errors) {
+					t.Errorf("step %d: holds %v against the rule: %s", i, s.Holds, l)
+				}
+				if !s.Holds && i != len(lines)-2 {
+					t.Errorf("step %d did not hold, yet the ramp went on", i)
+				}
+				if s.Holds {
+					held = s.StepRate
 				}
 				for _, f := range []string{"step_rate", "served_per_s", "errors", "p50_ms", "p99_ms", "cpu_us_per_req", "holds"} {
-					if !strings.Contains(lines[i], `"`+f+`":`) {
-						t.Errorf("step %d lacks %q: %s", i, f, lines[i])
+					if !strings.Contains(l, `"`+f+`":`) {
+						t.Errorf("step %d lacks %q: %s", i, f, l)
 					}
 				}
 			}
 			var sum RampSummary
-			if err := json.Unmarshal([]byte(lines[2]), &sum); err != nil || sum.MaxHeldRate != 200 || sum.Server != server {
-				t.Errorf("summary %s: %v", lines[2], err)
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.MaxHeldRate != held || sum.Server != server ||
+				!strings.Contains(lines[len(lines)-1], `"max_held_rate":`) {
+				t.Errorf("summary %s (want max_held_rate %v): %v", lines[len(lines)-1], held, err)
 			}
 		})
 	}
@@ -92,22 +103,34 @@ func TestRampScenario(t *testing.T) {
 
 func TestHolds(t *testing.T) {
 	for _, tc := range []struct {
-		offered, served, errors int
-		want                    bool
+		rate, served    float64
+		offered, errors int
+		want            bool
 	}{
-		{1000, 1000, 0, true},
-		{1000, 950, 9, true},   // exactly 95% served, errors under 1%
-		{1000, 949, 0, false},  // under 95% served (the rest still in flight or late)
-		{1000, 990, 10, false}, // exactly 1% errors
-		{1000, 991, 9, true},
-		{200, 190, 1, true}, // 95% exactly, 0.5% errors
-		{200, 189, 1, false},
-		{100, 99, 1, false}, // 1% exactly
-		{0, 0, 0, false},
+		{1000, 1000, 20000, 0, true},
+		{1000, 950, 20000, 199, true},     // exactly 95% of the rate, errors under 1%
+		{1000, 949.99, 20000, 0, false},   // under 95%
+		{1000, 990, 20000, 200, false},    // exactly 1% errors
+		{1000, 990, 20000, 199, true},     // just under 1%
+		{250, 237.5, 5000, 49, true},      // 95% exactly
+		{250, 237.49, 5000, 0, false},     // just under
+		{8000, 8000, 160000, 1600, false}, // 1% exactly
+		{250, 0, 0, 0, false},             // nothing offered
 	} {
-		if got := holds(tc.offered, tc.served, tc.errors); got != tc.want {
-			t.Errorf("holds(offered %d, served %d, errors %d) = %v, want %v", tc.offered, tc.served, tc.errors, got, tc.want)
+		if got := holds(tc.rate, tc.served, tc.offered, tc.errors); got != tc.want {
+			t.Errorf("holds(rate %v, served %v/s, offered %d, errors %d) = %v, want %v", tc.rate, tc.served, tc.offered, tc.errors, got, tc.want)
 		}
+	}
+}
+
+func TestServedRate(t *testing.T) {
+	// Kept up: the last request ended within the step.
+	if got := servedRate(1000, time.Second, 999*time.Millisecond); got != 1000 {
+		t.Errorf("kept up: %v", got)
+	}
+	// Fell behind: the 1000 took 1.25 s.
+	if got := servedRate(1000, time.Second, 1250*time.Millisecond); got != 800 {
+		t.Errorf("behind: %v", got)
 	}
 }
 
@@ -129,11 +152,11 @@ func (f *tiring) Check(ctx context.Context, r *authv3.CheckRequest) (*authv3.Che
 // request after the first step's: the ramp reports the first step held,
 // the second not, runs no third, and names the first's rate.
 func TestRampStopsAtFirstStepThatDoesNotHold(t *testing.T) {
-	// The unmeasured first request, then the 10 of the first step.
-	addr := serve(t, &tiring{limit: 1 + 10})
+	// The unmeasured first request, then the 40 of the first step.
+	addr := serve(t, &tiring{limit: 1 + 40})
 	var steps []RampStep
 	var sum RampSummary
-	cfg := Config{Scenario: "ramp", Server: "fake", Addr: addr, Model: "m", Ramp: []float64{200, 400, 800}, Step: 50 * time.Millisecond}
+	cfg := Config{Scenario: "ramp", Server: "fake", Addr: addr, Model: "m", Ramp: []float64{200, 400, 800}, Step: 200 * time.Millisecond}
 	err := RunRamp(t.Context(), cfg, func(v any) error {
 		switch v := v.(type) {
 		case RampStep:

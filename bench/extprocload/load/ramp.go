@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"time"
 )
 
 // RampRates are the ramp scenario's steps, requests a second: from 250,
@@ -37,11 +38,20 @@ type RampSummary struct {
 	MaxHeldRate float64 `json:"max_held_rate"`
 }
 
-// holds reports whether a step held: at least 95% of its offered
-// requests served and errors (failed, timed out or not started) under 1%
-// of them. Counts, not rates, so the rule is exact at its thresholds.
-func holds(offered, served, errors int) bool {
-	return offered > 0 && served*100 >= offered*95 && errors*100 < offered
+// holds reports whether a step at rate req/s held: it served at least
+// 95% of the rate (servedPerSec, see servedRate) and errors (failed, timed
+// out or not started) are under 1% of the offered requests.
+func holds(rate, servedPerSec float64, offered, errors int) bool {
+	return offered > 0 && servedPerSec*100 >= rate*95 && errors*100 < offered
+}
+
+// servedRate is the requests served a second over a step: served over
+// the step's length, or over the time to its last request's end when
+// that is longer. A server that keeps up (each request done within one
+// period of the schedule) serves exactly the rate; one that falls behind
+// stretches the time, and the rate drops.
+func servedRate(served int, step, elapsed time.Duration) float64 {
+	return float64(served) / max(step, elapsed).Seconds()
 }
 
 // RunRamp runs cfg.Ramp's steps in order, each an open loop at its rate
@@ -72,11 +82,9 @@ func RunRamp(ctx context.Context, cfg Config, emit func(any) error) error {
 			Served: st.served(), Errors: st.errs, Timeouts: st.timeouts, NotStarted: st.notStarted,
 			P50Millis: ms(quantile(st.lat, 0.50)), P99Millis: ms(quantile(st.lat, 0.99)),
 			CPUMicrosReq: st.cpuPerReq(), RSSKiB: st.rss, FirstError: st.firstErr,
-			Holds: holds(n, st.served(), st.errs),
+			ServedPerSec: servedRate(st.served(), cfg.Step, st.elapsed),
 		}
-		if st.elapsed > 0 {
-			step.ServedPerSec = float64(st.served()) / st.elapsed.Seconds()
-		}
+		step.Holds = holds(rate, step.ServedPerSec, n, st.errs)
 		if err := emit(step); err != nil {
 			return err
 		}
