@@ -3,19 +3,23 @@
 # "Whole service over gRPC"). Starts `sluice serve` on a fresh copy of
 # bench/extprocload/bench.yaml, runs every scenario of bench/extprocload
 # against it, then does the same against the do-nothing floor server, and
-# prints one JSON line per run.
+# prints one JSON line per run (a ramp: one per step and a summary). The
+# lines are also written to RESULTS, and the charts drawn from them into
+# its directory (extprocload chart).
 #
 # With taskset and at least 2 CPUs, the server runs on CPU 0 and the driver
 # on CPU 1, so the driver's own work does not land in the server's CPU
 # time (which is read from /proc/<pid>/stat either way).
-#   DURATION=3s       override every scenario's duration
-#   SCENARIOS="..."   the scenarios to run (default: all three)
+#   DURATION=3s       override every scenario's duration (not the ramp's steps)
+#   RAMP_STEP=2s      override the ramp's step (default 20s)
+#   SCENARIOS="..."   the scenarios to run (default: all)
 #   SERVERS="..."     sluice, floor or both (default)
+#   RESULTS=FILE      where the JSON lines go (default bench/results/latest.jsonl)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sluice=${SLUICE_BIN:-bin/sluice}
 driver=${DRIVER_BIN:-bin/extprocload}
-scenarios=${SCENARIOS:-open-200rps streams-50x20 closed-max}
+scenarios=${SCENARIOS:-open-200rps open-1000rps streams-50x20 streams-2000 closed-max fallback ramp}
 servers=${SERVERS:-sluice floor}
 key=sk-sluice-BenchOnlyNotASecret000000000000000000000000   # bench.yaml declares its sha256
 
@@ -23,8 +27,9 @@ server_pin=() driver_pin=()
 if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
   server_pin=(taskset -c 0) driver_pin=(taskset -c 1)
 fi
-extra=()
-if [ -n "${DURATION:-}" ]; then extra=(--duration "$DURATION"); fi
+results=${RESULTS:-bench/results/latest.jsonl}
+mkdir -p "$(dirname "$results")"
+: >"$results"
 
 tmp=$(mktemp -d)
 pid=
@@ -61,8 +66,15 @@ for server in $servers; do
   wait_ready
   addr=$(sed 's/.*"grpc": *"\([^"]*\)".*/\1/' "$tmp/ready.json")
   for s in $scenarios; do
-    "${driver_pin[@]}" "$driver" run --addr "$addr" --pid "$pid" --key "$key" --server "$server" --scenario "$s" "${extra[@]}"
+    extra=()
+    if [ "$s" = ramp ]; then
+      if [ -n "${RAMP_STEP:-}" ]; then extra=(--step "$RAMP_STEP"); fi
+    elif [ -n "${DURATION:-}" ]; then
+      extra=(--duration "$DURATION")
+    fi
+    "${driver_pin[@]}" "$driver" run --addr "$addr" --pid "$pid" --key "$key" --server "$server" --scenario "$s" "${extra[@]}" | tee -a "$results"
   done
   kill "$pid"; wait "$pid" 2>/dev/null || true
   pid=
 done
+"$driver" chart --in "$results" --out "$(dirname "$results")"

@@ -22,19 +22,38 @@ var ErrUsage = errors.New("usage")
 var Scenarios = map[string]Config{
 	// Steady state: a fixed 200 requests a second, non-stream.
 	"open-200rps": {Rate: 200, Duration: 10 * time.Second},
-	// 50 concurrent SSE streams of 20 chunks, 20 ms apart.
-	"streams-50x20": {Concurrency: 50, Stream: true, Chunks: 20, Interval: 20 * time.Millisecond, Duration: 10 * time.Second},
+	// A fixed 1,000 requests a second, non-stream.
+	"open-1000rps": {Rate: 1000, Duration: 10 * time.Second},
+	// 50 concurrent SSE streams of 20 chunks, 15 ms apart (the pace of
+	// the published gateway benchmark).
+	"streams-50x20": {Concurrency: 50, Stream: true, Chunks: 20, Interval: 15 * time.Millisecond, Duration: 10 * time.Second},
+	// 2,000 concurrent SSE streams of 20 chunks, 15 ms apart, over 4
+	// connections (a 4-worker Envoy), the workers' starts spread over one
+	// stream's length.
+	"streams-2000": {Concurrency: 2000, Stream: true, Chunks: 20, Interval: 15 * time.Millisecond, Duration: 15 * time.Second,
+		Conns: 4, Spread: 19 * 15 * time.Millisecond},
 	// Closed loop as fast as the server answers, non-stream.
 	"closed-max": {Concurrency: 16, Duration: 5 * time.Second},
+	// Open loop from 250 req/s, doubling, 20 s a step, until a step does
+	// not hold (RunRamp), non-stream.
+	"ramp": {Ramp: RampRates, Step: 20 * time.Second},
+	// A fallback model (a priority list of providers), its one attempt
+	// succeeding on the first provider: 200 requests a second, non-stream.
+	"fallback": {Rate: 200, Duration: 10 * time.Second, Model: FallbackModel, HostProvider: "openai"},
 }
+
+// FallbackModel is bench.yaml's model with a priority list of providers.
+const FallbackModel = "gpt-4o-mini-fallback"
 
 const usage = `usage:
   extprocload run   --addr HOST:PORT --key KEY [--pid PID] [--scenario NAME] [flags]
   extprocload floor --addr 127.0.0.1:0 [--ready-file FILE]
+  extprocload chart --in RESULTS.jsonl --out DIR
 
 run plays Envoy for Sluice's filter chain against the gRPC server at
---addr and prints one JSON line. floor serves the do-nothing ext_authz and
-ext_proc server. Scenarios: `
+--addr and prints one JSON line (a ramp: one a step, then a summary).
+floor serves the do-nothing ext_authz and ext_proc server. chart draws
+PNG charts of run's JSON lines. Scenarios: `
 
 // Main runs the command line args (without the program name).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -53,13 +72,19 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		enc := json.NewEncoder(stdout)
+		if len(cfg.Ramp) > 0 {
+			return RunRamp(ctx, cfg, func(v any) error { return enc.Encode(v) })
+		}
 		res, err := Run(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		return json.NewEncoder(stdout).Encode(res)
+		return enc.Encode(res)
 	case "floor":
 		return runFloor(ctx, args[1:], stderr)
+	case "chart":
+		return runChart(args[1:], stderr)
 	default:
 		fmt.Fprintln(stderr, usage+strings.Join(names, ", "))
 		return ErrUsage
@@ -74,7 +99,7 @@ func parseRun(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.Addr, "addr", "", "gRPC `host:port` of the server")
 	fs.IntVar(&c.PID, "pid", 0, "the server's `pid`, for CPU (/proc/PID/stat) and RSS (/proc/PID/status); 0: not measured")
 	fs.StringVar(&c.Key, "key", "", "API key the requests carry")
-	fs.StringVar(&c.Model, "model", "gpt-4o-mini", "model of the chat-completions request")
+	model := fs.String("model", "gpt-4o-mini", "model of the chat-completions request (the scenario's, if it names one)")
 	fs.StringVar(&c.Server, "server", "sluice", "server name printed in the result")
 	conc := fs.Int("concurrency", 0, "closed loop: concurrent workers")
 	rate := fs.Float64("rate", 0, "open loop: requests a second (latency from the scheduled send time)")
@@ -83,6 +108,10 @@ func parseRun(args []string, stderr io.Writer) (Config, error) {
 	stream := fs.Bool("stream", false, "SSE stream responses")
 	chunks := fs.Int("chunks", 0, "chunks of a stream response (>= 3)")
 	interval := fs.Duration("interval", 0, "time between two response chunks")
+	conns := fs.Int("conns", 0, "gRPC connections (Envoy worker threads) the requests take in turn")
+	inflight := fs.Int("max-in-flight", 0, "open loop: requests in flight at most (0: 4096); one due beyond it is not started and counts as an error")
+	step := fs.Duration("step", 0, "ramp: how long each step lasts")
+	hostProvider := fs.String("host-provider", "", "play a fallback model's attempt on a host of this provider")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, ErrUsage
@@ -94,7 +123,10 @@ func parseRun(args []string, stderr io.Writer) (Config, error) {
 		fmt.Fprintf(stderr, "scenario %q: unknown\n", *scenario)
 		return Config{}, ErrUsage
 	}
-	base.Scenario, base.Addr, base.PID, base.Key, base.Model, base.Server = *scenario, c.Addr, c.PID, c.Key, c.Model, c.Server
+	base.Scenario, base.Addr, base.PID, base.Key, base.Server = *scenario, c.Addr, c.PID, c.Key, c.Server
+	if base.Model == "" {
+		base.Model = *model
+	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "concurrency":
@@ -112,6 +144,16 @@ func parseRun(args []string, stderr io.Writer) (Config, error) {
 			base.Chunks = *chunks
 		case "interval":
 			base.Interval = *interval
+		case "conns":
+			base.Conns = *conns
+		case "max-in-flight":
+			base.MaxInFlight = *inflight
+		case "step":
+			base.Step = *step
+		case "host-provider":
+			base.HostProvider = *hostProvider
+		case "model":
+			base.Model = *model
 		}
 	})
 	if err := base.validate(); err != nil {

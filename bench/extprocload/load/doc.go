@@ -7,14 +7,19 @@
 // Process stream: request headers (with protocol_config), the buffered
 // request body (one message, end_of_stream), response headers, then the
 // response body as STREAMED mode sends it — one message for a JSON
-// response, one per chunk for an SSE stream, the last with end_of_stream.
-// Every ext_proc message carries metadata_context with the ext_authz
-// namespace Envoy forwards (chain.ExtProc's forwarding_namespaces). Every
-// reply is checked for its type, and each must arrive within the filter's
-// message timeout (chain.ExtProcTimeout), as Envoy enforces it.
+// response, one per chunk for an SSE stream, the last with end_of_stream,
+// each sent when the upstream delivers it without waiting for the
+// previous chunk's reply, as Envoy pipelines them (see streamBody). For a
+// fallback model it also plays the attempt's ext_proc stream of the
+// upstream filter chain (see attempt). Every ext_proc message carries
+// metadata_context with the namespaces Envoy forwards; every reply is
+// checked for its type, and Envoy's message timer (chain.ExtProcTimeout)
+// is run as Envoy runs it.
 //
-// Measurement reads the server's CPU time (utime+stime) and VmRSS from
-// /proc/<pid>; see Result for the JSON line each run prints.
+// Runs are closed loop, open loop (capped in flight) or a ramp of open
+// loop steps (RunRamp). Measurement reads the server's CPU time
+// (utime+stime) and VmRSS from /proc/<pid>; see Result and RampStep for
+// the JSON lines, and Charts for the PNG charts drawn from them.
 //
 // It owns nothing of Sluice's: it imports only chain's constants (and,
 // in tests, internal/app to run a Sluice in process).

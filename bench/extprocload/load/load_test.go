@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,14 +20,21 @@ import (
 // benchKey is the secret whose SHA-256 bench.yaml declares.
 const benchKey = "sk-sluice-BenchOnlyNotASecret000000000000000000000000"
 
-// short are the scenarios of `make bench-service`, cut to a few requests.
+// short are the scenarios of `make bench-service`, cut to a few requests
+// (the ramp: see TestRampScenario).
 var short = map[string]func(Config) Config{
-	"open-200rps": func(c Config) Config { c.Rate, c.Requests, c.Duration = 200, 10, 0; return c },
+	"open-200rps":  func(c Config) Config { c.Rate, c.Requests, c.Duration = 200, 10, 0; return c },
+	"open-1000rps": func(c Config) Config { c.Rate, c.Requests, c.Duration = 1000, 20, 0; return c },
 	"streams-50x20": func(c Config) Config {
 		c.Concurrency, c.Requests, c.Chunks, c.Interval, c.Duration = 4, 8, 5, time.Millisecond, 0
 		return c
 	},
+	"streams-2000": func(c Config) Config {
+		c.Concurrency, c.Requests, c.Chunks, c.Interval, c.Duration, c.Spread = 40, 40, 5, time.Millisecond, 0, 5*time.Millisecond
+		return c
+	},
 	"closed-max": func(c Config) Config { c.Concurrency, c.Requests, c.Duration = 4, 20, 0; return c },
+	"fallback":   func(c Config) Config { c.Rate, c.Requests, c.Duration = 200, 10, 0; return c },
 }
 
 // TestScenarios runs every scenario once, briefly, against the floor and
@@ -37,9 +45,15 @@ func TestScenarios(t *testing.T) {
 	servers := map[string]string{"floor": startFloor(t), "sluice": startSluice(t)}
 	for server, addr := range servers {
 		for name, preset := range Scenarios {
+			if len(preset.Ramp) > 0 {
+				continue
+			}
 			t.Run(server+"/"+name, func(t *testing.T) {
 				cfg := short[name](preset)
-				cfg.Scenario, cfg.Server, cfg.Addr, cfg.PID, cfg.Key, cfg.Model = name, server, addr, os.Getpid(), benchKey, "gpt-4o-mini"
+				cfg.Scenario, cfg.Server, cfg.Addr, cfg.PID, cfg.Key = name, server, addr, os.Getpid(), benchKey
+				if cfg.Model == "" {
+					cfg.Model = "gpt-4o-mini"
+				}
 				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 				defer cancel()
 				res, err := Run(ctx, cfg)
@@ -56,8 +70,17 @@ func TestScenarios(t *testing.T) {
 				if res.Chunks != wantChunks {
 					t.Errorf("chunks = %d, want %d", res.Chunks, wantChunks)
 				}
-				if res.CPUMicrosReq < 0 || res.ReqPerSec <= 0 || res.P50Millis <= 0 || res.P99Millis < res.P50Millis || res.RSSKiB <= 0 {
+				if res.CPUMicrosReq < 0 || res.ReqPerSec <= 0 || res.P50Millis <= 0 || res.P99Millis < res.P50Millis || res.RSSKiB <= 0 || res.RSSMaxKiB < res.RSSKiB {
 					t.Errorf("result not sane: %+v", res)
+				}
+				if wantConns := max(1, cfg.Conns); res.Conns != wantConns {
+					t.Errorf("conns = %d, want %d", res.Conns, wantConns)
+				}
+				if cfg.Stream && (res.TTFCP50Millis <= 0 || res.TTFCP99Millis < res.TTFCP50Millis || res.TTFCP99Millis > res.P99Millis) {
+					t.Errorf("stream ttfc not sane: %+v", res)
+				}
+				if !cfg.Stream && (res.TTFCP50Millis != 0 || res.TTFCP99Millis != 0) {
+					t.Errorf("ttfc reported for a non-stream run: %+v", res)
 				}
 				b, err := json.Marshal(res)
 				if err != nil {
@@ -95,7 +118,22 @@ func TestParseRun(t *testing.T) {
 		{args: []string{"--addr", "a:1", "--scenario", "open-200rps", "--concurrency", "3"},
 			want: func(c Config) bool { return c.Rate == 0 && c.Concurrency == 3 }},
 		{args: []string{"--addr", "a:1", "--scenario", "streams-50x20"},
-			want: func(c Config) bool { return c.Stream && c.Chunks == 20 && c.Concurrency == 50 }},
+			want: func(c Config) bool {
+				return c.Stream && c.Chunks == 20 && c.Concurrency == 50 && c.Interval == 15*time.Millisecond
+			}},
+		{args: []string{"--addr", "a:1", "--scenario", "open-1000rps"},
+			want: func(c Config) bool { return c.Rate == 1000 && c.Duration == 10*time.Second && !c.Stream }},
+		{args: []string{"--addr", "a:1", "--scenario", "streams-2000"},
+			want: func(c Config) bool {
+				return c.Concurrency == 2000 && c.Chunks == 20 && c.Interval == 15*time.Millisecond && c.Conns == 4 && c.Duration == 15*time.Second
+			}},
+		{args: []string{"--addr", "a:1", "--scenario", "ramp", "--step", "2s"},
+			want: func(c Config) bool { return slices.Equal(c.Ramp, RampRates) && c.Step == 2*time.Second }},
+		{args: []string{"--addr", "a:1", "--scenario", "fallback"},
+			want: func(c Config) bool { return c.Model == FallbackModel && c.HostProvider == "openai" }},
+		{args: []string{"--addr", "a:1", "--scenario", "open-200rps", "--conns", "3", "--max-in-flight", "7"},
+			want: func(c Config) bool { return c.Conns == 3 && c.MaxInFlight == 7 && c.Model == "gpt-4o-mini" }},
+		{args: []string{"--addr", "a:1", "--scenario", "ramp", "--step", "0s"}, err: true},           // no step
 		{args: []string{"--scenario", "closed-max"}, err: true},                                      // no addr
 		{args: []string{"--addr", "a:1", "--scenario", "nope"}, err: true},                           // unknown
 		{args: []string{"--addr", "a:1", "--scenario", "streams-50x20", "--chunks", "2"}, err: true}, // too few chunks

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -11,6 +12,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
+
+// DefaultMaxInFlight caps the requests an open loop has in flight: a
+// request due while that many are running is not started and counts as
+// an error (not served).
+const DefaultMaxInFlight = 4096
 
 // Config is one run.
 type Config struct {
@@ -22,38 +28,64 @@ type Config struct {
 	Model    string
 
 	// Closed loop: Concurrency workers, each sending its next request
-	// when the last one ends. Open loop: Rate requests a second on a
-	// fixed schedule, whatever is in flight (Concurrency is ignored).
+	// when the last one ends; with Spread, worker k starts k/Concurrency
+	// of Spread late, so they do not all start at once. Open loop: Rate
+	// requests a second on a fixed schedule, whatever is in flight
+	// (Concurrency is ignored), at most MaxInFlight at once (0:
+	// DefaultMaxInFlight).
 	Concurrency int
+	Spread      time.Duration
 	Rate        float64
+	MaxInFlight int
 	// The run ends after Requests requests or Duration, whichever comes
-	// first (0 means no limit; one of them must be set).
+	// first (0 means no limit; one of them must be set). An open loop
+	// with a Duration schedules Rate × Duration requests.
 	Requests int
 	Duration time.Duration
 
 	Stream   bool          // SSE response of Chunks chunks, else one JSON body
 	Chunks   int           // chunks of a stream, at least 3
 	Interval time.Duration // between two response chunks
+
+	// Conns is the number of gRPC connections (Envoy worker threads);
+	// requests take them in turn. 0 means 1.
+	Conns int
+	// HostProvider, when set, makes the model a fallback model (one with a
+	// priority list of providers) and each request's one attempt go to a
+	// host of this provider; the upstream ext_proc stream is played too.
+	HostProvider string
+
+	// Ramp, when set, makes the run a ramp (see RunRamp): open loop at each
+	// rate for Step.
+	Ramp []float64
+	Step time.Duration
 }
 
 // Result is the JSON line of one run. Latency is the whole request as the
 // driver sees it (Check through the last body reply), from the scheduled
-// send time in open loop. CPU is the server's utime+stime over the run
-// (10 ms resolution) divided by the completed requests.
+// send time in open loop; TTFC (streams only) is from the same start to
+// the reply to the first response body chunk. CPU is the server's
+// utime+stime over the run (10 ms resolution) divided by the requests
+// that reached it.
 type Result struct {
 	Scenario      string  `json:"scenario"`
 	Server        string  `json:"server"`
 	Concurrency   int     `json:"concurrency,omitempty"`
 	Rate          float64 `json:"rate,omitempty"`
+	Conns         int     `json:"conns"`
 	Chunks        int     `json:"chunks"`
 	Requests      int     `json:"requests"`
 	Errors        int     `json:"errors"`
 	Timeouts      int     `json:"timeouts"`
+	NotStarted    int     `json:"not_started,omitempty"`
 	CPUMicrosReq  float64 `json:"cpu_us_per_req"`
 	ReqPerSec     float64 `json:"req_per_s"`
 	P50Millis     float64 `json:"p50_ms"`
 	P99Millis     float64 `json:"p99_ms"`
+	TTFCP50Millis float64 `json:"ttfc_p50_ms,omitempty"`
+	TTFCP99Millis float64 `json:"ttfc_p99_ms,omitempty"`
 	RSSKiB        int64   `json:"rss_kib"`
+	RSSMaxKiB     int64   `json:"rss_max_kib"`
 	FirstError    string  `json:"first_error,omitempty"`
 	ElapsedMillis float64 `json:"elapsed_ms"`
 }
@@ -63,146 +95,286 @@ func (c Config) validate() error {
 	if c.Addr == "" {
 		errs = append(errs, errors.New("addr: required"))
 	}
-	if c.Rate < 0 || (c.Rate == 0 && c.Concurrency < 1) {
-		errs = append(errs, errors.New("concurrency: at least 1 (or set rate)"))
-	}
-	if c.Requests <= 0 && c.Duration <= 0 {
-		errs = append(errs, errors.New("requests or duration: one must be set"))
+	if len(c.Ramp) > 0 {
+		if c.Step <= 0 {
+			errs = append(errs, errors.New("step: must be positive for a ramp"))
+		}
+		for i, r := range c.Ramp {
+			if r <= 0 {
+				errs = append(errs, fmt.Errorf("ramp[%d]: must be positive", i))
+			}
+		}
+	} else {
+		if c.Rate < 0 || (c.Rate == 0 && c.Concurrency < 1) {
+			errs = append(errs, errors.New("concurrency: at least 1 (or set rate)"))
+		}
+		if c.Requests <= 0 && c.Duration <= 0 {
+			errs = append(errs, errors.New("requests or duration: one must be set"))
+		}
 	}
 	if c.Stream && c.Chunks < 3 {
 		errs = append(errs, errors.New("chunks: at least 3 for a stream (deltas, usage, [DONE])"))
 	}
+	if c.Conns < 0 || c.MaxInFlight < 0 {
+		errs = append(errs, errors.New("conns, max-in-flight: must not be negative"))
+	}
 	return errors.Join(errs...)
 }
 
-// Run makes one run against cfg.Addr.
-func Run(ctx context.Context, cfg Config) (Result, error) {
+// driver is the connections and the exchange of a run.
+type driver struct {
+	cfg   Config
+	conns []*grpc.ClientConn
+	x     *exchange
+}
+
+// dial opens cfg.Conns HTTP/2 connections, as Envoy's worker threads each
+// have one to a cluster host (grpc-go's defaults: no keepalive, default
+// window sizes), and makes one request, unmeasured: it opens the
+// connections and fails the run early on a misconfiguration.
+func dial(ctx context.Context, cfg Config) (*driver, error) {
 	if err := cfg.validate(); err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	bodies, err := NewBodies(cfg.Model, cfg.Chunks, cfg.Stream)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	// One HTTP/2 connection, as one Envoy worker thread has to a cluster
-	// host (grpc-go's defaults: no keepalive, default window sizes).
-	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return Result{}, err
+	d := &driver{cfg: cfg}
+	ifaces := []grpc.ClientConnInterface{}
+	for range max(1, cfg.Conns) {
+		c, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			d.close()
+			return nil, err
+		}
+		d.conns = append(d.conns, c)
+		ifaces = append(ifaces, c)
 	}
-	defer conn.Close()
-	x := newExchange(conn, cfg.Key, bodies, cfg.Stream, cfg.Interval)
-	// One request first, unmeasured: it opens the connection and fails
-	// the run early on a misconfiguration.
-	if err := x.do(ctx); err != nil {
-		return Result{}, fmt.Errorf("first request: %w", err)
+	d.x = newExchange(ifaces, cfg.Key, bodies, cfg.Stream, cfg.Interval, cfg.HostProvider)
+	for range d.conns { // one request per connection
+		if _, err := d.x.do(ctx, time.Now()); err != nil {
+			d.close()
+			return nil, fmt.Errorf("first request: %w", err)
+		}
 	}
+	return d, nil
+}
 
+func (d *driver) close() {
+	for _, c := range d.conns {
+		c.Close()
+	}
+}
+
+// load is one measured phase: an open loop (rate > 0) of requests
+// requests, or a closed loop of concurrency workers until requests or
+// duration.
+type load struct {
+	rate        float64
+	concurrency int
+	requests    int
+	duration    time.Duration
+}
+
+// stats is what a phase measured.
+type stats struct {
+	lat, ttfc  []time.Duration // of the requests served, sorted
+	errs       int             // requests that failed, not started ones included
+	timeouts   int             // of errs, message timeouts
+	notStarted int             // of errs, open-loop requests over the in-flight cap
+	firstErr   string
+	elapsed    time.Duration // from the start to the end of the last request
+	cpu        time.Duration // the server's CPU time over the phase
+	rss        int64         // VmRSS at the end, KiB
+	rssMax     int64         // the largest VmRSS seen during the phase, KiB
+}
+
+func (s *stats) served() int { return len(s.lat) }
+
+// phase runs l and measures it.
+func (d *driver) phase(ctx context.Context, l load) (stats, error) {
 	var (
-		mu       sync.Mutex
-		lat      []time.Duration
-		errs     int
-		timeouts int
-		firstErr string
+		mu sync.Mutex
+		st stats
 	)
-	record := func(d time.Duration, err error) {
+	record := func(t timing, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
-			errs++
+			st.errs++
 			if errors.Is(err, errTimeout) {
-				timeouts++
+				st.timeouts++
 			}
-			if firstErr == "" {
-				firstErr = err.Error()
+			if st.firstErr == "" {
+				st.firstErr = err.Error()
 			}
 			return
 		}
-		lat = append(lat, d)
-	}
-
-	runCtx := ctx
-	if cfg.Duration > 0 {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, cfg.Duration)
-		defer cancel()
-	}
-	var cpu0 time.Duration
-	if cfg.PID > 0 {
-		if cpu0, err = cpuTime(cfg.PID); err != nil {
-			return Result{}, err
+		st.lat = append(st.lat, t.total)
+		if d.cfg.Stream {
+			st.ttfc = append(st.ttfc, t.ttfc)
 		}
 	}
+	pid := d.cfg.PID
+	var cpu0 time.Duration
+	if pid > 0 {
+		var err error
+		if cpu0, err = cpuTime(pid); err != nil {
+			return stats{}, err
+		}
+	}
+	sampled := make(chan int64, 1)
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	go func() { sampled <- sampleRSS(sampleCtx, pid) }()
+
 	start := time.Now()
 	var wg sync.WaitGroup
-	if cfg.Rate > 0 {
-		period := time.Duration(float64(time.Second) / cfg.Rate)
-		for i := 0; cfg.Requests <= 0 || i < cfg.Requests; i++ {
-			at := start.Add(time.Duration(i) * period)
-			if sleepUntil(runCtx, at) != nil {
+	if l.rate > 0 {
+		n := l.requests
+		if n <= 0 {
+			n = int(math.Round(l.rate * l.duration.Seconds()))
+		}
+		limit := d.cfg.MaxInFlight
+		if limit <= 0 {
+			limit = DefaultMaxInFlight
+		}
+		inFlight := make(chan struct{}, limit)
+		for i := range n {
+			at := start.Add(time.Duration(float64(i) * float64(time.Second) / l.rate))
+			if sleepUntil(ctx, at) != nil {
 				break
 			}
+			select {
+			case inFlight <- struct{}{}:
+			default:
+				mu.Lock()
+				st.errs++
+				st.notStarted++
+				if st.firstErr == "" {
+					st.firstErr = fmt.Sprintf("not started: %d requests in flight", limit)
+				}
+				mu.Unlock()
+				continue
+			}
 			wg.Go(func() {
-				// A started request runs to its end even when the
-				// duration is up: ctx, not runCtx.
-				err := x.do(ctx)
-				record(time.Since(at), err)
+				defer func() { <-inFlight }()
+				record(d.x.do(ctx, at))
 			})
 		}
 	} else {
+		runCtx := ctx
+		if l.duration > 0 {
+			var cancel context.CancelFunc
+			runCtx, cancel = context.WithTimeout(ctx, l.duration)
+			defer cancel()
+		}
 		var next sync.Mutex
 		n := 0
 		take := func() bool {
 			next.Lock()
 			defer next.Unlock()
-			if runCtx.Err() != nil || (cfg.Requests > 0 && n >= cfg.Requests) {
+			if runCtx.Err() != nil || (l.requests > 0 && n >= l.requests) {
 				return false
 			}
 			n++
 			return true
 		}
-		for range cfg.Concurrency {
+		for k := range l.concurrency {
 			wg.Go(func() {
+				if d.cfg.Spread > 0 && sleepUntil(runCtx, start.Add(d.cfg.Spread*time.Duration(k)/time.Duration(l.concurrency))) != nil {
+					return
+				}
 				for take() {
-					t := time.Now()
-					err := x.do(ctx)
-					record(time.Since(t), err)
+					// A started request runs to its end even when the
+					// duration is up: ctx, not runCtx.
+					record(d.x.do(ctx, time.Now()))
 				}
 			})
 		}
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	st.elapsed = time.Since(start)
+	stopSampling()
+	st.rssMax = <-sampled
+	if pid > 0 {
+		cpu1, err := cpuTime(pid)
+		if err != nil {
+			return stats{}, err
+		}
+		st.cpu = cpu1 - cpu0
+		if st.rss, err = rssKiB(pid); err != nil {
+			return stats{}, err
+		}
+		st.rssMax = max(st.rssMax, st.rss)
+	}
+	slices.Sort(st.lat)
+	slices.Sort(st.ttfc)
+	return st, nil
+}
 
+// cpuPerReq is the server's CPU µs per request that reached it (not
+// started ones never did).
+func (s *stats) cpuPerReq() float64 {
+	n := s.served() + s.errs - s.notStarted
+	if n <= 0 {
+		return 0
+	}
+	return float64(s.cpu.Microseconds()) / float64(n)
+}
+
+// sampleRSS samples VmRSS of pid every 100 ms until ctx ends and returns
+// the largest (0 when pid is 0 or unreadable).
+func sampleRSS(ctx context.Context, pid int) int64 {
+	if pid <= 0 {
+		return 0
+	}
+	var peak int64
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if v, err := rssKiB(pid); err == nil {
+			peak = max(peak, v)
+		}
+		select {
+		case <-ctx.Done():
+			return peak
+		case <-t.C:
+		}
+	}
+}
+
+// Run makes one run against cfg.Addr (not a ramp: see RunRamp).
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if len(cfg.Ramp) > 0 {
+		return Result{}, errors.New("run: a ramp scenario (use RunRamp)")
+	}
+	d, err := dial(ctx, cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	defer d.close()
+	st, err := d.phase(ctx, load{rate: cfg.Rate, concurrency: cfg.Concurrency, requests: cfg.Requests, duration: cfg.Duration})
+	if err != nil {
+		return Result{}, err
+	}
 	res := Result{
-		Scenario: cfg.Scenario, Server: cfg.Server, Rate: cfg.Rate,
-		Requests: len(lat) + errs, Errors: errs, Timeouts: timeouts, FirstError: firstErr,
-		ElapsedMillis: ms(elapsed),
+		Scenario: cfg.Scenario, Server: cfg.Server, Rate: cfg.Rate, Conns: len(d.conns),
+		Requests: st.served() + st.errs, Errors: st.errs, Timeouts: st.timeouts, NotStarted: st.notStarted, FirstError: st.firstErr,
+		ElapsedMillis: ms(st.elapsed), CPUMicrosReq: st.cpuPerReq(), RSSKiB: st.rss, RSSMaxKiB: st.rssMax,
 	}
 	if cfg.Rate == 0 {
 		res.Concurrency = cfg.Concurrency
 	}
 	res.Chunks = 1
 	if cfg.Stream {
-		res.Chunks = len(bodies.Chunks)
+		res.Chunks = len(d.x.bodies.Chunks)
+		res.TTFCP50Millis, res.TTFCP99Millis = ms(quantile(st.ttfc, 0.50)), ms(quantile(st.ttfc, 0.99))
 	}
-	if cfg.PID > 0 {
-		cpu1, err := cpuTime(cfg.PID)
-		if err != nil {
-			return Result{}, err
-		}
-		if res.Requests > 0 {
-			res.CPUMicrosReq = float64((cpu1 - cpu0).Microseconds()) / float64(res.Requests)
-		}
-		if res.RSSKiB, err = rssKiB(cfg.PID); err != nil {
-			return Result{}, err
-		}
+	if st.elapsed > 0 {
+		res.ReqPerSec = float64(st.served()) / st.elapsed.Seconds()
 	}
-	if elapsed > 0 {
-		res.ReqPerSec = float64(len(lat)) / elapsed.Seconds()
-	}
-	slices.Sort(lat)
-	res.P50Millis, res.P99Millis = ms(quantile(lat, 0.50)), ms(quantile(lat, 0.99))
+	res.P50Millis, res.P99Millis = ms(quantile(st.lat, 0.50)), ms(quantile(st.lat, 0.99))
 	return res, nil
 }
 
