@@ -22,12 +22,14 @@
 // most 50 ms after the first arrived (at once when a read is waiting).
 // A read (Records, Totals, Buckets, Lifetime) first waits until SQLite
 // holds every record acknowledged before it began, so a Ledger's reads see
-// its acknowledged Appends as without a spool; another process reading
-// the file sees a record once it is ingested, normally within 50 ms.
+// its acknowledged Appends as without a spool. A Ledger that does not own
+// the spool (below) inserts what the spool holds into SQLite itself before
+// each read, duplicates skipped: `sluice spend` run right after a reply
+// shows its record (TestReaderSeesOwnersRecords).
 // Open replays the spool's frames into SQLite (a RequestID already there
 // is skipped, so nothing is counted twice), then rewinds it; the spool is
 // also rewound in use whenever SQLite has caught up and it has grown past
-// 4 MiB. spool.go holds the layout and why only a torn tail can be lost,
+// 1 MiB. spool.go holds the layout and why only a torn tail can be lost,
 // and only if it was never acknowledged (TestReplayStopsAtTheTail;
 // TestCrashLosesNothing kills a spooling writer and finds every
 // acknowledged record after the replay).

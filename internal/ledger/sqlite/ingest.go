@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -15,9 +17,12 @@ import (
 // at most ingestDelay after the first arrived unless a read is waiting;
 // direct batches (the spool failed) are committed as without a spool,
 // their Appends told the outcome.
+const ingestBatch = 1024
+
+// ingestDelay is a variable for tests.
+var ingestDelay = 50 * time.Millisecond
+
 const (
-	ingestBatch = 1024
-	ingestDelay = 50 * time.Millisecond
 	// retryFirst and retryMax bound the wait between two attempts to
 	// ingest records SQLite failed as a whole; at Run's end, stopAttempts
 	// attempts are made before the rest is left to the next Open's replay.
@@ -68,17 +73,44 @@ func (l *Ledger) openSpool(ctx context.Context, path string) error {
 	if err != nil || sp == nil {
 		return err
 	}
-	if err := l.replay(ctx, sp); err != nil {
+	err = l.replay(ctx, sp)
+	if err == nil {
+		err = sp.rewind(true)
+	}
+	if err != nil {
 		return errors.Join(err, sp.close())
 	}
 	l.sp = sp
 	return nil
 }
 
-// replay inserts the spool's frames into SQLite, ingestBatch at a time,
-// and rewinds it. A frame that does not decode, or a record SQLite
-// refuses, is dropped and reported; any other failure fails Open, the
-// spool kept as it was.
+// catchUp is visible for a Ledger that does not own the spool (another
+// one, in this process or another, does): it inserts the frames the
+// spool holds now into SQLite itself, the ones already there skipped and
+// not counted again, so that its reads see every record the owner
+// acknowledged before they began. The owner may be writing meanwhile: a
+// frame being written fails its CRC and ends the scan; one written but
+// not yet synced is a real request's record either way.
+func (l *Ledger) catchUp(ctx context.Context) error {
+	f, err := os.Open(l.spoolPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	return l.replay(ctx, &spool{f: f, path: l.spoolPath, size: st.Size(), off: frameStart})
+}
+
+// replay inserts the spool's frames into SQLite, ingestBatch at a time.
+// A frame that does not decode, or a record SQLite refuses, is dropped
+// and reported; any other failure is returned (Open fails, the spool kept
+// as it was).
 func (l *Ledger) replay(ctx context.Context, sp *spool) error {
 	c, err := newCommitter(ctx, l.db)
 	if err != nil {
@@ -94,6 +126,9 @@ func (l *Ledger) replay(ctx context.Context, sp *spool) error {
 		return err
 	}
 	err = sp.replay(func(payload []byte) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		r, err := decodeRecord(payload)
 		var args []any
 		if err == nil {
@@ -111,9 +146,6 @@ func (l *Ledger) replay(ctx context.Context, sp *spool) error {
 	})
 	if err == nil {
 		err = flush()
-	}
-	if err == nil {
-		err = sp.rewind(true)
 	}
 	return errors.Join(err, c.close())
 }
@@ -337,6 +369,12 @@ func (l *Ledger) advance(n int64) {
 // Append returned before it was called, so that a read sees what was
 // acknowledged. Without a spool it returns at once.
 func (l *Ledger) visible(ctx context.Context) error {
+	if l.sp == nil {
+		if l.spoolPath == "" {
+			return nil
+		}
+		return l.catchUp(ctx)
+	}
 	s := &l.ing
 	s.mu.Lock()
 	target := s.written

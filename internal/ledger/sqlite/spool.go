@@ -49,7 +49,7 @@ const (
 
 // rewindAt is how far the spool grows before it is rewound (a variable
 // for tests).
-var rewindAt int64 = 4 << 20
+var rewindAt int64 = 1 << 20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -201,7 +201,7 @@ func (s *spool) grow(end int64) error {
 // it needs no sync of its own: until the next batch's fdatasync, a crash
 // leaves either header, and either way no frame that replay must find.
 // With sync, it is made durable now (Open and Run's end use it so that
-// the next Open replays nothing). A spool grown past twice rewindAt (the
+// the next Open replays nothing). A spool grown past four times rewindAt (the
 // ingester fell behind) is cut back.
 func (s *spool) rewind(sync bool) error {
 	if s.size < growStep { // new: allocated before the header is written
@@ -218,7 +218,7 @@ func (s *spool) rewind(sync bool) error {
 		return err
 	}
 	s.off = frameStart
-	if s.size > 2*rewindAt {
+	if s.size > 4*rewindAt {
 		if err := s.f.Truncate(growStep); err != nil {
 			return err
 		}

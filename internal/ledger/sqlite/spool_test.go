@@ -426,3 +426,48 @@ func (l *Ledger) queued() int {
 	defer l.mu.Unlock()
 	return len(l.queue)
 }
+
+// TestReaderSeesOwnersRecords: a Ledger that does not own the spool (as
+// `sluice spend` beside a running server) sees the records the owner
+// acknowledged and has not ingested yet — here never, until it stops —
+// and when the owner ingests them after all, nothing is counted twice.
+func TestReaderSeesOwnersRecords(t *testing.T) {
+	old := ingestDelay
+	ingestDelay = time.Hour
+	t.Cleanup(func() { ingestDelay = old })
+	path := filepath.Join(t.TempDir(), "ledger.sqlite")
+	owner := openTest(t, path, Options{Spool: true})
+	stop := start(t, owner)
+	for i := range 5 {
+		if err := owner.Append(t.Context(), record(fmt.Sprintf("r%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := owner.Backlog(); n != 5 {
+		t.Fatalf("owner's backlog %d, want 5 (the ingester must not have run)", n)
+	}
+	reader := openTest(t, path, Options{Spool: true})
+	if reader.sp != nil {
+		t.Fatal("the reader got the spool")
+	}
+	if got := storedIDs(t, reader); len(got) != 5 {
+		t.Errorf("the reader sees %v, want 5 records", got)
+	}
+	checkAggregates(t, reader)
+	if err := stop(); err != nil { // the owner ingests: all duplicates
+		t.Fatal(err)
+	}
+	if got := storedIDs(t, reader); len(got) != 5 {
+		t.Errorf("after the owner ingested, %d records, want 5", len(got))
+	}
+	checkAggregates(t, reader) // the sums of 5 records, not 10
+	lt, err := reader.Lifetime(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range lt {
+		if a.Requests != 5 {
+			t.Errorf("lifetime %s %s: %d requests, want 5", a.Scope, a.ID, a.Requests)
+		}
+	}
+}

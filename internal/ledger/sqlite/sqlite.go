@@ -109,8 +109,9 @@ type Ledger struct {
 	nRecords, nCommits atomic.Int64
 
 	// With a spool (nil without): see spool.go and ingest.go.
-	sp      *spool
-	onError func(error)
+	sp        *spool
+	spoolPath string // "" without Options.Spool
+	onError   func(error)
 	ing     ingestState
 }
 
@@ -139,7 +140,8 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	}
 	l.ing.init()
 	if opts.Spool {
-		if err := l.openSpool(ctx, path+spoolSuffix); err != nil {
+		l.spoolPath = path + spoolSuffix
+		if err := l.openSpool(ctx, l.spoolPath); err != nil {
 			return nil, errors.Join(fmt.Errorf("ledger/sqlite: spool: %w", err), db.Close())
 		}
 	}
