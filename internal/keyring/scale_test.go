@@ -170,3 +170,45 @@ func TestOverlayAndCompaction(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkResolve is a lookup of a key already used (its principal made)
+// and of an absent key, in a ring of 100,000.
+func BenchmarkResolve(b *testing.B) {
+	ring := keyring.New(quiet())
+	ch := population(100000)
+	ring.Apply(ch)
+	h := ch.Keys[777].Hash
+	ring.Resolve(h)
+	b.Run("known", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if ring.Resolve(h) == nil {
+				b.Fatal("not found")
+			}
+		}
+	})
+	absent := hashOf(-5)
+	b.Run("absent", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if ring.Resolve(absent) != nil {
+				b.Fatal("found")
+			}
+		}
+	})
+}
+
+// BenchmarkMetadata is the per-request cost of the ext_authz metadata of
+// a key with its own allow-list in a team with one.
+func BenchmarkMetadata(b *testing.B) {
+	ring := keyring.New(quiet())
+	ch := population(100)
+	ring.Apply(ch)
+	p := ring.Resolve(ch.Keys[10].Hash)
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(p.Metadata().Fields) != 7 {
+			b.Fatal("fields")
+		}
+	}
+}
