@@ -2,12 +2,20 @@
 // Sluice knows — those declared in sluice.yaml and those managed in the
 // store — and the resolution of a presented key's hash into a Principal.
 //
-// The replica is rebuilt copy-on-write whenever the policy snapshot or the
-// store's change feed changes, and read lock-free on the hot path, so
-// resolving a key never waits on a database and a flood of unknown keys
-// costs only a hash and a map lookup. Follow polls the store's change feed,
-// which is how a key revoked by another process stops working within a
-// second.
+// The replica is read lock-free on the hot path, so resolving a key never
+// waits on a database and a flood of unknown keys costs only a hash and a
+// table probe. Each key is one flat record in an open-addressing table
+// indexed by hash and by id; what keys share (the team and org part, an
+// allow-list, simple limits) is held once and pointed to. A key's
+// Principal is made on its first lookup and kept, and its ext_authz
+// metadata is built per call from values shared per team, so a key that is
+// never used costs only its record (about 260 bytes with the indexes).
+//
+// Writes are copy-on-write: the first load and a policy change build a new
+// table; stored-key changes after that go to a small overlay beside the
+// table (rebuilt once it outgrows an eighth of it); a team or org change
+// rebuilds only the teams. Follow polls the store's change feed, which is
+// how a key revoked by another process stops working within a second.
 //
 // It must not touch HTTP, gRPC or the decision itself (authz decides what a
 // revoked key or an exhausted limit means for the caller).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +18,9 @@ import (
 
 // Principal is who a key speaks for: the key, its team and org, what they
 // may call, and the request-rate limits that cover them. Principals are
-// immutable once published; a change produces new ones.
+// immutable: the ring makes a key's principal on its first lookup and
+// returns that one until a change to the key or to the teams makes a new
+// one.
 type Principal struct {
 	KeyID     string
 	KeyName   string
@@ -40,7 +43,8 @@ type Principal struct {
 	// window of the key and its team, ready for limits.Counters.Admit.
 	Requests []limits.Demand
 
-	metadata *structpb.Struct
+	team        *teamInfo       // nil when TeamMissing
+	keyModelsMD *structpb.Value // KeyModels as metadata, shared; nil: unrestricted
 }
 
 // Revoked reports whether the key has been revoked.
@@ -62,30 +66,41 @@ type Ring struct {
 
 	mu     sync.Mutex // serialises writers; readers use view
 	policy *policies.Snapshot
-	keys   map[string]store.Key
 	teams  map[string]store.Team
 	orgs   map[string]store.Org
-	rev    int64
-	synced bool
+	// shadowed are stored keys whose hash a declared key has: the
+	// config's wins, and they return if it goes.
+	shadowed map[string]keyRec
+	rev      int64
+	synced   bool
+	// Interned values that many keys share.
+	names     map[string]string
+	modelSets map[string]*models
+	limitSets map[simpleLimits]*policies.Limits
 
 	view atomic.Pointer[view]
 }
 
-type view struct {
-	byHash map[[32]byte]*Principal
-	byID   map[string]*Principal
+// simpleLimits are limits with no budgets and no per-model limits: the
+// ones keys commonly have, interned by value.
+type simpleLimits struct {
+	requests policies.RateLimits
+	tokens   policies.TokenLimits
 }
 
 // New returns an empty ring: it resolves nothing until SetPolicy and a
 // first Sync (or Apply).
 func New(log *slog.Logger) *Ring {
 	r := &Ring{
-		log:   log.With("component", "keyring"),
-		keys:  map[string]store.Key{},
-		teams: map[string]store.Team{},
-		orgs:  map[string]store.Org{},
+		log:       log.With("component", "keyring"),
+		teams:     map[string]store.Team{},
+		orgs:      map[string]store.Org{},
+		shadowed:  map[string]keyRec{},
+		names:     map[string]string{},
+		modelSets: map[string]*models{},
+		limitSets: map[simpleLimits]*policies.Limits{},
 	}
-	r.view.Store(&view{byHash: map[[32]byte]*Principal{}, byID: map[string]*Principal{}})
+	r.view.Store(&view{base: newTable(nil, nil), teams: map[string]*teamInfo{}})
 	return r
 }
 
@@ -95,19 +110,15 @@ func New(log *slog.Logger) *Ring {
 // The lookup compares hashes, never secrets: SHA-256 is preimage
 // resistant, so timing differences in comparing hashes reveal nothing
 // about any secret.
-func (r *Ring) Resolve(h [32]byte) *Principal {
-	return r.view.Load().byHash[h]
-}
+func (r *Ring) Resolve(h [32]byte) *Principal { return r.view.Load().resolve(h) }
 
 // ByID returns the principal of the key with that id, or nil. ext_proc
 // uses it to turn the key id ext_authz passed on into the current
 // principal (allow-lists, limits) without re-parsing metadata.
-func (r *Ring) ByID(id string) *Principal {
-	return r.view.Load().byID[id]
-}
+func (r *Ring) ByID(id string) *Principal { return r.view.Load().byKeyID(id) }
 
 // Len reports how many keys the replica holds (revoked ones included).
-func (r *Ring) Len() int { return len(r.view.Load().byHash) }
+func (r *Ring) Len() int { return r.view.Load().n }
 
 // Synced reports whether the ring has loaded the store at least once.
 func (r *Ring) Synced() bool {
@@ -122,7 +133,7 @@ func (r *Ring) SetPolicy(s *policies.Snapshot) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.policy = s
-	r.rebuild()
+	r.rebuild(r.view.Load())
 }
 
 // Apply merges a batch of store changes and republishes.
@@ -130,25 +141,22 @@ func (r *Ring) Apply(ch store.Changes) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.apply(ch)
-	r.rebuild()
 }
 
+// apply merges ch into the view and publishes the result. Stored keys
+// changed since the table was built go to the view's overlay, copied per
+// batch; once the overlay outgrows an eighth of the table, the table is
+// rebuilt. A change of teams or orgs rebuilds the teams only.
 func (r *Ring) apply(ch store.Changes) {
-	// Two Syncs may overlap (a follower and an explicit one): a record
-	// older than the one held must not replace it, or a revocation could
-	// be undone.
-	for _, k := range ch.Keys {
-		if old, ok := r.keys[k.ID]; !ok || k.Rev > old.Rev {
-			r.keys[k.ID] = k
-		}
-	}
+	old := r.view.Load()
+	first := !r.synced
 	for _, t := range ch.Teams {
-		if old, ok := r.teams[t.Name]; !ok || t.Rev > old.Rev {
+		if o, ok := r.teams[t.Name]; !ok || t.Rev > o.Rev {
 			r.teams[t.Name] = t
 		}
 	}
 	for _, o := range ch.Orgs {
-		if old, ok := r.orgs[o.Name]; !ok || o.Rev > old.Rev {
+		if p, ok := r.orgs[o.Name]; !ok || o.Rev > p.Rev {
 			r.orgs[o.Name] = o
 		}
 	}
@@ -156,6 +164,109 @@ func (r *Ring) apply(ch store.Changes) {
 		r.rev = ch.Rev
 	}
 	r.synced = true
+	if first {
+		// The first load: no stored key is held yet, so the batch and the
+		// declared keys make the table directly.
+		recs := r.declaredRecs(len(ch.Keys))
+		for i := range ch.Keys {
+			if rec, ok := r.storedRec(&ch.Keys[i]); ok {
+				recs = append(recs, rec)
+			}
+		}
+		r.publishTable(recs)
+		return
+	}
+	if len(ch.Keys) == 0 && len(ch.Teams) == 0 && len(ch.Orgs) == 0 {
+		return
+	}
+	v := &view{base: old.base, cache: old.cache, byID: old.byID, byHash: old.byHash, teams: old.teams, n: old.n}
+	owned := false // v's overlay maps are its own, not old's
+	if len(ch.Teams) > 0 || len(ch.Orgs) > 0 {
+		// Principals take their team's part when made: every one is made
+		// anew, from fresh caches.
+		v.teams = r.teamInfos()
+		v.cache = make([]atomic.Pointer[Principal], len(v.base.recs))
+		v.byID, v.byHash, owned = nil, nil, true
+		for _, o := range old.byID {
+			v.put(o.rec)
+		}
+	}
+	for i := range ch.Keys {
+		k := &ch.Keys[i]
+		if cur, ok := r.stored(v, k.ID); ok && k.Rev+1 <= cur.rev {
+			// Two Syncs may overlap (a follower and an explicit one): a
+			// record older than the one held must not replace it, or a
+			// revocation could be undone.
+			continue
+		}
+		rec, ok := r.storedRec(k)
+		if !ok {
+			continue
+		}
+		if j := v.base.findHash(rec.hash); j >= 0 && v.base.recs[j].declared() {
+			r.log.Warn("a stored key has the same hash as a key declared in the config; the config's wins", "key_id", rec.id)
+			r.shadowed[rec.id] = rec
+			continue
+		}
+		if !owned {
+			v.copyOverlay()
+			owned = true
+		}
+		if _, inBase := v.lookupBaseID(rec.id); !inBase {
+			if _, inOver := v.byID[rec.id]; !inOver {
+				v.n++
+			}
+		}
+		v.put(rec)
+	}
+	if len(v.byID) > 1024+len(v.base.recs)/8 {
+		r.rebuild(v)
+		return
+	}
+	r.view.Store(v)
+}
+
+func (v *view) copyOverlay() {
+	byID := make(map[string]*overRec, len(v.byID)+1)
+	byHash := make(map[[32]byte]*overRec, len(v.byID)+1)
+	for id, o := range v.byID {
+		byID[id], byHash[o.rec.hash] = o, o
+	}
+	v.byID, v.byHash = byID, byHash
+}
+
+// put adds rec to v's overlay, which the caller has made v's own.
+func (v *view) put(rec keyRec) {
+	if v.byID == nil {
+		v.byID, v.byHash = map[string]*overRec{}, map[[32]byte]*overRec{}
+	}
+	if o, ok := v.byID[rec.id]; ok && o.rec.hash != rec.hash {
+		delete(v.byHash, o.rec.hash)
+	}
+	o := &overRec{rec: rec}
+	v.byID[rec.id], v.byHash[rec.hash] = o, o
+}
+
+func (v *view) lookupBaseID(id string) (*keyRec, bool) {
+	if i := v.base.findID(id); i >= 0 {
+		return &v.base.recs[i], true
+	}
+	return nil, false
+}
+
+// stored is the stored key with that id that the ring holds, shadowed
+// ones included.
+func (r *Ring) stored(v *view, id string) (*keyRec, bool) {
+	if o, ok := v.byID[id]; ok {
+		return &o.rec, true
+	}
+	if rec, ok := v.lookupBaseID(id); ok && !rec.declared() {
+		return rec, true
+	}
+	if rec, ok := r.shadowed[id]; ok {
+		return &rec, true
+	}
+	return nil, false
 }
 
 // Sync reads the store's changes since the last sync and applies them. It
@@ -174,7 +285,6 @@ func (r *Ring) Sync(ctx context.Context, src ChangeSource) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.apply(ch)
-	r.rebuild()
 	r.log.Debug("store changes applied", "keys", len(ch.Keys), "teams", len(ch.Teams), "orgs", len(ch.Orgs), "rev", ch.Rev)
 	return nil
 }
@@ -238,55 +348,158 @@ func (r *Ring) Org(name string) *Principal {
 	return &Principal{Org: name, OrgLimits: r.orgLimits(name)}
 }
 
-// rebuild publishes a new view from the policy and the store records.
-// Caller holds r.mu.
-func (r *Ring) rebuild() {
-	byHash := make(map[[32]byte]*Principal, len(r.keys)+8)
-	if r.policy != nil {
-		for _, k := range r.policy.DeclaredKeys() {
-			team, ok := r.team(k.Team)
-			p := &Principal{
-				KeyID: k.ID, KeyName: k.Name, KeyPrefix: k.Prefix,
-				Team: k.Team, Org: team.Org, TeamMissing: !ok,
-				KeyModels: k.Models, TeamModels: team.Models,
-				KeyLimits: k.Limits, TeamLimits: team.Limits, OrgLimits: r.orgLimits(team.Org),
-				ExpiresAt: k.ExpiresAt,
-			}
-			publish(byHash, k.Hash, p)
-		}
-	}
-	for _, k := range r.keys {
-		if _, dup := byHash[k.Hash]; dup {
-			r.log.Warn("a stored key has the same hash as a key declared in the config; the config's wins", "key_id", k.ID)
+// rebuild publishes a new table from the policy's declared keys and every
+// stored key v and the shadowed set hold. Caller holds r.mu.
+func (r *Ring) rebuild(v *view) {
+	recs := r.declaredRecs(len(v.base.recs) + len(v.byID) + len(r.shadowed))
+	for i := range v.base.recs {
+		rec := &v.base.recs[i]
+		if rec.declared() {
 			continue
 		}
-		models, err := policies.NewModelSet(k.Models)
-		if err != nil {
-			r.log.Error("stored key has an invalid model allow-list; the key is disabled", "key_id", k.ID, "err", err)
+		if _, changed := v.byID[rec.id]; changed {
 			continue
 		}
-		team, ok := r.team(k.Team)
-		p := &Principal{
-			KeyID: k.ID, KeyName: k.Name, KeyPrefix: k.Prefix,
-			Team: k.Team, Org: team.Org, TeamMissing: !ok,
-			KeyModels: models, TeamModels: team.Models,
-			KeyLimits: k.Limits, TeamLimits: team.Limits, OrgLimits: r.orgLimits(team.Org),
-			ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt,
-		}
-		publish(byHash, k.Hash, p)
+		recs = append(recs, *rec)
 	}
-	byID := make(map[string]*Principal, len(byHash))
-	for _, p := range byHash {
-		byID[p.KeyID] = p
+	for _, o := range v.byID {
+		recs = append(recs, o.rec)
 	}
-	r.view.Store(&view{byHash: byHash, byID: byID})
+	for _, rec := range r.shadowed {
+		recs = append(recs, rec)
+	}
+	r.publishTable(recs)
 }
 
-// publish completes p's derived fields and adds it to the view.
-func publish(byHash map[[32]byte]*Principal, h [32]byte, p *Principal) {
-	p.Requests = requestDemands(p)
-	p.metadata = encodeMetadata(p)
-	byHash[h] = p
+// publishTable indexes recs (declared first) and publishes them with
+// freshly built teams. Caller holds r.mu.
+func (r *Ring) publishTable(recs []keyRec) {
+	clear(r.shadowed)
+	t := newTable(recs, func(rec, by *keyRec) {
+		if rec.declared() {
+			return // a repeated declared key: Validate refuses those
+		}
+		if by.declared() && by.hash == rec.hash {
+			r.log.Warn("a stored key has the same hash as a key declared in the config; the config's wins", "key_id", rec.id)
+		}
+		r.shadowed[rec.id] = *rec
+	})
+	r.view.Store(&view{base: t, cache: make([]atomic.Pointer[Principal], len(t.recs)), teams: r.teamInfos(), n: len(t.recs)})
+}
+
+// declaredRecs are the policy's declared keys as records, with room for
+// more.
+func (r *Ring) declaredRecs(more int) []keyRec {
+	var ks []policies.KeyPolicy
+	if r.policy != nil {
+		ks = r.policy.DeclaredKeys()
+	}
+	recs := make([]keyRec, 0, len(ks)+more)
+	for i := range ks {
+		k := &ks[i]
+		rec := keyRec{hash: k.Hash, team: r.intern(k.Team), expires: k.ExpiresAt}
+		rec.id, rec.prefix, rec.name = pack(k.ID, k.Prefix, k.Name)
+		rec.models = r.internModels(k.Models)
+		rec.limits = r.internLimits(k.Limits)
+		recs = append(recs, rec)
+	}
+	return recs
+}
+
+// storedRec is k as a record; false (logged) if its allow-list is invalid.
+func (r *Ring) storedRec(k *store.Key) (keyRec, bool) {
+	rec := keyRec{hash: k.Hash, team: r.intern(k.Team), expires: k.ExpiresAt, revoked: k.RevokedAt, rev: k.Rev + 1}
+	rec.id, rec.prefix, rec.name = pack(k.ID, k.Prefix, k.Name)
+	if len(k.Models) > 0 {
+		key := strings.Join(k.Models, "\x00")
+		m, ok := r.modelSets[key]
+		if !ok {
+			set, err := policies.NewModelSet(k.Models)
+			if err != nil {
+				r.log.Error("stored key has an invalid model allow-list; the key is disabled", "key_id", k.ID, "err", err)
+				return keyRec{}, false
+			}
+			m = &models{set: set, md: stringList(set.Patterns())}
+			r.modelSets[key] = m
+		}
+		rec.models = m
+	}
+	rec.limits = r.internLimits(k.Limits)
+	return rec, true
+}
+
+func (r *Ring) intern(s string) string {
+	if v, ok := r.names[s]; ok {
+		return v
+	}
+	r.names[s] = s
+	return s
+}
+
+// internModels shares one *models among the keys with the same compiled
+// allow-list patterns; nil for an unrestricted set.
+func (r *Ring) internModels(set policies.ModelSet) *models {
+	ps := set.Patterns()
+	if len(ps) == 0 {
+		return nil
+	}
+	key := strings.Join(ps, "\x00")
+	if m, ok := r.modelSets[key]; ok {
+		return m
+	}
+	m := &models{set: set, md: stringList(ps)}
+	r.modelSets[key] = m
+	return m
+}
+
+// internLimits is nil for no limits, a shared value for simple ones, and
+// a copy of l otherwise.
+func (r *Ring) internLimits(l policies.Limits) *policies.Limits {
+	if l.Budgets != nil || l.Models != nil {
+		return &l
+	}
+	k := simpleLimits{l.Requests, l.Tokens}
+	if k == (simpleLimits{}) {
+		return nil
+	}
+	if p, ok := r.limitSets[k]; ok {
+		return p
+	}
+	p := &l
+	r.limitSets[k] = p
+	return p
+}
+
+// teamInfos builds every team's shared part: the config's teams, then the
+// store's that the config does not declare. Caller holds r.mu.
+func (r *Ring) teamInfos() map[string]*teamInfo {
+	out := make(map[string]*teamInfo, len(r.teams)+8)
+	add := func(t policies.TeamPolicy) {
+		ti := &teamInfo{
+			name: r.intern(t.Name), org: t.Org, models: t.Models,
+			limits: t.Limits, orgLimits: r.orgLimits(t.Org),
+			demands: teamDemands(t.Name, t.Limits.Requests),
+			mdTeam:  structpb.NewStringValue(t.Name), mdOrg: structpb.NewStringValue(t.Org),
+		}
+		if !t.Models.Unrestricted() {
+			ti.mdModels = stringList(t.Models.Patterns())
+		}
+		out[ti.name] = ti
+	}
+	if r.policy != nil {
+		for _, t := range r.policy.Teams() {
+			add(t)
+		}
+	}
+	for name := range r.teams {
+		if _, declared := out[name]; declared {
+			continue
+		}
+		if t, ok := r.team(name); ok {
+			add(t)
+		}
+	}
+	return out
 }
 
 // team finds a team in the config first, then in the store.
@@ -320,19 +533,23 @@ var windows = [...]struct {
 	{"1d", 24 * time.Hour, func(l policies.RateLimits) int64 { return l.PerDay }},
 }
 
-// requestDemands turns the key's and the team's request limits into
-// demands. Counter keys are "key/<id>/requests/<window>" and
-// "team/<name>/requests/<window>"; Describe turns them back into words.
-func requestDemands(p *Principal) []limits.Demand {
+// keyDemands and teamDemands turn request limits into demands. Counter
+// keys are "key/<id>/requests/<window>" and "team/<name>/requests/<window>";
+// Describe turns them back into words. A principal's Requests are its
+// key's demands, then its team's.
+func keyDemands(id string, l policies.RateLimits) []limits.Demand {
+	return demands("key/"+id+"/requests/", l)
+}
+
+func teamDemands(team string, l policies.RateLimits) []limits.Demand {
+	return demands("team/"+team+"/requests/", l)
+}
+
+func demands(prefix string, l policies.RateLimits) []limits.Demand {
 	var ds []limits.Demand
 	for _, w := range windows {
-		if n := w.get(p.KeyLimits.Requests); n > 0 {
-			ds = append(ds, limits.Demand{Key: "key/" + p.KeyID + "/requests/" + w.name, Period: w.period, Limit: n, Amount: 1})
-		}
-	}
-	for _, w := range windows {
-		if n := w.get(p.TeamLimits.Requests); n > 0 {
-			ds = append(ds, limits.Demand{Key: "team/" + p.Team + "/requests/" + w.name, Period: w.period, Limit: n, Amount: 1})
+		if n := w.get(l); n > 0 {
+			ds = append(ds, limits.Demand{Key: prefix + w.name, Period: w.period, Limit: n, Amount: 1})
 		}
 	}
 	return ds

@@ -3,26 +3,35 @@ package keyring
 import "google.golang.org/protobuf/types/known/structpb"
 
 // Metadata returns the principal encoded as the dynamic metadata ext_authz
-// hands to ext_proc (fields in docs/architecture.md). It is built once when
-// the principal is published and shared by every request of the key: the
-// returned message must not be modified.
-func (p *Principal) Metadata() *structpb.Struct { return p.metadata }
-
-// encodeMetadata builds p's metadata: key_id, key_prefix, key_name, team,
-// org, and key_models / team_models only where an allow-list exists.
-func encodeMetadata(p *Principal) *structpb.Struct {
-	f := map[string]*structpb.Value{
-		"key_id":     structpb.NewStringValue(p.KeyID),
-		"key_prefix": structpb.NewStringValue(p.KeyPrefix),
-		"key_name":   structpb.NewStringValue(p.KeyName),
-		"team":       structpb.NewStringValue(p.Team),
-		"org":        structpb.NewStringValue(p.Org),
+// hands to ext_proc (fields in docs/architecture.md): key_id, key_prefix,
+// key_name, team, org, and key_models / team_models only where an
+// allow-list exists. It is built on each call, from values the keys of a
+// team (and of an allow-list) share, so a key that is never used costs no
+// metadata; the returned message must not be modified, for the shared
+// values are in use by other requests.
+func (p *Principal) Metadata() *structpb.Struct {
+	f := make(map[string]*structpb.Value, 7)
+	f["key_id"] = structpb.NewStringValue(p.KeyID)
+	f["key_prefix"] = structpb.NewStringValue(p.KeyPrefix)
+	f["key_name"] = structpb.NewStringValue(p.KeyName)
+	if t := p.team; t != nil && t.name == p.Team && t.org == p.Org {
+		f["team"], f["org"] = t.mdTeam, t.mdOrg
+	} else {
+		f["team"], f["org"] = structpb.NewStringValue(p.Team), structpb.NewStringValue(p.Org)
 	}
 	if !p.KeyModels.Unrestricted() {
-		f["key_models"] = stringList(p.KeyModels.Patterns())
+		if p.keyModelsMD != nil {
+			f["key_models"] = p.keyModelsMD
+		} else {
+			f["key_models"] = stringList(p.KeyModels.Patterns())
+		}
 	}
 	if !p.TeamModels.Unrestricted() {
-		f["team_models"] = stringList(p.TeamModels.Patterns())
+		if p.team != nil && p.team.mdModels != nil {
+			f["team_models"] = p.team.mdModels
+		} else {
+			f["team_models"] = stringList(p.TeamModels.Patterns())
+		}
 	}
 	return &structpb.Struct{Fields: f}
 }

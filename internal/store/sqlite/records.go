@@ -152,7 +152,7 @@ func (s *Store) setKeyLimits(ctx context.Context, id string, l policies.Limits) 
 // ListKeys returns every key, revoked ones included, ordered by creation
 // time then ID.
 func (s *Store) ListKeys(ctx context.Context) ([]store.Key, error) {
-	keys, err := queryKeys(ctx, s.db, `SELECT `+keyColumns+` FROM keys ORDER BY created_at, id`)
+	keys, err := queryKeys(ctx, s.db, "", `SELECT `+keyColumns+` FROM keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list keys: %w", err)
 	}
@@ -246,7 +246,8 @@ func (s *Store) changes(ctx context.Context, since int64) (store.Changes, error)
 	c := store.Changes{Rev: since}
 	err := inTx(ctx, s.db, &sql.TxOptions{ReadOnly: true}, func(tx *sql.Tx) error {
 		var err error
-		if c.Keys, err = queryKeys(ctx, tx, `SELECT `+keyColumns+` FROM keys WHERE rev > ? ORDER BY rev`, since); err != nil {
+		if c.Keys, err = queryKeys(ctx, tx, `SELECT count(*) FROM keys WHERE rev > ?`,
+			`SELECT `+keyColumns+` FROM keys WHERE rev > ? ORDER BY rev`, since); err != nil {
 			return err
 		}
 		if c.Teams, err = queryTeams(ctx, tx, since); err != nil {
@@ -274,15 +275,36 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func queryKeys(ctx context.Context, q querier, query string, args ...any) ([]store.Key, error) {
+// queryKeys runs query (and countQuery, with the same args, for the slice's
+// size: growing a slice of 100,000 keys by doubling copies it many times
+// over). Rows are scanned through a decoder that reuses what repeats from
+// row to row.
+func queryKeys(ctx context.Context, q querier, countQuery, query string, args ...any) ([]store.Key, error) {
+	var n int
+	if countQuery != "" {
+		rows, err := q.QueryContext(ctx, countQuery, args...)
+		if err != nil {
+			return nil, err
+		}
+		if rows.Next() {
+			err = rows.Scan(&n)
+		}
+		if err = errors.Join(err, rows.Close()); err != nil {
+			return nil, err
+		}
+	}
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var keys []store.Key
+	if n > 0 {
+		keys = make([]store.Key, 0, n)
+	}
+	d := keyDecoder{raw: true}
 	for rows.Next() {
-		k, err := scanKey(rows)
+		k, err := d.scan(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -346,13 +368,37 @@ type scanner interface {
 
 // scanKey reads one row of keyColumns.
 func scanKey(sc scanner) (store.Key, error) {
+	var d keyDecoder
+	return d.scan(sc)
+}
+
+// keyDecoder reads rows of keyColumns. Over many rows it shares what
+// repeats: team names, allow-lists and limits equal to the previous
+// ones decoded (records are never modified, so sharing is safe).
+type keyDecoder struct {
+	// raw scans the byte columns as sql.RawBytes (rows only, not a Row):
+	// valid until the next row, they are copied or decoded at once.
+	raw    bool
+	teams  map[string]string
+	models map[string][]string
+	limits map[string]policies.Limits
+}
+
+// maxShared bounds each of a keyDecoder's maps: past it, values are
+// decoded row by row.
+const maxShared = 4096
+
+func (d *keyDecoder) scan(sc scanner) (store.Key, error) {
 	var (
 		k                         store.Key
-		hash                      []byte
-		models, limits            string
+		team, hash, models, limit []byte
 		created, expires, revoked int64
 	)
-	err := sc.Scan(&k.ID, &k.Prefix, &hash, &k.Team, &k.Name, &models, &limits,
+	dest := [4]any{&hash, &team, &models, &limit}
+	if d.raw {
+		dest = [4]any{(*sql.RawBytes)(&hash), (*sql.RawBytes)(&team), (*sql.RawBytes)(&models), (*sql.RawBytes)(&limit)}
+	}
+	err := sc.Scan(&k.ID, &k.Prefix, dest[0], dest[1], &k.Name, dest[2], dest[3],
 		&created, &expires, &revoked, &k.Rev)
 	if err != nil {
 		return store.Key{}, err
@@ -361,11 +407,31 @@ func scanKey(sc scanner) (store.Key, error) {
 		return store.Key{}, fmt.Errorf("key %s: hash is %d bytes, want %d", k.ID, len(hash), len(k.Hash))
 	}
 	copy(k.Hash[:], hash)
-	if k.Models, err = decodeModels(models); err != nil {
-		return store.Key{}, fmt.Errorf("key %s: %w", k.ID, err)
+	if d.teams == nil {
+		d.teams, d.models, d.limits = map[string]string{}, map[string][]string{}, map[string]policies.Limits{}
 	}
-	if k.Limits, err = decodeLimits(limits); err != nil {
-		return store.Key{}, fmt.Errorf("key %s: %w", k.ID, err)
+	var ok bool
+	if k.Team, ok = d.teams[string(team)]; !ok {
+		k.Team = string(team)
+		if len(d.teams) < maxShared {
+			d.teams[k.Team] = k.Team
+		}
+	}
+	if k.Models, ok = d.models[string(models)]; !ok {
+		if k.Models, err = decodeModels(string(models)); err != nil {
+			return store.Key{}, fmt.Errorf("key %s: %w", k.ID, err)
+		}
+		if len(d.models) < maxShared {
+			d.models[string(models)] = k.Models
+		}
+	}
+	if k.Limits, ok = d.limits[string(limit)]; !ok {
+		if k.Limits, err = decodeLimits(string(limit)); err != nil {
+			return store.Key{}, fmt.Errorf("key %s: %w", k.ID, err)
+		}
+		if len(d.limits) < maxShared {
+			d.limits[string(limit)] = k.Limits
+		}
 	}
 	k.CreatedAt, k.ExpiresAt, k.RevokedAt = utc(created), utc(expires), utc(revoked)
 	return k, nil
@@ -431,4 +497,73 @@ func utc(n int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, n).UTC()
+}
+
+// CreateKeys inserts keys in one transaction, each with its own next
+// revision, as CreateKey would one by one: for imports and benchmarks,
+// where a transaction (and an fsync) per key would take minutes. Either
+// every key is inserted or none is; ErrExists names the first key whose ID
+// or hash is taken.
+func (s *Store) CreateKeys(ctx context.Context, keys []store.Key) error {
+	type row struct {
+		models, limits            string
+		created, expires, revoked int64
+	}
+	rows := make([]row, len(keys))
+	for i, k := range keys {
+		if k.ID == "" {
+			return fmt.Errorf("sqlite: create keys: keys[%d]: empty id", i)
+		}
+		var r row
+		var err error
+		if r.models, err = encodeModels(k.Models); err == nil {
+			if r.limits, err = encodeLimits(k.Limits); err == nil {
+				if r.created, err = nanos("created_at", k.CreatedAt); err == nil {
+					if r.expires, err = nanos("expires_at", k.ExpiresAt); err == nil {
+						r.revoked, err = nanos("revoked_at", k.RevokedAt)
+					}
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: create keys: key %s: %w", k.ID, err)
+		}
+		rows[i] = r
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if len(keys) == 0 {
+			return nil
+		}
+		var first int64
+		err := tx.QueryRowContext(ctx, `UPDATE revision SET rev = rev + ? WHERE id = 1 RETURNING rev`, len(keys)).Scan(&first)
+		if err != nil {
+			return fmt.Errorf("next revisions: %w", err)
+		}
+		first -= int64(len(keys)) - 1
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO keys (`+keyColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for i, k := range keys {
+			r := rows[i]
+			_, err := stmt.ExecContext(ctx, k.ID, k.Prefix, k.Hash[:], k.Team, k.Name, r.models, r.limits,
+				r.created, r.expires, r.revoked, first+int64(i))
+			switch sqliteCode(err) {
+			case sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+				return fmt.Errorf("key %s: id taken: %w", k.ID, store.ErrExists)
+			case sqlite3.SQLITE_CONSTRAINT_UNIQUE:
+				return fmt.Errorf("key %s: hash taken: %w", k.ID, store.ErrExists)
+			}
+			if err != nil {
+				return fmt.Errorf("key %s: %w", k.ID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: create keys: %w", err)
+	}
+	return nil
 }

@@ -531,3 +531,37 @@ func BenchmarkChanges(b *testing.B) {
 		}
 	}
 }
+
+// TestCreateKeys: a bulk insert gives each key its own revision, in
+// order, as one-by-one inserts would; a taken hash refuses the whole
+// batch.
+func TestCreateKeys(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, filepath.Join(t.TempDir(), "store.sqlite"))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := s.PutTeam(ctx, store.Team{Name: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	keys := []store.Key{
+		{ID: "key_1", Prefix: "p1", Hash: [32]byte{1}, Team: "t", Models: []string{"m"}, CreatedAt: t0},
+		{ID: "key_2", Prefix: "p2", Hash: [32]byte{2}, Team: "t", Limits: policies.Limits{Requests: policies.RateLimits{PerMinute: 3}}, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)},
+	}
+	if err := s.CreateKeys(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := s.Changes(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys[0].Rev, keys[1].Rev = 2, 3
+	if diff := cmp.Diff(keys, ch.Keys); diff != "" || ch.Rev != 3 {
+		t.Errorf("keys after CreateKeys (-want +got), rev %d:\n%s", ch.Rev, diff)
+	}
+	err = s.CreateKeys(ctx, []store.Key{{ID: "key_3", Hash: [32]byte{3}, Team: "t", CreatedAt: t0}, {ID: "key_4", Hash: [32]byte{1}, Team: "t", CreatedAt: t0}})
+	if !errors.Is(err, store.ErrExists) {
+		t.Fatalf("batch with a taken hash: %v, want ErrExists", err)
+	}
+	if ch, err := s.Changes(ctx, 3); err != nil || len(ch.Keys) != 0 || ch.Rev != 3 {
+		t.Errorf("a refused batch left %d keys, rev %d (%v)", len(ch.Keys), ch.Rev, err)
+	}
+}

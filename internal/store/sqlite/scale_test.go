@@ -1,0 +1,46 @@
+package sqlite
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/store"
+	"github.com/sluicegw/sluice/policies"
+)
+
+// BenchmarkChangesAll reads every key of a store of 100,000, as serve's
+// first sync does.
+func BenchmarkChangesAll(b *testing.B) {
+	ctx := context.Background()
+	s := openTest(b, filepath.Join(b.TempDir(), "store.sqlite"))
+	const n = 100000
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	keys := make([]store.Key, n)
+	for i := range keys {
+		var buf [8]byte
+		binary.LittleEndian.PutUint64(buf[:], uint64(i))
+		keys[i] = store.Key{ID: "key_" + strconv.Itoa(1e9+i), Prefix: "sk-sluice-" + strconv.Itoa(1e5+i), Hash: sha256.Sum256(buf[:]),
+			Team: "team-" + strconv.Itoa(i/100), Name: "key-" + strconv.Itoa(i), CreatedAt: t0}
+		if i%10 == 0 {
+			keys[i].Models = []string{"gpt-4o-mini"}
+		}
+		if i%7 == 0 {
+			keys[i].Limits = policies.Limits{Requests: policies.RateLimits{PerMinute: 600}}
+		}
+	}
+	if err := s.CreateKeys(ctx, keys); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ch, err := s.Changes(ctx, 0)
+		if err != nil || len(ch.Keys) != n {
+			b.Fatalf("%d keys, %v", len(ch.Keys), err)
+		}
+	}
+}
