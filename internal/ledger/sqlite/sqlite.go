@@ -112,7 +112,7 @@ type Ledger struct {
 	sp        *spool
 	spoolPath string // "" without Options.Spool
 	onError   func(error)
-	ing     ingestState
+	ing       ingestState
 }
 
 // Open opens the ledger in the SQLite file at path, creating the file and
