@@ -15,7 +15,7 @@
 // `append` (Envoy drops those), credential headers removed on OK, the
 // principal returned as dynamic metadata (namespace
 // envoy.filters.http.ext_authz, fields documented in docs/architecture.md
-// and encoded once per key by keyring.Principal.Metadata).
+// and built from the principal by keyring.Principal.Metadata).
 //
 // It must not read the request body or know about providers; that is
 // extproc's job. It never logs a key beyond its public prefix.
