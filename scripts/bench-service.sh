@@ -15,6 +15,9 @@
 #   SCENARIOS="..."   the scenarios to run (default: all)
 #   SERVERS="..."     sluice, floor or both (default)
 #   RESULTS=FILE      where the JSON lines go (default bench/results/latest.jsonl)
+#   LEDGER_FROM=FILE  start Sluice on a copy of this ledger file (e.g. one
+#                     `extprocload prefill --ledger FILE --records 10000000`
+#                     filled), to see what the ledger's size costs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sluice=${SLUICE_BIN:-bin/sluice}
@@ -55,6 +58,8 @@ for server in $servers; do
   case $server in
     sluice)
       cp bench/extprocload/bench.yaml "$tmp/bench.yaml"
+      # sync: the copy's dirty pages must not be written back during the run
+      if [ -n "${LEDGER_FROM:-}" ]; then cp "$LEDGER_FROM" "$tmp/bench-ledger.db"; sync; fi
       "${server_pin[@]}" "$sluice" serve --config "$tmp/bench.yaml" --ready-file "$tmp/ready.json" --log-level warn >"$tmp/server.log" 2>&1 &
       ;;
     floor)

@@ -267,6 +267,9 @@ func openStoreBackend(ctx context.Context, snap *policies.Snapshot) (store.Store
 	return st, nil
 }
 
+// grpcStreamWorkers is the data-path server's pool of stream goroutines.
+const grpcStreamWorkers = 64
+
 // openLedgerBackend opens the spend ledger the config names, for serve and
 // the spend command alike; the caller closes it. Only the embedded SQLite
 // backend exists; another backend is chosen here, from the config. Its
@@ -374,8 +377,13 @@ func (c *components) servers() error {
 	// process (internal/grpcguard); both servers are guarded.
 	guard := grpcguard.New(c.log.With("component", "grpc"), c.reg)
 	// extproc.Codec decodes the forwarded metadata only where Sluice reads
-	// it, and marshals replies with vtprotobuf where built with it.
-	c.grpc = grpc.NewServer(append(guard.ServerOptions(), grpc.MaxRecvMsgSize(c.grpcRecv), grpc.ForceServerCodecV2(extproc.Codec{}))...)
+	// it, and marshals replies with vtprotobuf where built with it. Stream
+	// workers: a Check or a stream runs on a goroutine whose stack has
+	// already grown, not on a new one that grows it again (grpc-go starts a
+	// new goroutine when all are busy); bench-service measured 20-chunk
+	// streams at a median 838 rather than 1,159 µs of CPU with them.
+	c.grpc = grpc.NewServer(append(guard.ServerOptions(), grpc.MaxRecvMsgSize(c.grpcRecv),
+		grpc.ForceServerCodecV2(extproc.Codec{}), grpc.NumStreamWorkers(grpcStreamWorkers))...)
 	authv3.RegisterAuthorizationServer(c.grpc, authz.NewServer(checker, authz.NewMetrics(c.reg), c.log))
 	extprocsvc.RegisterExternalProcessorServer(c.grpc, extprocServer)
 	c.health = health.NewServer()

@@ -49,6 +49,7 @@ const usage = `usage:
   extprocload run   --addr HOST:PORT --key KEY [--pid PID] [--scenario NAME] [flags]
   extprocload floor --addr 127.0.0.1:0 [--ready-file FILE]
   extprocload chart --in RESULTS.jsonl --out DIR
+  extprocload prefill --ledger FILE --records N
 
 run plays Envoy for Sluice's filter chain against the gRPC server at
 --addr and prints one JSON line (a ramp: one a step, then a summary).
@@ -85,6 +86,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runFloor(ctx, args[1:], stderr)
 	case "chart":
 		return runChart(args[1:], stderr)
+	case "prefill":
+		return runPrefill(ctx, args[1:], stderr)
 	default:
 		fmt.Fprintln(stderr, usage+strings.Join(names, ", "))
 		return ErrUsage
