@@ -23,8 +23,10 @@ type pending struct {
 }
 
 // Append queues r for the committer and returns once the transaction that
-// holds it committed (WAL synced, synchronous=FULL), or with that
-// transaction's error, in which case the caller may Append r again.
+// holds it committed (WAL synced, synchronous=FULL) — with a spool, once
+// the spool write that holds it was synced (fdatasync) — or with that
+// transaction's or write's error, in which case the caller may Append r
+// again.
 //
 // Run must be running: Append never writes by itself. If ctx ends first,
 // Append returns an error wrapping ctx.Err(); r stays queued and is
@@ -112,6 +114,12 @@ func encode(r ledger.Record) ([]any, error) {
 // the outcome. It blocks until ctx ends; then it stops taking Appends
 // (they get ledger.ErrClosed), commits everything already queued, and
 // returns nil, or the error of a commit that failed while draining.
+//
+// With a spool, Run writes each batch to the spool instead and acknowledges
+// it, and runs the ingester, which inserts the spooled records into SQLite
+// (ingest.go); when ctx ends it spools what is queued, lets the ingester
+// finish, and returns the error that left records in the spool (they are
+// replayed at the next Open), if any.
 //
 // Run must be running for Appends to return, and may run once per Ledger.
 // A commit that fails fails only its batch: Run goes on with the next.

@@ -19,7 +19,9 @@
 // "-spool", with one write and one fdatasync, and then acknowledges the
 // batch's Appends. The ingester, a goroutine Run starts, inserts the
 // spooled records into SQLite in transactions of up to 1,024 records, at
-// most 50 ms after the first arrived (at once when a read is waiting).
+// most 50 ms after the first arrived (at once when a read is waiting),
+// each transaction synced as without a spool (synchronous=FULL), so that
+// when the spool is rewound every record it held is durable in SQLite.
 // A read (Records, Totals, Buckets, Lifetime) first waits until SQLite
 // holds every record acknowledged before it began, so a Ledger's reads see
 // its acknowledged Appends as without a spool. A Ledger that does not own
