@@ -84,7 +84,7 @@ func TestSpoolReadsSeeAcknowledged(t *testing.T) {
 
 // writeSpool writes a spool file at path of generation gen with recs'
 // frames, and returns its bytes.
-func writeSpool(t *testing.T, path string, gen uint64, recs ...ledger.Record) []byte {
+func writeSpool(t testing.TB, path string, gen uint64, recs ...ledger.Record) []byte {
 	t.Helper()
 	sp, err := openSpool(path)
 	if err != nil || sp == nil {
@@ -334,24 +334,7 @@ func FuzzDecodeRecord(f *testing.F) {
 func FuzzReplay(f *testing.F) {
 	dir := f.TempDir()
 	seed := func(name string, recs ...ledger.Record) []byte {
-		path := filepath.Join(dir, name)
-		sp, err := openSpool(path)
-		if err != nil {
-			f.Fatal(err)
-		}
-		defer sp.close()
-		if err := sp.rewind(true); err != nil {
-			f.Fatal(err)
-		}
-		var payloads [][]byte
-		for _, r := range recs {
-			payloads = append(payloads, appendRecord(nil, &r))
-		}
-		if err := sp.write(sp.frames(payloads)); err != nil {
-			f.Fatal(err)
-		}
-		b, _ := os.ReadFile(path)
-		return b[:sp.off]
+		return writeSpool(f, filepath.Join(dir, name), 1, recs...)
 	}
 	f.Add(seed("one", fullRecord("a")))
 	f.Add(seed("two", fullRecord("a"), record("b")))
