@@ -647,24 +647,54 @@ func (p *Processor) record(c charged, cost int64, now time.Time) ledger.Record {
 // usageMetadata is the final reply's dynamic metadata: namespace "sluice"
 // with the fields docs/architecture.md lists.
 func usageMetadata(r ledger.Record) *structpb.Struct {
-	num := func(v int64) *structpb.Value { return structpb.NewNumberValue(float64(v)) }
-	f := map[string]*structpb.Value{
-		"input_tokens":        num(r.InputTokens),
-		"cached_input_tokens": num(r.CachedInputTokens),
-		"output_tokens":       num(r.OutputTokens),
-		"reasoning_tokens":    num(r.ReasoningTokens),
-		"total_tokens":        num(r.InputTokens + r.OutputTokens),
-		"cost_micros":         num(money.FromPico(r.CostPico).MicrosUp()), // rounded up, for the access log
-		"model":               structpb.NewStringValue(r.Model),
-		"provider":            structpb.NewStringValue(r.Provider),
-		"key_id":              structpb.NewStringValue(r.KeyID),
-		"team":                structpb.NewStringValue(r.Team),
-		"estimated":           structpb.NewBoolValue(r.Estimated),
-		"outcome":             structpb.NewStringValue(r.Outcome),
+	m := new(usageMD) // every message of the struct in one allocation
+	f := make(map[string]*structpb.Value, len(m.vals))
+	i := 0
+	for k, e := range [...]struct {
+		name string
+		v    int64
+	}{
+		{"input_tokens", r.InputTokens},
+		{"cached_input_tokens", r.CachedInputTokens},
+		{"output_tokens", r.OutputTokens},
+		{"reasoning_tokens", r.ReasoningTokens},
+		{"total_tokens", r.InputTokens + r.OutputTokens},
+		{"cost_micros", money.FromPico(r.CostPico).MicrosUp()}, // rounded up, for the access log
+	} {
+		m.nums[k].NumberValue = float64(e.v)
+		m.vals[i].Kind = &m.nums[k]
+		f[e.name] = &m.vals[i]
+		i++
 	}
-	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		chain.UsageNamespace: structpb.NewStructValue(&structpb.Struct{Fields: f}),
-	}}
+	for k, e := range [...]struct{ name, v string }{
+		{"model", r.Model}, {"provider", r.Provider}, {"key_id", r.KeyID}, {"team", r.Team}, {"outcome", r.Outcome},
+	} {
+		m.strs[k].StringValue = e.v
+		m.vals[i].Kind = &m.strs[k]
+		f[e.name] = &m.vals[i]
+		i++
+	}
+	m.estimated.BoolValue = r.Estimated
+	m.vals[i].Kind = &m.estimated
+	f["estimated"] = &m.vals[i]
+	m.inner.Fields = f
+	m.innerKind.StructValue = &m.inner
+	m.innerVal.Kind = &m.innerKind
+	m.outer.Fields = map[string]*structpb.Value{chain.UsageNamespace: &m.innerVal}
+	return &m.outer
+}
+
+// usageMD is the messages of one usageMetadata: six numbers, five
+// strings and a bool in namespace chain.UsageNamespace.
+type usageMD struct {
+	vals      [12]structpb.Value
+	nums      [6]structpb.Value_NumberValue
+	strs      [5]structpb.Value_StringValue
+	estimated structpb.Value_BoolValue
+	inner     structpb.Struct
+	innerKind structpb.Value_StructValue
+	innerVal  structpb.Value
+	outer     structpb.Struct
 }
 
 // refuse ends the request with e, in the dialect of the API called.

@@ -12,6 +12,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicegw/sluice/authz"
@@ -21,6 +22,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -314,5 +316,29 @@ func TestTrailersEndTheResponse(t *testing.T) {
 	}
 	if len(led.records) != 0 {
 		t.Errorf("records %+v for a request never admitted", led.records)
+	}
+}
+
+// TestUsageMetadataFields: the usage metadata holds exactly the fields
+// and values the access log reads, as structpb would build them.
+func TestUsageMetadataFields(t *testing.T) {
+	for _, r := range []ledger.Record{
+		{InputTokens: 400, CachedInputTokens: 100, OutputTokens: 20, ReasoningTokens: 5, CostPico: 1_500_001,
+			Model: "gpt-4o-mini", Provider: "openai", KeyID: "k1", Team: "t", Outcome: "ok", Estimated: true},
+		{},
+	} {
+		want, err := structpb.NewStruct(map[string]any{chain.UsageNamespace: map[string]any{
+			"input_tokens": float64(r.InputTokens), "cached_input_tokens": float64(r.CachedInputTokens),
+			"output_tokens": float64(r.OutputTokens), "reasoning_tokens": float64(r.ReasoningTokens),
+			"total_tokens": float64(r.InputTokens + r.OutputTokens), "cost_micros": float64(money.FromPico(r.CostPico).MicrosUp()),
+			"model": r.Model, "provider": r.Provider, "key_id": r.KeyID, "team": r.Team,
+			"estimated": r.Estimated, "outcome": r.Outcome,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := usageMetadata(r); !proto.Equal(got, want) {
+			t.Errorf("usageMetadata(%+v) =\n%v\nwant\n%v", r, got, want)
+		}
 	}
 }
