@@ -30,8 +30,10 @@
 // shows its record (TestReaderSeesOwnersRecords).
 // Open replays the spool's frames into SQLite (a RequestID already there
 // is skipped, so nothing is counted twice), then rewinds it; the spool is
-// also rewound in use whenever SQLite has caught up and it has grown past
-// 1 MiB. spool.go holds the layout and why only a torn tail can be lost,
+// also rewound in use once it has grown past 1 MiB: the committer asks the
+// ingester to catch up first, waiting at most 100 ms (under steady load
+// the ingester is never caught up by itself), so the spool stays near
+// 1 MiB unless SQLite falls behind (TestSpoolStaysSmallUnderSteadyLoad). spool.go holds the layout and why only a torn tail can be lost,
 // and only if it was never acknowledged (TestReplayStopsAtTheTail;
 // TestCrashLosesNothing kills a spooling writer and finds every
 // acknowledged record after the replay).

@@ -202,6 +202,12 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 	s.mu.Unlock()
 	var err error
 	if !broken {
+		if l.sp.off >= rewindAt && !caughtUp {
+			// Under steady load the ingester is never quite caught up when
+			// a batch comes: ask it to catch up now, so that the spool
+			// stays small, but never wait long for it.
+			caughtUp = l.awaitIngested(rewindWait)
+		}
 		if caughtUp && l.sp.off >= rewindAt {
 			err = l.sp.rewind(false)
 		}
@@ -241,6 +247,36 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 		l.nRecords.Add(int64(len(batch)))
 		finish(batch, nil) // after written grew: a read that follows waits for them
 	}
+}
+
+// rewindWait bounds how long the committer waits for the ingester before
+// rewinding the spool; past it the spool grows (the ingester is behind,
+// or failing) and the next batch asks again.
+const rewindWait = 100 * time.Millisecond
+
+// awaitIngested waits, at most d, until SQLite holds every record spooled
+// so far, the ingester told to go at once; it reports whether it does.
+func (l *Ledger) awaitIngested(d time.Duration) bool {
+	s := &l.ing
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	s.mu.Lock()
+	target := s.written
+	for s.ingested < target && s.running {
+		ch := s.progress
+		s.urgent = true
+		s.mu.Unlock()
+		s.poke()
+		select {
+		case <-ch:
+		case <-timer.C:
+			return false
+		}
+		s.mu.Lock()
+	}
+	done := s.ingested >= target
+	s.mu.Unlock()
+	return done
 }
 
 // ingest is the ingester: it runs until stop is closed and its queue is

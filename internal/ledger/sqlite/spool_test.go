@@ -454,3 +454,38 @@ func TestReaderSeesOwnersRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestSpoolStaysSmallUnderSteadyLoad: with appends that never pause and
+// no read to force the ingester, the spool is still rewound: it stays
+// within one growth step.
+func TestSpoolStaysSmallUnderSteadyLoad(t *testing.T) {
+	old := rewindAt
+	rewindAt = 16 << 10
+	t.Cleanup(func() { rewindAt = old })
+	path := filepath.Join(t.TempDir(), "ledger.sqlite")
+	l := openTest(t, path, Options{Spool: true})
+	start(t, l)
+	gen := l.sp.gen
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1500 {
+				if err := l.Append(t.Context(), record(fmt.Sprintf("g%d-%04d", g, i))); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if st, err := os.Stat(path + spoolSuffix); err != nil || st.Size() > growStep {
+		t.Errorf("spool after 12,000 records: %v %v, want at most %d bytes", st.Size(), err, growStep)
+	}
+	if l.sp.gen-gen < 10 {
+		t.Errorf("%d rewinds in 12,000 records (about 2.4 MB of frames) of a 16 KiB spool", l.sp.gen-gen)
+	}
+	if got := storedIDs(t, l); len(got) != 12000 {
+		t.Errorf("%d records, want 12000", len(got))
+	}
+	checkAggregates(t, l)
+}
