@@ -11,6 +11,11 @@
 // metadata is built per call from values shared per team, so a key that is
 // never used costs only its record (about 260 bytes with the indexes).
 //
+// The first load from a store that is a store.KeyStreamer takes the keys
+// one at a time as the store reads them, each made into its record at
+// once, apart from the ring until the read succeeds: no batch of every key
+// is held beside the table, and a failed read leaves the ring as it was.
+//
 // Writes are copy-on-write: the first load and a policy change build a new
 // table; stored-key changes after that go to a small overlay beside the
 // table (rebuilt once it outgrows an eighth of it); a team or org change

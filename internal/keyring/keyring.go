@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,12 +74,46 @@ type Ring struct {
 	shadowed map[string]keyRec
 	rev      int64
 	synced   bool
-	// Interned values that many keys share.
+	interner // values that many keys share
+
+	view atomic.Pointer[view]
+}
+
+// interner holds one copy of the values that many keys share.
+type interner struct {
 	names     map[string]string
 	modelSets map[string]*models
 	limitSets map[simpleLimits]*policies.Limits
+	buf       []byte // scratch for modelSets' keys
+}
 
-	view atomic.Pointer[view]
+func newInterner() interner {
+	return interner{names: map[string]string{}, modelSets: map[string]*models{}, limitSets: map[simpleLimits]*policies.Limits{}}
+}
+
+// clone is a copy of in whose maps are its own.
+func (in *interner) clone() interner {
+	return interner{names: maps.Clone(in.names), modelSets: maps.Clone(in.modelSets), limitSets: maps.Clone(in.limitSets)}
+}
+
+// merge adds the values of from that in does not hold. Where both hold
+// one, records made by either share an equal value, if not the same one.
+func (in *interner) merge(from *interner) {
+	for k, v := range from.names {
+		if _, ok := in.names[k]; !ok {
+			in.names[k] = v
+		}
+	}
+	for k, v := range from.modelSets {
+		if _, ok := in.modelSets[k]; !ok {
+			in.modelSets[k] = v
+		}
+	}
+	for k, v := range from.limitSets {
+		if _, ok := in.limitSets[k]; !ok {
+			in.limitSets[k] = v
+		}
+	}
 }
 
 // simpleLimits are limits with no budgets and no per-model limits: the
@@ -92,13 +127,11 @@ type simpleLimits struct {
 // first Sync (or Apply).
 func New(log *slog.Logger) *Ring {
 	r := &Ring{
-		log:       log.With("component", "keyring"),
-		teams:     map[string]store.Team{},
-		orgs:      map[string]store.Org{},
-		shadowed:  map[string]keyRec{},
-		names:     map[string]string{},
-		modelSets: map[string]*models{},
-		limitSets: map[simpleLimits]*policies.Limits{},
+		log:      log.With("component", "keyring"),
+		teams:    map[string]store.Team{},
+		orgs:     map[string]store.Org{},
+		shadowed: map[string]keyRec{},
+		interner: newInterner(),
 	}
 	r.view.Store(&view{base: newTable(nil, nil), teams: map[string]*teamInfo{}})
 	return r
@@ -149,27 +182,13 @@ func (r *Ring) Apply(ch store.Changes) {
 // rebuilt. A change of teams or orgs rebuilds the teams only.
 func (r *Ring) apply(ch store.Changes) {
 	old := r.view.Load()
-	first := !r.synced
-	for _, t := range ch.Teams {
-		if o, ok := r.teams[t.Name]; !ok || t.Rev > o.Rev {
-			r.teams[t.Name] = t
-		}
-	}
-	for _, o := range ch.Orgs {
-		if p, ok := r.orgs[o.Name]; !ok || o.Rev > p.Rev {
-			r.orgs[o.Name] = o
-		}
-	}
-	if ch.Rev > r.rev {
-		r.rev = ch.Rev
-	}
-	r.synced = true
+	first := r.applyGroups(ch)
 	if first {
 		// The first load: no stored key is held yet, so the batch and the
 		// declared keys make the table directly.
 		recs := r.declaredRecs(len(ch.Keys))
 		for i := range ch.Keys {
-			if rec, ok := r.storedRec(&ch.Keys[i]); ok {
+			if rec, ok := r.storedRec(r.log, &ch.Keys[i]); ok {
 				recs = append(recs, rec)
 			}
 		}
@@ -199,7 +218,7 @@ func (r *Ring) apply(ch store.Changes) {
 			// revocation could be undone.
 			continue
 		}
-		rec, ok := r.storedRec(k)
+		rec, ok := r.storedRec(r.log, k)
 		if !ok {
 			continue
 		}
@@ -224,6 +243,28 @@ func (r *Ring) apply(ch store.Changes) {
 		return
 	}
 	r.view.Store(v)
+}
+
+// applyGroups merges ch's teams and orgs, takes its revision and marks the
+// ring synced; it reports whether this is the first load. Caller holds
+// r.mu.
+func (r *Ring) applyGroups(ch store.Changes) (first bool) {
+	first = !r.synced
+	for _, t := range ch.Teams {
+		if o, ok := r.teams[t.Name]; !ok || t.Rev > o.Rev {
+			r.teams[t.Name] = t
+		}
+	}
+	for _, o := range ch.Orgs {
+		if p, ok := r.orgs[o.Name]; !ok || o.Rev > p.Rev {
+			r.orgs[o.Name] = o
+		}
+	}
+	if ch.Rev > r.rev {
+		r.rev = ch.Rev
+	}
+	r.synced = true
+	return first
 }
 
 func (v *view) copyOverlay() {
@@ -271,10 +312,26 @@ func (r *Ring) stored(v *view, id string) (*keyRec, bool) {
 
 // Sync reads the store's changes since the last sync and applies them. It
 // republishes only when something changed.
+//
+// The first Sync from a src that is also a store.KeyStreamer reads the
+// store key by key into the new table (see load): no batch of every key
+// is held beside it. The ring it leaves is the one Changes(ctx, 0) would
+// have made, at the same revision.
 func (r *Ring) Sync(ctx context.Context, src ChangeSource) error {
 	r.mu.Lock()
 	since, first := r.rev, !r.synced
 	r.mu.Unlock()
+	if ks, ok := src.(store.KeyStreamer); ok && first {
+		loaded, err := r.load(ctx, ks)
+		if err != nil || loaded {
+			return err
+		}
+		// Another Sync loaded the ring meanwhile, perhaps from an older
+		// snapshot: read what changed since that one.
+		r.mu.Lock()
+		since, first = r.rev, false
+		r.mu.Unlock()
+	}
 	ch, err := src.Changes(ctx, since)
 	if err != nil {
 		return fmt.Errorf("keyring: read store changes: %w", err)
@@ -287,6 +344,65 @@ func (r *Ring) Sync(ctx context.Context, src ChangeSource) error {
 	r.apply(ch)
 	r.log.Debug("store changes applied", "keys", len(ch.Keys), "teams", len(ch.Teams), "orgs", len(ch.Orgs), "rev", ch.Rev)
 	return nil
+}
+
+// loader makes the first table from a streamed read apart from the ring,
+// with its own copy of the ring's interned values, so that the ring stays
+// as it was, and usable, while the store is read, and unchanged if the
+// read fails.
+type loader struct {
+	interner
+	log *slog.Logger
+	// policy is the ring's when the read began; recs starts with its
+	// declared keys (lead of them), which the table indexes first.
+	policy *policies.Snapshot
+	lead   int
+	recs   []keyRec
+}
+
+// size makes recs, with room for n stored keys.
+func (l *loader) size(n int) {
+	if l.recs == nil {
+		l.recs = l.declaredRecs(l.policy, n)
+		l.lead = len(l.recs)
+	}
+}
+
+func (l *loader) add(k store.Key) error {
+	l.size(0)
+	if rec, ok := l.storedRec(l.log, &k); ok {
+		l.recs = append(l.recs, rec)
+	}
+	return nil
+}
+
+// load is the first Sync from a store that streams: each key becomes its
+// record as it is read. It reports false, having changed nothing, if
+// another Sync loaded the ring meanwhile.
+func (r *Ring) load(ctx context.Context, src store.KeyStreamer) (bool, error) {
+	r.mu.Lock()
+	l := &loader{interner: r.interner.clone(), log: r.log, policy: r.policy}
+	r.mu.Unlock()
+	ch, err := src.EachKey(ctx, l.size, l.add)
+	if err != nil {
+		return false, fmt.Errorf("keyring: read store: %w", err)
+	}
+	l.size(0)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.synced {
+		return false, nil
+	}
+	r.interner.merge(&l.interner)
+	r.applyGroups(ch)
+	recs := l.recs
+	if r.policy != l.policy {
+		// The policy changed while the store was read.
+		recs = append(r.declaredRecs(len(recs)-l.lead), recs[l.lead:]...)
+	}
+	r.publishTable(recs)
+	r.log.Debug("store loaded", "keys", len(l.recs)-l.lead, "teams", len(ch.Teams), "orgs", len(ch.Orgs), "rev", ch.Rev)
+	return true, nil
 }
 
 // Follow calls Sync every interval until ctx ends. A failed sync is
@@ -388,73 +504,85 @@ func (r *Ring) publishTable(recs []keyRec) {
 }
 
 // declaredRecs are the policy's declared keys as records, with room for
-// more.
-func (r *Ring) declaredRecs(more int) []keyRec {
+// more. Caller holds r.mu.
+func (r *Ring) declaredRecs(more int) []keyRec { return r.interner.declaredRecs(r.policy, more) }
+
+// declaredRecs are pol's declared keys (none for a nil pol) as records,
+// with room for more.
+func (in *interner) declaredRecs(pol *policies.Snapshot, more int) []keyRec {
 	var ks []policies.KeyPolicy
-	if r.policy != nil {
-		ks = r.policy.DeclaredKeys()
+	if pol != nil {
+		ks = pol.DeclaredKeys()
 	}
 	recs := make([]keyRec, 0, len(ks)+more)
 	for i := range ks {
 		k := &ks[i]
-		rec := keyRec{hash: k.Hash, team: r.intern(k.Team), expires: k.ExpiresAt}
+		rec := keyRec{hash: k.Hash, team: in.intern(k.Team), expires: k.ExpiresAt}
 		rec.id, rec.prefix, rec.name = pack(k.ID, k.Prefix, k.Name)
-		rec.models = r.internModels(k.Models)
-		rec.limits = r.internLimits(k.Limits)
+		rec.models = in.internModels(k.Models)
+		rec.limits = in.internLimits(k.Limits)
 		recs = append(recs, rec)
 	}
 	return recs
 }
 
 // storedRec is k as a record; false (logged) if its allow-list is invalid.
-func (r *Ring) storedRec(k *store.Key) (keyRec, bool) {
-	rec := keyRec{hash: k.Hash, team: r.intern(k.Team), expires: k.ExpiresAt, revoked: k.RevokedAt, rev: k.Rev + 1}
+// It allocates only the record's own strings (one array for its id,
+// prefix and name) and what is interned for the first time.
+func (in *interner) storedRec(log *slog.Logger, k *store.Key) (keyRec, bool) {
+	rec := keyRec{hash: k.Hash, team: in.intern(k.Team), expires: k.ExpiresAt, revoked: k.RevokedAt, rev: k.Rev + 1}
 	rec.id, rec.prefix, rec.name = pack(k.ID, k.Prefix, k.Name)
 	if len(k.Models) > 0 {
-		key := strings.Join(k.Models, "\x00")
-		m, ok := r.modelSets[key]
+		in.buf = in.buf[:0]
+		for i, p := range k.Models {
+			if i > 0 {
+				in.buf = append(in.buf, 0)
+			}
+			in.buf = append(in.buf, p...)
+		}
+		m, ok := in.modelSets[string(in.buf)]
 		if !ok {
 			set, err := policies.NewModelSet(k.Models)
 			if err != nil {
-				r.log.Error("stored key has an invalid model allow-list; the key is disabled", "key_id", k.ID, "err", err)
+				log.Error("stored key has an invalid model allow-list; the key is disabled", "key_id", k.ID, "err", err)
 				return keyRec{}, false
 			}
 			m = &models{set: set, md: stringList(set.Patterns())}
-			r.modelSets[key] = m
+			in.modelSets[string(in.buf)] = m
 		}
 		rec.models = m
 	}
-	rec.limits = r.internLimits(k.Limits)
+	rec.limits = in.internLimits(k.Limits)
 	return rec, true
 }
 
-func (r *Ring) intern(s string) string {
-	if v, ok := r.names[s]; ok {
+func (in *interner) intern(s string) string {
+	if v, ok := in.names[s]; ok {
 		return v
 	}
-	r.names[s] = s
+	in.names[s] = s
 	return s
 }
 
 // internModels shares one *models among the keys with the same compiled
 // allow-list patterns; nil for an unrestricted set.
-func (r *Ring) internModels(set policies.ModelSet) *models {
+func (in *interner) internModels(set policies.ModelSet) *models {
 	ps := set.Patterns()
 	if len(ps) == 0 {
 		return nil
 	}
 	key := strings.Join(ps, "\x00")
-	if m, ok := r.modelSets[key]; ok {
+	if m, ok := in.modelSets[key]; ok {
 		return m
 	}
 	m := &models{set: set, md: stringList(ps)}
-	r.modelSets[key] = m
+	in.modelSets[key] = m
 	return m
 }
 
 // internLimits is nil for no limits, a shared value for simple ones, and
 // a copy of l otherwise.
-func (r *Ring) internLimits(l policies.Limits) *policies.Limits {
+func (in *interner) internLimits(l policies.Limits) *policies.Limits {
 	if l.Budgets != nil || l.Models != nil {
 		return &l
 	}
@@ -462,11 +590,11 @@ func (r *Ring) internLimits(l policies.Limits) *policies.Limits {
 	if k == (simpleLimits{}) {
 		return nil
 	}
-	if p, ok := r.limitSets[k]; ok {
+	if p, ok := in.limitSets[k]; ok {
 		return p
 	}
 	p := &l
-	r.limitSets[k] = p
+	in.limitSets[k] = p
 	return p
 }
 

@@ -1,8 +1,10 @@
 package keyring_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/store"
+	"github.com/sluicegw/sluice/internal/store/sqlite"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -210,5 +213,42 @@ func BenchmarkMetadata(b *testing.B) {
 		if len(p.Metadata().Fields) != 7 {
 			b.Fatal("fields")
 		}
+	}
+}
+
+// BenchmarkSyncStore is serve's first Sync from a SQLite key store of
+// 100,000 keys shaped like population's: streamed key by key (the store
+// is a store.KeyStreamer) and, for comparison, from one Changes(0) batch.
+func BenchmarkSyncStore(b *testing.B) {
+	const n = 100000
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "keys.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	ch := population(n)
+	for _, t := range ch.Teams {
+		if err := st.PutTeam(ctx, t); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := st.CreateKeys(ctx, ch.Keys); err != nil {
+		b.Fatal(err)
+	}
+	ch = store.Changes{}
+	for _, c := range []struct {
+		name string
+		src  keyring.ChangeSource
+	}{{"streamed", st}, {"batch", changesOnly{st}}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				ring := keyring.New(quiet())
+				if err := ring.Sync(ctx, c.src); err != nil || ring.Len() != n {
+					b.Fatalf("Len %d, %v", ring.Len(), err)
+				}
+			}
+		})
 	}
 }

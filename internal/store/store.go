@@ -107,3 +107,18 @@ type Store interface {
 	// Close releases the store.
 	Close() error
 }
+
+// KeyStreamer is what a backend may offer besides Store for the first,
+// full read: Changes(ctx, 0) with the keys handed over one at a time
+// instead of returned together, so that a reader building its own index of
+// a million keys never holds them all as Keys as well.
+type KeyStreamer interface {
+	// EachKey reads what Changes(ctx, 0) returns, from one snapshot. It
+	// calls size once, before any key, with the number of keys to come
+	// (size may be nil), then fn once per key. It returns the teams, the orgs and the Rev that
+	// Changes(ctx, 0) returns, with Keys nil. If fn fails, EachKey stops
+	// and returns fn's error, wrapped. fn may keep the Key it is given,
+	// with its strings and slices, but must not modify its slices: a
+	// backend may share them between keys.
+	EachKey(ctx context.Context, size func(n int), fn func(Key) error) (Changes, error)
+}

@@ -8,6 +8,10 @@
 // processes writing at once never take the same revision. The schema is
 // versioned with PRAGMA user_version.
 //
+// Reads of many keys (Changes, EachKey, ListKeys) scan each row into
+// buffers reused from row to row and share the teams, allow-lists and
+// limits that repeat; EachKey hands each key on as it is read.
+//
 // It owns the file's schema and nothing else: no policy decisions, no
 // caching of records (keyring does that), no logging, and it never sees a
 // secret, only its SHA-256 hash and public prefix.

@@ -16,6 +16,11 @@ import (
 
 const keyColumns = `id, prefix, hash, team, name, models, limits, created_at, expires_at, revoked_at, rev`
 
+// keyRead reads keyColumns, with an allow-list and limits that hold
+// nothing read as NULL: most keys have neither, and a NULL costs the
+// driver no allocation where a string costs two.
+const keyRead = `id, prefix, hash, team, name, nullif(models, '[]'), nullif(limits, '{"requests":{}}'), created_at, expires_at, revoked_at, rev`
+
 // CreateKey inserts k with the next revision. ErrExists if its ID or Hash
 // is taken.
 func (s *Store) CreateKey(ctx context.Context, k store.Key) error {
@@ -89,7 +94,7 @@ func (s *Store) revokeKey(ctx context.Context, id string, at time.Time) (store.K
 	}
 	var k store.Key
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		row := tx.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM keys WHERE id = ?`, id)
+		row := tx.QueryRowContext(ctx, `SELECT `+keyRead+` FROM keys WHERE id = ?`, id)
 		var err error
 		k, err = scanKey(row)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -135,7 +140,7 @@ func (s *Store) setKeyLimits(ctx context.Context, id string, l policies.Limits) 
 		if err != nil {
 			return err
 		}
-		row := tx.QueryRowContext(ctx, `UPDATE keys SET limits = ?, rev = ? WHERE id = ? RETURNING `+keyColumns, limits, rev, id)
+		row := tx.QueryRowContext(ctx, `UPDATE keys SET limits = ?, rev = ? WHERE id = ? RETURNING `+keyRead, limits, rev, id)
 		k, err = scanKey(row)
 		if errors.Is(err, sql.ErrNoRows) {
 			// Rolled back with the revision it took.
@@ -152,7 +157,7 @@ func (s *Store) setKeyLimits(ctx context.Context, id string, l policies.Limits) 
 // ListKeys returns every key, revoked ones included, ordered by creation
 // time then ID.
 func (s *Store) ListKeys(ctx context.Context) ([]store.Key, error) {
-	keys, err := queryKeys(ctx, s.db, "", `SELECT `+keyColumns+` FROM keys ORDER BY created_at, id`)
+	keys, err := queryKeys(ctx, s.db, "", `SELECT `+keyRead+` FROM keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list keys: %w", err)
 	}
@@ -225,19 +230,43 @@ func (s *Store) putOrg(ctx context.Context, o store.Org) error {
 // since, each kind in revision order. When nothing changed it costs one
 // read of the revision counter.
 func (s *Store) Changes(ctx context.Context, since int64) (store.Changes, error) {
-	c, err := s.changes(ctx, since)
+	var keys []store.Key
+	c, err := s.changes(ctx, since, func(n int) {
+		if n > 0 {
+			keys = make([]store.Key, 0, n)
+		}
+	}, func(k store.Key) error {
+		keys = append(keys, k)
+		return nil
+	})
 	if err != nil {
 		return store.Changes{}, fmt.Errorf("sqlite: changes since %d: %w", since, err)
+	}
+	c.Keys = keys
+	return c, nil
+}
+
+// EachKey is Changes(ctx, 0) with the keys handed to fn one by one, in
+// revision order, as they are read: no slice of them is made.
+func (s *Store) EachKey(ctx context.Context, size func(n int), fn func(store.Key) error) (store.Changes, error) {
+	c, err := s.changes(ctx, 0, size, fn)
+	if err != nil {
+		return store.Changes{}, fmt.Errorf("sqlite: read every key: %w", err)
 	}
 	return c, nil
 }
 
-func (s *Store) changes(ctx context.Context, since int64) (store.Changes, error) {
+// changes reads every record whose revision is greater than since: the
+// keys through size and fn, the teams and orgs into the result.
+func (s *Store) changes(ctx context.Context, since int64, size func(int), fn func(store.Key) error) (store.Changes, error) {
 	var cur int64
 	if err := s.pollRev.QueryRowContext(ctx).Scan(&cur); err != nil {
 		return store.Changes{}, err
 	}
 	if cur <= since {
+		if size != nil {
+			size(0)
+		}
 		return store.Changes{Rev: since}, nil
 	}
 	// One read transaction, so that the three kinds come from one
@@ -245,9 +274,12 @@ func (s *Store) changes(ctx context.Context, since int64) (store.Changes, error)
 	// by its revision without its record.
 	c := store.Changes{Rev: since}
 	err := inTx(ctx, s.db, &sql.TxOptions{ReadOnly: true}, func(tx *sql.Tx) error {
-		var err error
-		if c.Keys, err = queryKeys(ctx, tx, `SELECT count(*) FROM keys WHERE rev > ?`,
-			`SELECT `+keyColumns+` FROM keys WHERE rev > ? ORDER BY rev`, since); err != nil {
+		err := eachKey(ctx, tx, `SELECT count(*) FROM keys WHERE rev > ?`,
+			`SELECT `+keyRead+` FROM keys WHERE rev > ? ORDER BY rev`, []any{since}, size, func(k store.Key) error {
+				c.Rev = max(c.Rev, k.Rev)
+				return fn(k)
+			})
+		if err != nil {
 			return err
 		}
 		if c.Teams, err = queryTeams(ctx, tx, since); err != nil {
@@ -258,9 +290,6 @@ func (s *Store) changes(ctx context.Context, since int64) (store.Changes, error)
 	})
 	if err != nil {
 		return store.Changes{}, err
-	}
-	for _, k := range c.Keys {
-		c.Rev = max(c.Rev, k.Rev)
 	}
 	for _, t := range c.Teams {
 		c.Rev = max(c.Rev, t.Rev)
@@ -275,42 +304,57 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// queryKeys runs query (and countQuery, with the same args, for the slice's
-// size: growing a slice of 100,000 keys by doubling copies it many times
-// over). Rows are scanned through a decoder that reuses what repeats from
-// row to row.
+// queryKeys runs query and returns its keys in a slice sized by
+// countQuery (with the same args): growing a slice of 100,000 keys by
+// doubling copies it many times over.
 func queryKeys(ctx context.Context, q querier, countQuery, query string, args ...any) ([]store.Key, error) {
-	var n int
-	if countQuery != "" {
+	var keys []store.Key
+	err := eachKey(ctx, q, countQuery, query, args, func(n int) {
+		if n > 0 {
+			keys = make([]store.Key, 0, n)
+		}
+	}, func(k store.Key) error {
+		keys = append(keys, k)
+		return nil
+	})
+	return keys, err
+}
+
+// eachKey runs countQuery (unless empty) and passes its count to size
+// (unless nil), then runs query, with the same args, and passes each row
+// to fn as it is read, through one decoder that reuses its buffers and
+// shares what repeats from row to row. It stops at fn's first error.
+func eachKey(ctx context.Context, q querier, countQuery, query string, args []any, size func(int), fn func(store.Key) error) error {
+	if countQuery != "" && size != nil {
+		var n int
 		rows, err := q.QueryContext(ctx, countQuery, args...)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if rows.Next() {
 			err = rows.Scan(&n)
 		}
 		if err = errors.Join(err, rows.Close()); err != nil {
-			return nil, err
+			return err
 		}
+		size(n)
 	}
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	var keys []store.Key
-	if n > 0 {
-		keys = make([]store.Key, 0, n)
-	}
 	d := keyDecoder{raw: true}
 	for rows.Next() {
 		k, err := d.scan(rows)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		keys = append(keys, k)
+		if err := fn(k); err != nil {
+			return err
+		}
 	}
-	return keys, rows.Err()
+	return rows.Err()
 }
 
 func queryTeams(ctx context.Context, q querier, since int64) ([]store.Team, error) {
@@ -323,7 +367,7 @@ func queryTeams(ctx context.Context, q querier, since int64) ([]store.Team, erro
 	for rows.Next() {
 		var (
 			t              store.Team
-			models, limits string
+			models, limits []byte
 		)
 		if err := rows.Scan(&t.Name, &t.Org, &models, &limits, &t.Rev); err != nil {
 			return nil, err
@@ -349,7 +393,7 @@ func queryOrgs(ctx context.Context, q querier, since int64) ([]store.Org, error)
 	for rows.Next() {
 		var (
 			o      store.Org
-			limits string
+			limits []byte
 		)
 		if err := rows.Scan(&o.Name, &limits, &o.Rev); err != nil {
 			return nil, err
@@ -366,22 +410,30 @@ type scanner interface {
 	Scan(dest ...any) error
 }
 
-// scanKey reads one row of keyColumns.
+// scanKey reads one row of keyRead.
 func scanKey(sc scanner) (store.Key, error) {
 	var d keyDecoder
 	return d.scan(sc)
 }
 
-// keyDecoder reads rows of keyColumns. Over many rows it shares what
-// repeats: team names, allow-lists and limits equal to the previous
-// ones decoded (records are never modified, so sharing is safe).
+// keyDecoder reads rows of keyRead into buffers it reuses from row to
+// row, so that a row costs what the driver allocates and the Key's own
+// strings. Over many rows it shares what repeats: team names, allow-lists
+// and limits equal to ones already decoded (records are never modified,
+// so sharing is safe).
 type keyDecoder struct {
 	// raw scans the byte columns as sql.RawBytes (rows only, not a Row):
 	// valid until the next row, they are copied or decoded at once.
-	raw    bool
-	teams  map[string]string
-	models map[string][]string
-	limits map[string]policies.Limits
+	raw bool
+	// The row being read, and the Scan destinations pointing at it.
+	id, prefix, name          string
+	hash, team, models, limit []byte
+	created, expires, revoked int64
+	rev                       int64
+	dest                      []any
+	teams                     map[string]string
+	modelSets                 map[string][]string
+	limitSets                 map[string]policies.Limits
 }
 
 // maxShared bounds each of a keyDecoder's maps: past it, values are
@@ -389,51 +441,54 @@ type keyDecoder struct {
 const maxShared = 4096
 
 func (d *keyDecoder) scan(sc scanner) (store.Key, error) {
-	var (
-		k                         store.Key
-		team, hash, models, limit []byte
-		created, expires, revoked int64
-	)
-	dest := [4]any{&hash, &team, &models, &limit}
-	if d.raw {
-		dest = [4]any{(*sql.RawBytes)(&hash), (*sql.RawBytes)(&team), (*sql.RawBytes)(&models), (*sql.RawBytes)(&limit)}
+	if d.dest == nil {
+		d.dest = []any{&d.id, &d.prefix, &d.hash, &d.team, &d.name, &d.models, &d.limit,
+			&d.created, &d.expires, &d.revoked, &d.rev}
+		if d.raw {
+			d.dest[2], d.dest[3] = (*sql.RawBytes)(&d.hash), (*sql.RawBytes)(&d.team)
+			d.dest[5], d.dest[6] = (*sql.RawBytes)(&d.models), (*sql.RawBytes)(&d.limit)
+		}
+		d.teams, d.modelSets, d.limitSets = map[string]string{}, map[string][]string{}, map[string]policies.Limits{}
 	}
-	err := sc.Scan(&k.ID, &k.Prefix, dest[0], dest[1], &k.Name, dest[2], dest[3],
-		&created, &expires, &revoked, &k.Rev)
-	if err != nil {
+	if err := sc.Scan(d.dest...); err != nil {
 		return store.Key{}, err
 	}
-	if len(hash) != len(k.Hash) {
-		return store.Key{}, fmt.Errorf("key %s: hash is %d bytes, want %d", k.ID, len(hash), len(k.Hash))
+	k := store.Key{ID: d.id, Prefix: d.prefix, Name: d.name, Rev: d.rev}
+	if len(d.hash) != len(k.Hash) {
+		return store.Key{}, fmt.Errorf("key %s: hash is %d bytes, want %d", k.ID, len(d.hash), len(k.Hash))
 	}
-	copy(k.Hash[:], hash)
-	if d.teams == nil {
-		d.teams, d.models, d.limits = map[string]string{}, map[string][]string{}, map[string]policies.Limits{}
-	}
-	var ok bool
-	if k.Team, ok = d.teams[string(team)]; !ok {
-		k.Team = string(team)
+	copy(k.Hash[:], d.hash)
+	var (
+		ok  bool
+		err error
+	)
+	if k.Team, ok = d.teams[string(d.team)]; !ok {
+		k.Team = string(d.team)
 		if len(d.teams) < maxShared {
 			d.teams[k.Team] = k.Team
 		}
 	}
-	if k.Models, ok = d.models[string(models)]; !ok {
-		if k.Models, err = decodeModels(string(models)); err != nil {
+	if len(d.models) == 0 {
+		// NULL: no allow-list.
+	} else if k.Models, ok = d.modelSets[string(d.models)]; !ok {
+		if k.Models, err = decodeModels(d.models); err != nil {
 			return store.Key{}, fmt.Errorf("key %s: %w", k.ID, err)
 		}
-		if len(d.models) < maxShared {
-			d.models[string(models)] = k.Models
+		if len(d.modelSets) < maxShared {
+			d.modelSets[string(d.models)] = k.Models
 		}
 	}
-	if k.Limits, ok = d.limits[string(limit)]; !ok {
-		if k.Limits, err = decodeLimits(string(limit)); err != nil {
+	if len(d.limit) == 0 {
+		// NULL: no limits.
+	} else if k.Limits, ok = d.limitSets[string(d.limit)]; !ok {
+		if k.Limits, err = decodeLimits(d.limit); err != nil {
 			return store.Key{}, fmt.Errorf("key %s: %w", k.ID, err)
 		}
-		if len(d.limits) < maxShared {
-			d.limits[string(limit)] = k.Limits
+		if len(d.limitSets) < maxShared {
+			d.limitSets[string(d.limit)] = k.Limits
 		}
 	}
-	k.CreatedAt, k.ExpiresAt, k.RevokedAt = utc(created), utc(expires), utc(revoked)
+	k.CreatedAt, k.ExpiresAt, k.RevokedAt = utc(d.created), utc(d.expires), utc(d.revoked)
 	return k, nil
 }
 
@@ -450,9 +505,9 @@ func encodeModels(m []string) (string, error) {
 	return string(b), nil
 }
 
-func decodeModels(s string) ([]string, error) {
+func decodeModels(b []byte) ([]string, error) {
 	var m []string
-	if err := json.Unmarshal([]byte(s), &m); err != nil {
+	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("decode models: %w", err)
 	}
 	if len(m) == 0 {
@@ -469,9 +524,9 @@ func encodeLimits(l policies.Limits) (string, error) {
 	return string(b), nil
 }
 
-func decodeLimits(s string) (policies.Limits, error) {
+func decodeLimits(b []byte) (policies.Limits, error) {
 	var l policies.Limits
-	if err := json.Unmarshal([]byte(s), &l); err != nil {
+	if err := json.Unmarshal(b, &l); err != nil {
 		return policies.Limits{}, fmt.Errorf("decode limits: %w", err)
 	}
 	return l, nil

@@ -13,12 +13,10 @@ import (
 	"github.com/sluicegw/sluice/policies"
 )
 
-// BenchmarkChangesAll reads every key of a store of 100,000, as serve's
-// first sync does.
-func BenchmarkChangesAll(b *testing.B) {
+// benchStore is a store of n keys shaped like bench/keyscale's.
+func benchStore(b *testing.B, n int) *Store {
 	ctx := context.Background()
 	s := openTest(b, filepath.Join(b.TempDir(), "store.sqlite"))
-	const n = 100000
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	keys := make([]store.Key, n)
 	for i := range keys {
@@ -36,11 +34,34 @@ func BenchmarkChangesAll(b *testing.B) {
 	if err := s.CreateKeys(ctx, keys); err != nil {
 		b.Fatal(err)
 	}
+	return s
+}
+
+// BenchmarkChangesAll reads every key of a store of 100,000 into one
+// batch, as Changes(0) does.
+func BenchmarkChangesAll(b *testing.B) {
+	const n = 100000
+	s := benchStore(b, n)
 	b.ReportAllocs()
 	for b.Loop() {
-		ch, err := s.Changes(ctx, 0)
+		ch, err := s.Changes(context.Background(), 0)
 		if err != nil || len(ch.Keys) != n {
 			b.Fatalf("%d keys, %v", len(ch.Keys), err)
+		}
+	}
+}
+
+// BenchmarkEachKey reads every key of a store of 100,000 one by one, as
+// serve's first sync does, keeping none.
+func BenchmarkEachKey(b *testing.B) {
+	const n = 100000
+	s := benchStore(b, n)
+	b.ReportAllocs()
+	for b.Loop() {
+		got := 0
+		_, err := s.EachKey(context.Background(), nil, func(store.Key) error { got++; return nil })
+		if err != nil || got != n {
+			b.Fatalf("%d keys, %v", got, err)
 		}
 	}
 }

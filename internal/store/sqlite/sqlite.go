@@ -10,7 +10,10 @@ import (
 	"github.com/sluicegw/sluice/internal/store"
 )
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.KeyStreamer = (*Store)(nil)
+)
 
 // pragmas are set on every connection, busy_timeout first so that the
 // others (journal_mode=WAL takes a lock the first time) wait instead of

@@ -42,6 +42,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ListKeysOrder", testListKeysOrder},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"CanceledContext", testCanceledContext},
+		{"EachKey", testEachKey},
+		{"EachKeyEmpty", testEachKeyEmpty},
+		{"EachKeyStops", testEachKeyStops},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -593,4 +596,114 @@ func sortChanges(c store.Changes) store.Changes {
 	sort.Slice(c.Teams, func(i, j int) bool { return c.Teams[i].Rev < c.Teams[j].Rev })
 	sort.Slice(c.Orgs, func(i, j int) bool { return c.Orgs[i].Rev < c.Orgs[j].Rev })
 	return c
+}
+
+// streamer is s as a store.KeyStreamer; the subtest is skipped for a
+// backend that does not offer one.
+func streamer(t *testing.T, s store.Store) store.KeyStreamer {
+	t.Helper()
+	ks, ok := s.(store.KeyStreamer)
+	if !ok {
+		t.Skip("the backend is not a store.KeyStreamer")
+	}
+	return ks
+}
+
+// eachKey runs EachKey and returns what it delivered as one Changes, and
+// the sizes it announced.
+func eachKey(t *testing.T, ks store.KeyStreamer) (store.Changes, []int) {
+	t.Helper()
+	var (
+		keys  []store.Key
+		sizes []int
+	)
+	c, err := ks.EachKey(t.Context(), func(n int) {
+		if len(keys) > 0 {
+			t.Errorf("size(%d) called after %d keys", n, len(keys))
+		}
+		sizes = append(sizes, n)
+	}, func(k store.Key) error {
+		keys = append(keys, k)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("EachKey: %v", err)
+	}
+	if c.Keys != nil {
+		t.Errorf("EachKey returned %d keys in Changes; want them through fn only", len(c.Keys))
+	}
+	c.Keys = keys
+	return c, sizes
+}
+
+// testEachKey: EachKey delivers exactly what Changes(0) returns — every
+// key in its latest state (revoked, expiring, with and without an
+// allow-list and limits), the teams, the orgs and the revision — and says
+// how many keys come first.
+func testEachKey(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	ks := streamer(t, s)
+	write(t, s.PutOrg(ctx, store.Org{Name: "acme", Limits: fullLimits()}))
+	write(t, s.PutTeam(ctx, store.Team{Name: "search", Org: "acme", Models: []string{"gpt-*"}, Limits: fullLimits()}))
+	for i := range 6 {
+		k := NewKey(fmt.Sprintf("key_%d", i))
+		switch i % 3 {
+		case 1:
+			k.Team, k.Models = "search", []string{"gpt-4o", "claude-*"}
+		case 2:
+			k.Team, k.ExpiresAt = "", base.Add(time.Hour)
+		}
+		write(t, s.CreateKey(ctx, k))
+	}
+	if _, err := s.RevokeKey(ctx, "key_1", base.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetKeyLimits(ctx, "key_2", fullLimits()); err != nil {
+		t.Fatal(err)
+	}
+	write(t, s.PutTeam(ctx, store.Team{Name: "search", Org: "acme"}))
+
+	want := sortChanges(changes(t, s, 0))
+	got, sizes := eachKey(t, ks)
+	if diff := cmp.Diff(want, sortChanges(got), equateEmpty); diff != "" {
+		t.Errorf("EachKey against Changes(0) (-want +got):\n%s", diff)
+	}
+	if len(sizes) != 1 || sizes[0] != 6 {
+		t.Errorf("size called with %v; want [6]", sizes)
+	}
+}
+
+func testEachKeyEmpty(t *testing.T, s store.Store) {
+	got, sizes := eachKey(t, streamer(t, s))
+	if diff := cmp.Diff(store.Changes{}, got, equateEmpty); diff != "" {
+		t.Errorf("EachKey on an empty store (-want +got):\n%s", diff)
+	}
+	if len(sizes) > 1 || len(sizes) == 1 && sizes[0] != 0 {
+		t.Errorf("size called with %v on an empty store; want [0] or not at all", sizes)
+	}
+}
+
+// testEachKeyStops: an error from fn ends the read at once and is
+// returned.
+func testEachKeyStops(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	ks := streamer(t, s)
+	for i := range 5 {
+		write(t, s.CreateKey(ctx, NewKey(fmt.Sprintf("key_%d", i))))
+	}
+	stop := errors.New("stop here")
+	calls := 0
+	_, err := ks.EachKey(ctx, nil, func(store.Key) error {
+		calls++
+		if calls == 2 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) {
+		t.Errorf("EachKey error = %v; want fn's", err)
+	}
+	if calls != 2 {
+		t.Errorf("fn called %d times; want 2 (stopped at its error)", calls)
+	}
 }
