@@ -140,3 +140,44 @@ func TestReadDuringFailedStopReturns(t *testing.T) {
 		}
 	}
 }
+
+// bigRecord is a record Validate takes whose spooled encoding is over
+// 1 MiB.
+func bigRecord(id string) ledger.Record {
+	r := record(id)
+	r.ErrorType = strings.Repeat("x", 2<<20)
+	return r
+}
+
+// TestReplayKeepsALargeRecord: a record of any size Append takes is
+// replayed from the spool, and so is every record after it: a frame
+// longer than some bound the writer does not know of is no torn tail.
+func TestReplayKeepsALargeRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.sqlite")
+	writeSpool(t, path+spoolSuffix, 1, record("before"), bigRecord("big"), record("after"))
+	l := openTest(t, path, Options{Spool: true})
+	if got := storedIDs(t, l); len(got) != 3 {
+		t.Errorf("replayed %v, want before, big, after", got)
+	}
+	checkAggregates(t, l)
+}
+
+// TestReaderSeesPastALargeRecord: a Ledger that does not own the spool
+// sees the owner's acknowledged records past a large one.
+func TestReaderSeesPastALargeRecord(t *testing.T) {
+	old := ingestDelay
+	ingestDelay = time.Hour // the owner ingests nothing on its own
+	t.Cleanup(func() { ingestDelay = old })
+	path := filepath.Join(t.TempDir(), "ledger.sqlite")
+	owner := openTest(t, path, Options{Spool: true})
+	start(t, owner)
+	for _, r := range []ledger.Record{bigRecord("big"), record("after")} {
+		if err := owner.Append(testctx.Deadline(t), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reader := openTest(t, path, Options{Spool: true})
+	if got := storedIDs(t, reader); len(got) != 2 {
+		t.Errorf("the reader sees %v, want big and after", got)
+	}
+}
