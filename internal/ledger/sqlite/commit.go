@@ -229,6 +229,8 @@ func (l *Ledger) stopSpooled(ctx context.Context, c *committer, stopIngest chan 
 	s.mu.Lock()
 	s.running = false
 	caughtUp, broken := s.ingested == s.written, s.broken
+	close(s.progress) // a read still waiting sees the ingester gone
+	s.progress = make(chan struct{})
 	s.mu.Unlock()
 	if err == nil && caughtUp && !broken {
 		err = l.sp.rewind(true)

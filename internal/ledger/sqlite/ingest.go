@@ -316,6 +316,13 @@ func (l *Ledger) ingest(ctx context.Context, c *committer, stop <-chan struct{})
 		}
 		items := s.take()
 		if err := l.ingestItems(ctx, c, items, stop); err != nil {
+			// The spooled records left are replayed at the next Open;
+			// the direct ones are in no spool, and their Appends wait.
+			for items := s.take(); len(items) > 0; items = s.take() {
+				if items[0].direct {
+					_ = l.ingestItems(ctx, c, items, stop)
+				}
+			}
 			return err
 		}
 		if !stopping {

@@ -40,11 +40,7 @@ const (
 	headerSize  = len(spoolMagic) + 8 + 4
 	frameStart  = 512 // the header's sector, alone
 	frameHeader = 4 + 8 + 4
-	// maxPayload bounds a frame: a record is a few hundred bytes (its
-	// strings are names and ids Sluice bounds), so a longer length is a
-	// torn or foreign frame.
-	maxPayload = 1 << 20
-	growStep   = 1 << 20
+	growStep    = 1 << 20
 )
 
 // rewindAt is how far the spool grows before it is rewound (a variable
@@ -108,8 +104,10 @@ func (s *spool) replay(fn func(payload []byte) error) error {
 		if _, err := io.ReadFull(r, fh[:]); err != nil {
 			return nil
 		}
+		// A length past the file's end is a torn or foreign frame; any
+		// shorter one may be a record's (Append bounds no field).
 		n := binary.LittleEndian.Uint32(fh[0:])
-		if n > maxPayload || binary.LittleEndian.Uint64(fh[4:]) != gen {
+		if int64(n) > s.size-s.off-frameHeader || binary.LittleEndian.Uint64(fh[4:]) != gen {
 			return nil
 		}
 		if cap(payload) < int(n) {

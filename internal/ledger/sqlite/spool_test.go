@@ -152,7 +152,7 @@ func TestReplayStopsAtTheTail(t *testing.T) {
 		{"torn in the third frame", func(b []byte) []byte { return b[:len(b)-5] }, 2},
 		{"torn in the second frame's header", func(b []byte) []byte { return b[:frameStart+frame+7] }, 1},
 		{"a flipped payload byte in the second", func(b []byte) []byte { b[frameStart+frame+frameHeader+3] ^= 1; return b }, 1},
-		{"a length past maxPayload", func(b []byte) []byte { b[frameStart+3] = 0x7f; return b }, 0},
+		{"a length past the file's end", func(b []byte) []byte { b[frameStart+3] = 0x7f; return b }, 0},
 		{"the second of an older generation", func(b []byte) []byte {
 			old := writeSpool(t, filepath.Join(t.TempDir(), "old"), 2, recs...)
 			return append(b[:frameStart+frame], old[frameStart+frame:]...)
