@@ -33,7 +33,8 @@
 // also rewound in use once it has grown past 1 MiB: the committer asks the
 // ingester to catch up first, waiting at most 100 ms (under steady load
 // the ingester is never caught up by itself), so the spool stays near
-// 1 MiB unless SQLite falls behind (TestSpoolStaysSmallUnderSteadyLoad). spool.go holds the layout and why only a torn tail can be lost,
+// 1 MiB unless SQLite falls behind (TestSpoolStaysSmallUnderSteadyLoad).
+// spool.go holds the layout and why only a torn tail can be lost,
 // and only if it was never acknowledged (TestReplayStopsAtTheTail;
 // TestCrashLosesNothing kills a spooling writer and finds every
 // acknowledged record after the replay).

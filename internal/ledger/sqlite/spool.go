@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"path/filepath"
 )
 
 // The spool is the file beside the ledger (its path plus spoolSuffix)
@@ -77,7 +78,22 @@ func openSpool(path string) (*spool, error) {
 	if err != nil {
 		return nil, errors.Join(err, f.Close())
 	}
+	if st.Size() == 0 {
+		// New (or never written): make its directory entry durable before
+		// any frame in it is acknowledged.
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			return nil, errors.Join(err, f.Close())
+		}
+	}
 	return &spool{f: f, path: path, size: st.Size(), off: frameStart}, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }
 
 // replay calls fn with the payload of every frame of the header's
