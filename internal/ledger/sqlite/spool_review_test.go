@@ -29,17 +29,7 @@ func failIngestion(t *testing.T, l *Ledger) {
 // returns Run's error (which these tests expect to be one).
 func runLedger(t *testing.T, l *Ledger) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() { cancel(); err = <-done })
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	return startRun(t, l, false)
 }
 
 // reports collects what OnError is told, and signals each report.
