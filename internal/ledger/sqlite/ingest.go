@@ -251,8 +251,8 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 
 // rewindWait bounds how long the committer waits for the ingester before
 // rewinding the spool; past it the spool grows (the ingester is behind,
-// or failing) and the next batch asks again.
-const rewindWait = 100 * time.Millisecond
+// or failing) and the next batch asks again. A variable for tests.
+var rewindWait = 100 * time.Millisecond
 
 // awaitIngested waits, at most d, until SQLite holds every record spooled
 // so far, the ingester told to go at once; it reports whether it does.

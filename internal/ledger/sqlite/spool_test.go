@@ -459,9 +459,11 @@ func TestReaderSeesOwnersRecords(t *testing.T) {
 // no read to force the ingester, the spool is still rewound: it stays
 // within one growth step.
 func TestSpoolStaysSmallUnderSteadyLoad(t *testing.T) {
-	old := rewindAt
-	rewindAt = 16 << 10
-	t.Cleanup(func() { rewindAt = old })
+	old, oldWait := rewindAt, rewindWait
+	// The wait as long as a slow machine (or the race detector) may need
+	// for an ingestion: the mechanism is under test, not this machine.
+	rewindAt, rewindWait = 16<<10, 10*time.Second
+	t.Cleanup(func() { rewindAt, rewindWait = old, oldWait })
 	path := filepath.Join(t.TempDir(), "ledger.sqlite")
 	l := openTest(t, path, Options{Spool: true})
 	start(t, l)
