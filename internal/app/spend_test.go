@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,7 +21,13 @@ func spendLedger(t *testing.T, config string, recs ...ledger.Record) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	led, err := ledgersqlite.Open(t.Context(), snap.LedgerPath(), ledgersqlite.Options{})
+	appendRecords(t, snap.LedgerPath(), recs...)
+}
+
+// appendRecords writes recs into the ledger at path and closes it.
+func appendRecords(t *testing.T, path string, recs ...ledger.Record) {
+	t.Helper()
+	led, err := ledgersqlite.Open(t.Context(), path, ledgersqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,22 +244,7 @@ ledger: {sqlite: ledger.db}
 	if err != nil {
 		t.Fatal(err)
 	}
-	led, err := ledgersqlite.Open(t.Context(), snap.LedgerPath(), ledgersqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- led.Run(ctx) }()
-	for _, r := range recs {
-		if err := led.Append(t.Context(), r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cancel()
-	if err := errors.Join(<-done, led.Close()); err != nil {
-		t.Fatal(err)
-	}
+	appendRecords(t, snap.LedgerPath(), recs...)
 
 	out, stderr, err := run(t, "spend", "--config", config, "--by", "key", "--format", "csv")
 	if err != nil {
