@@ -20,7 +20,7 @@ check-go:
 # bin/sluice is what production runs; bin/sluice-dev holds the Envoy
 # emulator and the mock provider, which the production binary never ships.
 build: check-go
-	$(GO) build $(GOTAGS) -o $(BIN) ./cmd/sluice
+	CGO_ENABLED=0 $(GO) build $(GOTAGS) -o $(BIN) ./cmd/sluice
 
 build-dev: check-go
 	$(GO) build $(GOTAGS) -o $(DEV_BIN) ./cmd/sluice-dev

@@ -706,7 +706,16 @@ func (p *Processor) refuse(e *apierr.Error) *extprocsvc.ProcessingResponse {
 // rawHeader builds a header for Envoy's ext_proc, which reads raw_value
 // only (envoy-protocol.md §1.1).
 func rawHeader(k, v string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}}
+	c := new(headerCell) // the option and its header in one allocation
+	c.hv.Key, c.hv.RawValue = k, []byte(v)
+	c.opt.Header = &c.hv
+	return &c.opt
+}
+
+// headerCell holds what rawHeader returns.
+type headerCell struct {
+	opt corev3.HeaderValueOption
+	hv  corev3.HeaderValue
 }
 
 func headersContinue(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingResponse {

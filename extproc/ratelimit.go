@@ -117,11 +117,14 @@ func rateLimitHeaders(hm *extprocsvc.HeaderMutation, sluice [][2]string, provide
 	// The provider's, in the order they came, a repeated header's values
 	// joined with ',' as one.
 	var names []string
-	values := map[string][]string{}
+	var values map[string][]string // made for the first provider header renamed
 	for _, h := range provider {
 		k := h.GetKey()
 		if !covered.has(rateLimitKind(k)) {
 			continue
+		}
+		if values == nil {
+			values = map[string][]string{}
 		}
 		if _, seen := values[k]; !seen {
 			names = append(names, k)

@@ -121,7 +121,19 @@ type scope struct {
 }
 
 func scopes(p *keyring.Principal, model string) []scope {
-	var out []scope
+	n := 0 // counted first, for one allocation rather than a growth each
+	for _, c := range [...]struct {
+		id string
+		l  *policies.Limits
+	}{{p.KeyID, &p.KeyLimits}, {p.Team, &p.TeamLimits}, {p.Org, &p.OrgLimits}} {
+		if c.id != "" {
+			n++
+			if _, ok := c.l.Models[model]; ok {
+				n++
+			}
+		}
+	}
+	out := make([]scope, 0, n)
 	add := func(kind, id string, l policies.Limits) {
 		if id == "" {
 			return

@@ -67,9 +67,10 @@ type serveMetrics struct {
 }
 
 // components are the parts of a running `sluice serve`. build makes them
-// in dependency order — metrics, config, keys, ledger, admission,
-// listeners, control plane, servers — so every step only uses what an
-// earlier one made; run starts them; close releases what was opened.
+// in dependency order — metrics, config, listeners, then the control
+// plane beside keys, ledger and admission, then servers — so every step
+// only uses what an earlier one made; run starts them; close releases
+// what was opened.
 type components struct {
 	flags serveFlags
 	log   *slog.Logger
@@ -108,6 +109,29 @@ func (c *components) build(ctx context.Context, stdout io.Writer, env Env) error
 	if err := c.loadConfig(env); err != nil {
 		return err
 	}
+	if err := c.listen(ctx); err != nil {
+		return err
+	}
+	// The control plane's first snapshot is CPU (building, validating and
+	// marshalling the resources, and protobuf's first use of each of
+	// their types); the stores' opening is mostly waiting on the disk. So
+	// the snapshot is built meanwhile, from the config and the gRPC
+	// address alone, and start-up waits for it before the servers.
+	cp := make(chan error, 1)
+	go func() { cp <- c.buildControlPlane() }()
+	err := c.openStores(ctx, stdout)
+	if cpErr := <-cp; err == nil {
+		err = cpErr
+	}
+	if err != nil {
+		return err
+	}
+	return c.servers()
+}
+
+// openStores opens the key store and the key ring, the ledger, and the
+// admission that is rebuilt from it.
+func (c *components) openStores(ctx context.Context, stdout io.Writer) error {
 	if err := c.openKeys(ctx, stdout); err != nil {
 		return err
 	}
@@ -115,16 +139,8 @@ func (c *components) build(ctx context.Context, stdout io.Writer, env Env) error
 		return err
 	}
 	var err error
-	if c.counters, c.admitter, err = newAdmission(ctx, c.snap, c.ledger, c.reg); err != nil {
-		return err
-	}
-	if err := c.listen(ctx); err != nil {
-		return err
-	}
-	if err := c.buildControlPlane(); err != nil {
-		return err
-	}
-	return c.servers()
+	c.counters, c.admitter, err = newAdmission(ctx, c.snap, c.ledger, c.reg)
+	return err
 }
 
 // close releases, in reverse order, everything build opened, and returns

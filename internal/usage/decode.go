@@ -718,12 +718,16 @@ func (m *Meter) feedJSON(p []byte) {
 	if end >= 0 {
 		p = p[:end]
 	}
-	if !m.js.over {
-		if len(m.js.buf)+len(p) > m.max {
-			m.js.over, m.js.buf = true, nil
-		} else {
-			m.js.buf = appendCapped(m.js.buf, p, m.max)
-		}
+	switch {
+	case m.js.over:
+	case len(m.js.buf)+len(p) > m.max:
+		m.js.over, m.js.buf = true, nil
+	case end >= 0 && len(m.js.buf) == 0:
+		// The whole body is in p: finishJSON reads it in place (it keeps
+		// nothing of it, and sets buf to nil), so it is not copied.
+		m.js.buf = p
+	default:
+		m.js.buf = appendCapped(m.js.buf, p, m.max)
 	}
 	if end >= 0 {
 		m.finishJSON()
