@@ -34,6 +34,10 @@ var Scenarios = map[string]Config{
 		Conns: 4, Spread: 19 * 15 * time.Millisecond},
 	// Closed loop as fast as the server answers, non-stream.
 	"closed-max": {Concurrency: 16, Duration: 5 * time.Second},
+	// Closed loop of SSE streams of 20 chunks sent as fast as the server
+	// answers (no interval): a stream's cost without the idle wake-ups
+	// that pacing adds to every chunk.
+	"closed-streams": {Concurrency: 16, Stream: true, Chunks: 20, Duration: 5 * time.Second},
 	// Open loop from 250 req/s, doubling, 20 s a step, until a step does
 	// not hold (RunRamp), non-stream.
 	"ramp": {Ramp: RampRates, Step: 20 * time.Second},

@@ -34,7 +34,11 @@ var short = map[string]func(Config) Config{
 		return c
 	},
 	"closed-max": func(c Config) Config { c.Concurrency, c.Requests, c.Duration = 4, 20, 0; return c },
-	"fallback":   func(c Config) Config { c.Rate, c.Requests, c.Duration = 200, 10, 0; return c },
+	"closed-streams": func(c Config) Config {
+		c.Concurrency, c.Requests, c.Chunks, c.Duration = 4, 8, 5, 0
+		return c
+	},
+	"fallback": func(c Config) Config { c.Rate, c.Requests, c.Duration = 200, 10, 0; return c },
 }
 
 // TestScenarios runs every scenario once, briefly, against the floor and
