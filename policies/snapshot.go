@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicegw/sluice/internal/llmapi"
@@ -265,6 +266,7 @@ func compile(cfg *Config, file string, skipProviderKeys bool) (*Snapshot, error)
 		s.teamIndex[t.Name] = len(s.teams)
 		s.teams = append(s.teams, TeamPolicy{Name: t.Name, Org: t.Org, Models: set, Limits: t.Limits})
 	}
+	s.keys = make([]KeyPolicy, 0, len(c.Keys))
 	for i, k := range c.Keys {
 		set, err := NewModelSet(k.Models)
 		if err != nil {
@@ -443,69 +445,116 @@ func (c *Config) clone() *Config {
 // included (they are hashed, never shown), and returns the first 16 hex
 // characters.
 func configVersion(c *Config) string {
-	h := sha256.New()
-	h.Write([]byte("sluice policies v1\n"))
-	hashValue(h, reflect.ValueOf(c).Elem())
-	return hex.EncodeToString(h.Sum(nil))[:16]
+	h := &hasher{h: sha256.New(), buf: make([]byte, 0, 32<<10)}
+	h.buf = append(h.buf, "sluice policies v1\n"...)
+	h.value(reflect.ValueOf(c).Elem())
+	h.flush()
+	return hex.EncodeToString(h.h.Sum(nil))[:16]
 }
 
-// hashValue writes an unambiguous encoding of v: strings and collections
-// are length-prefixed, map entries sorted by key, struct fields named, and
-// times written as UTC instants. It does not use any marshaling method, so
-// a type that redacts itself when printed is still hashed by its value.
-func hashValue(h hash.Hash, v reflect.Value) {
-	writeInt := func(n int64) {
-		var b [8]byte
-		binary.BigEndian.PutUint64(b[:], uint64(n))
-		h.Write(b[:])
+// hasher writes an unambiguous encoding of a value into h: strings and
+// collections are length-prefixed, map entries sorted by key, struct
+// fields named, and times written as UTC instants. It does not use any
+// marshaling method, so a type that redacts itself when printed is still
+// hashed by its value. The bytes go through buf, so that a config of
+// many keys costs a hash of its bytes rather than a call per field.
+type hasher struct {
+	h   hash.Hash
+	buf []byte
+}
+
+func (h *hasher) flush() {
+	h.h.Write(h.buf)
+	h.buf = h.buf[:0]
+}
+
+func (h *hasher) int(n int64) {
+	h.buf = binary.BigEndian.AppendUint64(h.buf, uint64(n))
+	if len(h.buf) >= cap(h.buf)-8 {
+		h.flush()
 	}
-	writeString := func(s string) {
-		writeInt(int64(len(s)))
-		h.Write([]byte(s))
+}
+
+func (h *hasher) string(s string) {
+	h.int(int64(len(s)))
+	if len(s) > cap(h.buf)-len(h.buf) {
+		h.flush()
+		h.h.Write([]byte(s))
+		return
 	}
+	h.buf = append(h.buf, s...)
+}
+
+func (h *hasher) value(v reflect.Value) {
 	if v.Type() == timeType {
-		writeString(v.Interface().(time.Time).UTC().Format(time.RFC3339Nano))
+		h.string(v.Interface().(time.Time).UTC().Format(time.RFC3339Nano))
 		return
 	}
 	switch v.Kind() {
 	case reflect.String:
-		writeString(v.String())
+		h.string(v.String())
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		writeInt(v.Int())
+		h.int(v.Int())
 	case reflect.Bool:
-		writeInt(map[bool]int64{false: 0, true: 1}[v.Bool()])
+		if v.Bool() {
+			h.int(1)
+		} else {
+			h.int(0)
+		}
 	case reflect.Pointer:
 		if v.IsNil() {
-			writeInt(0)
+			h.int(0)
 			return
 		}
-		writeInt(1)
-		hashValue(h, v.Elem())
+		h.int(1)
+		h.value(v.Elem())
 	case reflect.Slice:
-		writeInt(int64(v.Len()))
+		h.int(int64(v.Len()))
 		for i := range v.Len() {
-			hashValue(h, v.Index(i))
+			h.value(v.Index(i))
 		}
 	case reflect.Map:
 		keys := v.MapKeys()
 		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
-		writeInt(int64(len(keys)))
+		h.int(int64(len(keys)))
 		for _, k := range keys {
-			hashValue(h, k)
-			hashValue(h, v.MapIndex(k))
+			h.value(k)
+			h.value(v.MapIndex(k))
 		}
 	case reflect.Struct:
-		for i := range v.NumField() {
-			if v.Type().Field(i).Tag.Get("yaml") == "-" {
-				continue // derived when compiling (Provider.Impl), not configuration
-			}
-			writeString(v.Type().Field(i).Name)
-			hashValue(h, v.Field(i))
+		for _, f := range hashedFields(v.Type()) {
+			h.string(f.name)
+			h.value(v.Field(f.index))
 		}
 	default:
 		// Programmer error: a Config field of a kind not handled above.
 		panic(fmt.Sprintf("policies: cannot hash %s", v.Type()))
 	}
+}
+
+// hashedField is a struct field the version covers.
+type hashedField struct {
+	index int
+	name  string
+}
+
+// structFields caches hashedFields by struct type.
+var structFields sync.Map // reflect.Type → []hashedField
+
+// hashedFields are t's fields in order, but for those tagged yaml:"-":
+// derived when compiling (Provider.Impl), not configuration.
+func hashedFields(t reflect.Type) []hashedField {
+	if fs, ok := structFields.Load(t); ok {
+		return fs.([]hashedField)
+	}
+	var fs []hashedField
+	for i := range t.NumField() {
+		if f := t.Field(i); f.Tag.Get("yaml") != "-" {
+			fs = append(fs, hashedField{index: i, name: f.Name})
+		}
+	}
+	structFields.Store(t, fs)
+	return fs
 }
 
 // Provider defaults.

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"encoding/hex"
 	"time"
 	// Budget time zones resolve on machines without a zoneinfo database.
 	_ "time/tzdata"
@@ -559,16 +560,22 @@ func (v *validator) limits(path string, l Limits) {
 }
 
 func (v *validator) limitsAt(path string, l Limits, nested bool) {
-	rate := func(p string, r RateLimits) {
+	// Paths are built only for a problem: a config of many keys checks
+	// each key's limits without a string made per field.
+	rate := func(sub string, r RateLimits) {
+		if r.PerMinute >= 0 && r.PerHour >= 0 && r.PerDay >= 0 {
+			return
+		}
+		p := path + sub
 		v.nonNegative(p+".per_minute", r.PerMinute)
 		v.nonNegative(p+".per_hour", r.PerHour)
 		v.nonNegative(p+".per_day", r.PerDay)
 	}
-	rate(path+".requests", l.Requests)
-	rate(path+".tokens.input", l.Tokens.Input)
-	rate(path+".tokens.output", l.Tokens.Output)
-	rate(path+".tokens.total", l.Tokens.Total)
-	seen := map[string]int{}
+	rate(".requests", l.Requests)
+	rate(".tokens.input", l.Tokens.Input)
+	rate(".tokens.output", l.Tokens.Output)
+	rate(".tokens.total", l.Tokens.Total)
+	seen := make(map[string]int, len(l.Budgets))
 	for i, b := range l.Budgets {
 		bp := indexPath(path+".budgets", i)
 		if b.MicroUSD <= 0 {
@@ -608,9 +615,8 @@ func (v *validator) limitsAt(path string, l Limits, nested bool) {
 // allowList checks a model allow-list against the configured models.
 func (v *validator) allowList(path string, patterns []string, owners map[string]int, known []string) {
 	for i, p := range patterns {
-		ppath := indexPath(path, i)
 		if msg := checkPattern(p); msg != "" {
-			v.add(ppath, "%s", msg)
+			v.add(indexPath(path, i), "%s", msg)
 			continue
 		}
 		matches := hasKey(owners, p)
@@ -619,7 +625,7 @@ func (v *validator) allowList(path string, patterns []string, owners map[string]
 			matches = slices.ContainsFunc(known, g.match)
 		}
 		if !matches {
-			v.addRef("models", ppath, "%q matches no configured model%s", p, didYouMean(p, known))
+			v.addRef("models", indexPath(path, i), "%q matches no configured model%s", p, didYouMean(p, known))
 		}
 	}
 }
@@ -661,7 +667,7 @@ func (v *validator) keys(c *Config, teams, owners map[string]int, known []string
 			v.add(path+".sha256", `looks like a key, not its SHA-256 (printf %%s "$KEY" | sha256sum)`)
 		case len(k.SHA256) != 64:
 			v.add(path+".sha256", "must be 64 lower-case hex characters, got %d characters", len(k.SHA256))
-		case isSHA256Hex(strings.ToLower(k.SHA256)) && !isSHA256Hex(k.SHA256):
+		case !isSHA256Hex(k.SHA256) && isSHA256Hex(strings.ToLower(k.SHA256)):
 			v.add(path+".sha256", "must be lower-case")
 		case !isSHA256Hex(k.SHA256):
 			v.add(path+".sha256", "must be 64 lower-case hex characters (0-9, a-f)")
@@ -674,12 +680,23 @@ func (v *validator) keys(c *Config, teams, owners map[string]int, known []string
 		case k.Prefix == "":
 		case !strings.HasPrefix(k.Prefix, keyPrefix):
 			v.add(path+".prefix", "must start with %q", keyPrefix)
-		case fmt.Sprintf("%x", sha256.Sum256([]byte(k.Prefix))) == k.SHA256:
+		case prefixIsKey(k.Prefix, k.SHA256):
 			v.add(path+".prefix", "is the whole key; keep only its first characters")
 		}
-		v.allowList(path+".models", k.Models, owners, known)
+		if len(k.Models) > 0 {
+			v.allowList(path+".models", k.Models, owners, known)
+		}
 		v.limits(path+".limits", k.Limits)
 	}
+}
+
+// prefixIsKey reports whether prefix is the whole key whose SHA-256 is
+// hash, in lower-case hex.
+func prefixIsKey(prefix, hash string) bool {
+	sum := sha256.Sum256([]byte(prefix))
+	var h [64]byte
+	hex.Encode(h[:], sum[:])
+	return string(h[:]) == hash
 }
 
 // keyPrefix starts every Sluice API key.

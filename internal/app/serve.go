@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -146,6 +147,11 @@ func (c *components) run(ctx context.Context) error {
 		}
 	}
 	if readyErr == nil {
+		// Start-up's garbage (the parsed config file, the key store's
+		// rows, the first snapshot's scratch) is handed back to the OS
+		// now, not by the scavenger over minutes: with many declared keys
+		// it is hundreds of MiB. This runs after ready, off the way to it.
+		go debug.FreeOSMemory()
 		c.log.Info("sluice serving",
 			"grpc", c.grpcLn.Addr().String(), "admin", c.adminLn.Addr().String(), "xds", c.xdsLn.Addr().String(), "xds_version", c.control.Version(),
 			"config", c.flags.config, "config_version", c.snap.Version(), "keys", c.ring.Len(), "version", Version())
