@@ -37,7 +37,6 @@ type Snapshot struct {
 	orgs       map[string]Limits
 	teams      []TeamPolicy
 	teamIndex  map[string]int
-	keys       []KeyPolicy
 	xds        XDS // with defaults applied
 }
 
@@ -266,20 +265,13 @@ func compile(cfg *Config, file string, skipProviderKeys bool) (*Snapshot, error)
 		s.teamIndex[t.Name] = len(s.teams)
 		s.teams = append(s.teams, TeamPolicy{Name: t.Name, Org: t.Org, Models: set, Limits: t.Limits})
 	}
-	s.keys = make([]KeyPolicy, 0, len(c.Keys))
-	for i, k := range c.Keys {
-		set, err := NewModelSet(k.Models)
-		if err != nil {
-			return nil, fmt.Errorf("compile policies: keys[%d].models: %w", i, err)
+	// The declared keys' policies are made when asked for (DeclaredKeys),
+	// not kept beside the config they come from: with many keys that
+	// would hold each one twice. Here each is only checked to compile.
+	for i := range c.Keys {
+		if _, err := keyPolicy(&c.Keys[i]); err != nil {
+			return nil, fmt.Errorf("compile policies: keys[%d].%w", i, err)
 		}
-		kp := KeyPolicy{ID: "config:" + k.Name, Name: k.Name, Team: k.Team, Prefix: k.Prefix, Models: set, Limits: k.Limits}
-		if _, err := hex.Decode(kp.Hash[:], []byte(k.SHA256)); err != nil {
-			return nil, fmt.Errorf("compile policies: keys[%d].sha256: %w", i, err)
-		}
-		if k.ExpiresAt != nil {
-			kp.ExpiresAt = *k.ExpiresAt
-		}
-		s.keys = append(s.keys, kp)
 	}
 	return s, nil
 }
@@ -377,8 +369,31 @@ func (s *Snapshot) Team(name string) (TeamPolicy, bool) {
 // Teams returns every team's policy, in config order.
 func (s *Snapshot) Teams() []TeamPolicy { return slices.Clone(s.teams) }
 
-// DeclaredKeys returns the keys declared in the config, in config order.
-func (s *Snapshot) DeclaredKeys() []KeyPolicy { return slices.Clone(s.keys) }
+// DeclaredKeys returns the keys declared in the config, in config order,
+// made anew for each call.
+func (s *Snapshot) DeclaredKeys() []KeyPolicy {
+	ks := make([]KeyPolicy, len(s.cfg.Keys))
+	for i := range s.cfg.Keys {
+		ks[i], _ = keyPolicy(&s.cfg.Keys[i]) // compile checked that none fails
+	}
+	return ks
+}
+
+// keyPolicy compiles a declared key; an error names the field at fault.
+func keyPolicy(k *DeclaredKey) (KeyPolicy, error) {
+	set, err := NewModelSet(k.Models)
+	if err != nil {
+		return KeyPolicy{}, fmt.Errorf("models: %w", err)
+	}
+	kp := KeyPolicy{ID: "config:" + k.Name, Name: k.Name, Team: k.Team, Prefix: k.Prefix, Models: set, Limits: k.Limits}
+	if _, err := hex.Decode(kp.Hash[:], []byte(k.SHA256)); err != nil {
+		return KeyPolicy{}, fmt.Errorf("sha256: %w", err)
+	}
+	if k.ExpiresAt != nil {
+		kp.ExpiresAt = *k.ExpiresAt
+	}
+	return kp, nil
+}
 
 // resolveSQLite resolves a relative SQLite path against the directory of
 // the config file. ":memory:" and "file:" URIs are kept as written.
