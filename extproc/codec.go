@@ -3,16 +3,27 @@ package extproc
 import (
 	"fmt"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/sluicegw/sluice/internal/wiredecode"
 )
 
 // Codec is the gRPC codec of the data-path server (ext_authz and
-// ext_proc): protobuf, as grpc-go's own, with two savings.
+// ext_proc): protobuf, as grpc-go's own, with three savings.
+//
+// ProcessingRequests and CheckRequests, the messages the server receives
+// on every request, are decoded by internal/wiredecode's hand-written
+// decoder, without protobuf reflection. It fills the same structs; any
+// input it does not fully understand (an unknown field, an unexpected
+// wire type, malformed or invalid UTF-8 bytes, typed metadata) it leaves
+// to the decoding below, so the result and any error stay
+// proto.Unmarshal's.
 //
 // Decoding a ProcessingRequest that is not the request's headers skips
 // its metadata_context and attributes. Envoy sends the forwarded
@@ -96,10 +107,19 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	if r, ok := m.(*extprocsvc.ProcessingRequest); ok {
-		return unmarshalProcessingRequest(buf.ReadOnlyData(), r)
+	b := buf.ReadOnlyData()
+	switch r := m.(type) {
+	case *extprocsvc.ProcessingRequest:
+		if wiredecode.ProcessingRequest(b, r, true) {
+			return nil
+		}
+		return unmarshalProcessingRequest(b, r)
+	case *authv3.CheckRequest:
+		if wiredecode.CheckRequest(b, r) {
+			return nil
+		}
 	}
-	return proto.Unmarshal(buf.ReadOnlyData(), m)
+	return proto.Unmarshal(b, m)
 }
 
 // The ProcessingRequest fields unmarshalProcessingRequest looks at
@@ -110,7 +130,8 @@ const (
 	fieldAttributes      protowire.Number = 9
 )
 
-// unmarshalProcessingRequest decodes b into r as proto.Unmarshal would,
+// unmarshalProcessingRequest, the fallback of wiredecode.ProcessingRequest
+// (which makes the same saving), decodes b into r as proto.Unmarshal would,
 // except that, unless b holds request_headers, it leaves out
 // metadata_context and attributes. The fields it keeps are decoded run by
 // run with Merge, which for protobuf is the same as decoding them

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicegw/sluice/internal/chain"
@@ -192,6 +193,79 @@ func checkAgainstProto(t *testing.T, b []byte) {
 	}
 }
 
+// TestCodecFallback: what the hand decoder leaves to proto — an unknown
+// field, typed metadata, a string that is not UTF-8 — Codec decodes as
+// proto.Unmarshal does, unknown fields kept, errors returned.
+func TestCodecFallback(t *testing.T) {
+	typed := &extprocsvc.ProcessingRequest{
+		Request:         &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{}},
+		MetadataContext: &corev3.Metadata{TypedFilterMetadata: map[string]*anypb.Any{"t": {TypeUrl: "type.googleapis.com/x"}}},
+	}
+	headers, err := proto.Marshal(codecRequests()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range [][]byte{
+		mustMarshal(t, typed),
+		append(bytes.Clone(headers), 0xf8, 0x06, 0x01),                     // field 111, a varint
+		{0x12, 0x06, 0x0a, 0x04, 0x0a, 0x02, 0x0a, 0xff},                   // a header key of 0xff
+		append(mustMarshal(t, codecRequests()[3]), 0x62, 0x02, 0x08, 0x01), // flow_control_init
+	} {
+		checkAgainstProto(t, b)
+	}
+}
+
+func mustMarshal(t testing.TB, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// codecCheck is a CheckRequest as Envoy builds it.
+func codecCheck() *authv3.CheckRequest {
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+			Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 40000}}}}},
+		Destination: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+			Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 10000}}}}},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Id: "1", Method: "POST", Path: "/v1/chat/completions", Host: "gateway.local", Scheme: "http", Protocol: "HTTP/1.1",
+			Headers: map[string]string{":method": "POST", ":path": "/v1/chat/completions", "authorization": "Bearer sk-x", "x-request-id": "1"},
+		}},
+	}}
+}
+
+// TestCodecCheckRequest: Codec decodes a CheckRequest as proto.Unmarshal
+// does — whole, at every truncation, with every byte changed, with an
+// unknown field — and fails where it fails.
+func TestCodecCheckRequest(t *testing.T) {
+	b := mustMarshal(t, codecCheck())
+	cases := [][]byte{b, append(bytes.Clone(b), 0x10, 0x01), {0x0a, 0x02, 0x22, 0x00}}
+	for i := range len(b) {
+		cases = append(cases, b[:i])
+		for _, x := range []byte{0x01, 0x80, 0xff} {
+			c := bytes.Clone(b)
+			c[i] ^= x
+			cases = append(cases, c)
+		}
+	}
+	for _, c := range cases {
+		want := &authv3.CheckRequest{}
+		werr := proto.Unmarshal(c, want)
+		got := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{ContextExtensions: map[string]string{"stale": "x"}}}
+		err := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(bytes.Clone(c))}, got)
+		switch {
+		case (err != nil) != (werr != nil):
+			t.Errorf("% x: error %v, proto.Unmarshal's %v", c, err, werr)
+		case err == nil && !proto.Equal(got, want):
+			t.Errorf("% x: decoded\n%v\nwant\n%v", c, got, want)
+		}
+	}
+}
+
 // TestCodecMarshal: what Codec encodes, proto decodes to the same
 // message, for the replies of both services and for a request.
 func TestCodecMarshal(t *testing.T) {
@@ -244,4 +318,82 @@ func FuzzCodecUnmarshal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkAgainstProto(t, b)
 	})
+}
+
+// benchRequests are what the server receives for one request in
+// bench/extprocload's closed-max scenario, as Envoy sends them: the
+// CheckRequest, then the request headers (15 headers, the forwarded
+// ext_authz metadata with keyring.Principal.Metadata's fields and
+// ext_authz_duration) and a response body chunk carrying the same
+// metadata.
+func benchRequests() (check, headers, body proto.Message) {
+	kv := []string{
+		":authority", "gateway.local", ":path", "/v1/chat/completions", ":method", "POST", ":scheme", "https",
+		"authorization", "Bearer sk-slc-4f9a2c1e8b7d6a5f4e3d2c1b0a9f8e7d", "content-type", "application/json",
+		"content-length", "1843", "user-agent", "OpenAI/Python 1.54.3", "accept", "application/json",
+		"accept-encoding", "gzip, deflate", "x-stainless-lang", "python", "x-stainless-os", "Linux",
+		"x-forwarded-proto", "https", "x-forwarded-for", "10.1.2.3", "x-request-id", "3f1c9a6e-8d2b-4f7a-9c1e-5b6d7e8f9a0b",
+	}
+	hm := &corev3.HeaderMap{}
+	hs := map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+		hs[kv[i]] = kv[i+1]
+	}
+	authz, _ := structpb.NewStruct(map[string]any{
+		"key_id": "k_01JZ6Q2N7W4W5XKX3Y2D8M9P0R", "key_prefix": "sk-slc-4f9a", "key_name": "ci-runner",
+		"team": "platform", "org": "acme", "key_models": []any{"gpt-4o*", "claude-*"}, "team_models": []any{"*"},
+		"ext_authz_duration": 1.0,
+	})
+	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{chain.AuthzNamespace: authz}}
+	c := codecCheck()
+	c.Attributes.Request.Http.Headers = hs
+	return c,
+		&extprocsvc.ProcessingRequest{
+			Request:         &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{Headers: hm}},
+			MetadataContext: md,
+			ProtocolConfig:  &extprocsvc.ProtocolConfiguration{RequestBodyMode: 1, ResponseBodyMode: 2},
+		},
+		&extprocsvc.ProcessingRequest{
+			Request:         &extprocsvc.ProcessingRequest_ResponseBody{ResponseBody: &extprocsvc.HttpBody{Body: []byte("data: {\"id\":\"c1\"}\n\n")}},
+			MetadataContext: md,
+		}
+}
+
+// BenchmarkCodecUnmarshal: the codec before the hand decoder (proto:
+// proto.Unmarshal, for a ProcessingRequest with the metadata skipped
+// where it is skipped) and now (codec), on each message of a request.
+func BenchmarkCodecUnmarshal(b *testing.B) {
+	check, headers, body := benchRequests()
+	for _, c := range []struct {
+		name string
+		m    proto.Message
+	}{{"check_request", check}, {"request_headers", headers}, {"response_body", body}} {
+		in := mustMarshal(b, c.m)
+		old := func(out proto.Message) error {
+			if r, ok := out.(*extprocsvc.ProcessingRequest); ok {
+				return unmarshalProcessingRequest(in, r)
+			}
+			return proto.Unmarshal(in, out)
+		}
+		b.Run(c.name+"/proto", func(b *testing.B) {
+			b.ReportAllocs()
+			out := c.m.ProtoReflect().New().Interface()
+			for b.Loop() {
+				if err := old(out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/codec", func(b *testing.B) {
+			b.ReportAllocs()
+			out := c.m.ProtoReflect().New().Interface()
+			data := mem.BufferSlice{mem.SliceBuffer(in)}
+			for b.Loop() {
+				if err := (Codec{}).Unmarshal(data, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -71,9 +71,12 @@
 // Processor and UpstreamProcessor are transport-free (ProcessingRequest in,
 // ProcessingResponse out); Server is the stream loop. Codec is the gRPC
 // codec of the server both services share (codec.go): protobuf, except
-// that a ProcessingRequest other than the request headers is decoded
-// without its metadata_context and attributes, which Envoy forwards on
-// every message and Sluice reads only from the request headers; replies
+// that ProcessingRequests and CheckRequests are decoded by
+// internal/wiredecode's hand-written decoder (proto.Unmarshal for what it
+// does not fully understand), and that a ProcessingRequest other than
+// the request headers is decoded without its metadata_context and
+// attributes, which Envoy forwards on every message and Sluice reads
+// only from the request headers; replies
 // are marshalled with go-control-plane's vtprotobuf code when built with
 // the vtprotobuf tag. It must not own
 // policy, keys, counters or storage; it uses them through the interfaces it

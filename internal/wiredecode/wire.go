@@ -1,0 +1,106 @@
+package wiredecode
+
+import (
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// maxDepth bounds the nesting of messages (Struct inside Value inside
+// Struct …) the decoder follows before it gives up and leaves the message
+// to proto.Unmarshal, whose own limit (protowire.DefaultRecursionLimit,
+// 10,000) then decides. Real requests nest a few levels.
+const maxDepth = 100
+
+// The wire types the decoder accepts.
+const (
+	varintType  = protowire.VarintType
+	fixed64Type = protowire.Fixed64Type
+	bytesType   = protowire.BytesType
+)
+
+// tag reads the field tag at the front of b: its number, wire type and
+// length, the length negative when b does not start with a valid tag.
+func tag(b []byte) (protowire.Number, protowire.Type, int) {
+	if len(b) > 0 && b[0] >= 1<<3 && b[0] < 0x80 { // one byte, field number ≥ 1
+		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
+	}
+	return protowire.ConsumeTag(b)
+}
+
+// varint reads a varint, with its length (negative when malformed).
+func varint(b []byte) (uint64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return uint64(b[0]), 1
+	}
+	return protowire.ConsumeVarint(b)
+}
+
+// delimited reads a length-delimited value, with the length of its
+// prefix and bytes (negative when malformed).
+func delimited(b []byte) ([]byte, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		n := int(b[0]) + 1
+		if n > len(b) {
+			return nil, -1
+		}
+		return b[1:n], n
+	}
+	return protowire.ConsumeBytes(b)
+}
+
+// str reads a proto3 string: a copy of its bytes, which must be valid
+// UTF-8 (proto.Unmarshal refuses them otherwise).
+func str(b []byte) (string, int) {
+	v, n := delimited(b)
+	if n < 0 || !utf8.Valid(v) {
+		return "", -1
+	}
+	return string(v), n
+}
+
+// bytesValue reads a proto3 bytes field: a copy, nil when empty, as
+// proto.Unmarshal makes it.
+func bytesValue(b []byte) ([]byte, int) {
+	v, n := delimited(b)
+	if n < 0 {
+		return nil, -1
+	}
+	return append([]byte(nil), v...), n
+}
+
+// fixed64 reads a fixed64 value.
+func fixed64(b []byte) (uint64, int) {
+	return protowire.ConsumeFixed64(b)
+}
+
+// count is how many length-delimited fields numbered num the field
+// sequence b holds, counting up to the first malformed field. It sizes
+// maps and batches of structs before they are filled.
+func count(b []byte, num protowire.Number) int {
+	c := 0
+	for len(b) > 0 {
+		n, typ, k := tag(b)
+		if k < 0 {
+			return c
+		}
+		b = b[k:]
+		if typ == bytesType {
+			_, m := delimited(b)
+			if m < 0 {
+				return c
+			}
+			if n == num {
+				c++
+			}
+			b = b[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(n, typ, b)
+		if m < 0 {
+			return c
+		}
+		b = b[m:]
+	}
+	return c
+}
