@@ -74,6 +74,8 @@ type serveMetrics struct {
 type components struct {
 	flags serveFlags
 	log   *slog.Logger
+	// gogcSet: the environment sets GOGC, which the GC floor leaves alone.
+	gogcSet bool
 
 	reg     *prometheus.Registry
 	metrics serveMetrics
@@ -106,6 +108,9 @@ type components struct {
 // first error; either way close releases what it opened.
 func (c *components) build(ctx context.Context, stdout io.Writer, env Env) error {
 	c.reg, c.metrics = newServeMetrics()
+	if env != nil {
+		_, c.gogcSet = env("GOGC")
+	}
 	if err := c.loadConfig(env); err != nil {
 		return err
 	}

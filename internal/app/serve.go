@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicegw/sluice/internal/cli"
+	"github.com/sluicegw/sluice/internal/gcfloor"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -30,6 +31,11 @@ const (
 	counterSweep  = time.Minute
 	shutdownGrace = 10 * time.Second
 )
+
+// gcHeadroom is the least the heap grows past the live heap before a
+// collection (internal/gcfloor): the CPU that fewer collections save,
+// for at most this much more memory under load.
+const gcHeadroom = 32 << 20
 
 type serveFlags struct {
 	config    string
@@ -121,6 +127,11 @@ func (c *components) run(ctx context.Context) error {
 		return c.ring.Follow(gctx, c.store, storePoll, func(error) { c.metrics.storeSyncs.Inc() })
 	})
 	g.Go(func() error { return c.counters.Run(gctx, counterSweep) })
+	if !c.gogcSet {
+		// A small live heap would be collected after every few MiB
+		// allocated; gcfloor lets it grow gcHeadroom first.
+		g.Go(func() error { return gcfloor.Floor{Headroom: gcHeadroom, Interval: time.Second}.Run(gctx) })
+	}
 	g.Go(func() error { return c.admitter.Run(gctx, c.snap.Gateway().ReservationTTL, time.Now) })
 	g.Go(func() error {
 		<-gctx.Done()
