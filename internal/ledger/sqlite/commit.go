@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -110,10 +109,10 @@ func encode(r ledger.Record) ([]any, error) {
 
 // Run is the committer: it takes up to MaxBatch queued records (waiting at
 // most MaxWait after the first arrived for more), inserts them in one
-// transaction with one prepared statement, commits, and tells each Append
-// the outcome. It blocks until ctx ends; then it stops taking Appends
-// (they get ledger.ErrClosed), commits everything already queued, and
-// returns nil, or the error of a commit that failed while draining.
+// transaction with prepared statements (committer.go), commits, and tells
+// each Append the outcome. It blocks until ctx ends; then it stops taking
+// Appends (they get ledger.ErrClosed), commits everything already queued,
+// and returns nil, or the error of a commit that failed while draining.
 //
 // With a spool, Run writes each batch to the spool instead and acknowledges
 // it, and runs the ingester, which inserts the spooled records into SQLite
@@ -167,6 +166,7 @@ func (l *Ledger) Run(ctx context.Context) error {
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	idle := l.newIdle(c)
 	lastBatch := 0
 	for {
 		if ctx.Err() != nil {
@@ -178,8 +178,13 @@ func (l *Ledger) Run(ctx context.Context) error {
 		if n == 0 {
 			select {
 			case <-l.wake:
+				idle.stop()
+				continue
+			case <-idle.due():
+				idle.checkpoint(dbctx)
 				continue
 			case <-ctx.Done():
+				idle.stop()
 				return stop()
 			}
 		}
@@ -206,7 +211,67 @@ func (l *Ledger) Run(ctx context.Context) error {
 		batch := l.take()
 		lastBatch = len(batch)
 		commit(batch)
+		if l.sp == nil {
+			idle.committed() // with a spool, the ingester commits
+		}
 	}
+}
+
+// checkpointIdle is how long a committer (the ingester, with a spool)
+// waits, once it has nothing to commit, before it checkpoints the WAL:
+// its commits checkpoint only every committerCheckpoint pages, so that a
+// page changed by several commits is copied once, and when the load stops
+// what is left is copied then rather than stay in the WAL until more
+// commits come. Under load the committer is never idle that long, so
+// this adds no checkpoint. A variable for tests.
+var checkpointIdle = time.Second
+
+// idleCheckpoint is a committer's idle checkpoint: due once checkpointIdle
+// has passed since the committer last went idle after committing.
+type idleCheckpoint struct {
+	l       *Ledger
+	c       *committer
+	timer   *time.Timer
+	pending bool // committed since the last checkpoint
+	armed   bool // timer runs
+}
+
+func (l *Ledger) newIdle(c *committer) *idleCheckpoint {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &idleCheckpoint{l: l, c: c, timer: t}
+}
+
+// committed notes a commit.
+func (i *idleCheckpoint) committed() { i.pending = true }
+
+// due arms the timer if a checkpoint is pending and returns its channel;
+// nil (never ready) if none is.
+func (i *idleCheckpoint) due() <-chan time.Time {
+	if !i.pending {
+		return nil
+	}
+	if !i.armed {
+		i.timer.Reset(checkpointIdle)
+		i.armed = true
+	}
+	return i.timer.C
+}
+
+// stop disarms the timer: there is work again.
+func (i *idleCheckpoint) stop() {
+	i.timer.Stop()
+	i.armed = false
+}
+
+// checkpoint checkpoints the WAL; a failure is reported, and the next
+// commits checkpoint as usual.
+func (i *idleCheckpoint) checkpoint(ctx context.Context) {
+	i.pending, i.armed = false, false
+	if _, _, err := i.c.checkpoint(ctx); err != nil {
+		i.l.report(fmt.Errorf("checkpoint when idle: %w", err))
+	}
+	i.l.nCheckpoints.Add(1)
 }
 
 // stopSpooled is stop with a spool: it refuses new Appends, spools what
@@ -345,137 +410,4 @@ func (l *Ledger) commitCounted(ctx context.Context, c *committer, batch []*pendi
 // or a batch sum that would overflow.
 func recordFault(err error) bool {
 	return sqliteCode(err)&0xff == sqlite3.SQLITE_CONSTRAINT || errors.Is(err, errOverflow)
-}
-
-// committer is Run's connection and the statements prepared on it. It
-// runs its own BEGIN IMMEDIATE and COMMIT on the connection instead of
-// using sql.Tx, because sql.Tx would prepare the statements again for
-// every transaction.
-type committer struct {
-	conn                   *sql.Conn
-	insert, addAgg, newAgg *sql.Stmt
-	// rows are the current batch's sums per aggregate row, reused from
-	// batch to batch.
-	rows map[aggKey]sums
-}
-
-func newCommitter(ctx context.Context, db *sql.DB) (*committer, error) {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c := &committer{conn: conn, rows: map[aggKey]sums{}}
-	for _, s := range []struct {
-		stmt  **sql.Stmt
-		query string
-	}{{&c.insert, insert}, {&c.addAgg, addAgg}, {&c.newAgg, newAgg}} {
-		if *s.stmt, err = conn.PrepareContext(ctx, s.query); err != nil {
-			return nil, errors.Join(err, c.close())
-		}
-	}
-	return c, nil
-}
-
-// close closes what newCommitter prepared, and the connection.
-func (c *committer) close() error {
-	var errs []error
-	for _, s := range []*sql.Stmt{c.insert, c.addAgg, c.newAgg} {
-		if s != nil {
-			errs = append(errs, s.Close())
-		}
-	}
-	return errors.Join(append(errs, c.conn.Close())...)
-}
-
-// write inserts batch and adds it to the aggregates in one transaction,
-// and commits it. The aggregates count only the records the inserts
-// stored (a RequestID already in the ledger is skipped, and is not
-// counted again), summed per aggregate row first, so a batch costs one
-// update (or, for a new row, insert) per row it touches rather than three
-// per record. If an insert fails, or a record's sums would overflow the
-// batch's, it rolls back and returns the index of that record with the
-// error; if anything else fails (BEGIN, an aggregate, COMMIT), it returns
-// -1.
-//
-// The records and their aggregates land together or not at all: every
-// statement runs in the one transaction, and SQLite's rollback — on an
-// error here, or in recovery after a crash before COMMIT's WAL sync —
-// undoes them all. TestAggregateFailureWritesNothing and
-// TestCrashLosesNothing check both ways.
-func (c *committer) write(ctx context.Context, batch []*pending) (int, error) {
-	if _, err := c.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return -1, errors.Join(fmt.Errorf("begin: %w", err), c.rollback(ctx))
-	}
-	clear(c.rows)
-	for i, p := range batch {
-		res, err := c.insert.ExecContext(ctx, p.args...)
-		if err != nil {
-			return i, errors.Join(fmt.Errorf("insert: %w", err), c.rollback(ctx))
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return -1, errors.Join(fmt.Errorf("insert: %w", err), c.rollback(ctx))
-		}
-		if n == 0 {
-			continue // a duplicate RequestID: not stored, not counted
-		}
-		if err := c.count(p.agg); err != nil {
-			return i, errors.Join(err, c.rollback(ctx))
-		}
-	}
-	for k, s := range c.rows {
-		if err := c.add(ctx, k, s); err != nil {
-			return -1, errors.Join(fmt.Errorf("aggregate %s %q model %q bucket %d: %w", k.scope, k.id, k.model, k.bucket, err),
-				c.rollback(ctx))
-		}
-	}
-	if _, err := c.conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return -1, errors.Join(fmt.Errorf("commit: %w", err), c.rollback(ctx))
-	}
-	return -1, nil
-}
-
-// add adds s to the aggregate row k, creating it if missing.
-func (c *committer) add(ctx context.Context, k aggKey, s sums) error {
-	args := []any{string(k.scope), k.id, k.model, k.bucket, s.cost.Micros(), s.cost.Remainder(),
-		s.input, s.cachedInput, s.output, s.requests}
-	res, err := c.addAgg.ExecContext(ctx, args...)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 1 {
-		return err
-	}
-	_, err = c.newAgg.ExecContext(ctx, args...)
-	return err
-}
-
-// count adds a stored record's sums to the rows of its scopes.
-func (c *committer) count(a aggInput) error {
-	for _, s := range [...]struct {
-		scope ledger.Scope
-		id    string
-	}{{ledger.ScopeKey, a.key}, {ledger.ScopeTeam, a.team}, {ledger.ScopeOrg, a.org}} {
-		if s.id == "" {
-			continue
-		}
-		k := aggKey{scope: s.scope, id: s.id, model: a.model, bucket: a.bucket}
-		sum, ok := c.rows[k].plus(a.sums)
-		if !ok {
-			return fmt.Errorf("aggregate %s %q model %q bucket %d: %w", k.scope, k.id, k.model, k.bucket, errOverflow)
-		}
-		c.rows[k] = sum
-	}
-	return nil
-}
-
-// rollback ends the transaction. SQLite may have rolled it back already
-// (some errors do), and then there is nothing to roll back: that is not
-// an error.
-func (c *committer) rollback(ctx context.Context) error {
-	_, err := c.conn.ExecContext(ctx, "ROLLBACK")
-	if err != nil && sqliteCode(err)&0xff == sqlite3.SQLITE_ERROR {
-		return nil // "cannot rollback - no transaction is active"
-	}
-	return err
 }

@@ -286,6 +286,7 @@ func (l *Ledger) ingest(ctx context.Context, c *committer, stop <-chan struct{})
 	s := &l.ing
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	idle := l.newIdle(c)
 	stopping := false
 	for {
 		s.mu.Lock()
@@ -297,7 +298,11 @@ func (l *Ledger) ingest(ctx context.Context, c *committer, stop <-chan struct{})
 			}
 			select {
 			case <-s.wake:
+				idle.stop()
+			case <-idle.due():
+				idle.checkpoint(ctx)
 			case <-stop:
+				idle.stop()
 				stopping = true
 			}
 			continue
@@ -315,6 +320,7 @@ func (l *Ledger) ingest(ctx context.Context, c *committer, stop <-chan struct{})
 			}
 		}
 		items := s.take()
+		idle.committed()
 		if err := l.ingestItems(ctx, c, items, stop); err != nil {
 			// The spooled records left are replayed at the next Open;
 			// the direct ones are in no spool, and their Appends wait.

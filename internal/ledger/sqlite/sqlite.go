@@ -107,6 +107,7 @@ type Ledger struct {
 	closed  bool      // no more Appends: Run returned, or Close was called
 
 	nRecords, nCommits atomic.Int64
+	nCheckpoints       atomic.Int64 // idle checkpoints (see checkpointIdle)
 
 	// With a spool (nil without): see spool.go and ingest.go.
 	sp        *spool
