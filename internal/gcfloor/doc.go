@@ -6,10 +6,13 @@
 // holds, it collects after every 4–10 MiB allocated, hundreds of times a
 // second under load, and each cycle costs the same fixed work (stacks,
 // globals, the write barrier's phases) however little is garbage. A
-// Floor sets GOGC, from the live heap it reads, so that the goal is at
-// least the live heap plus a fixed headroom: for a small heap the cycles
-// become rarer at the cost of at most that headroom in memory, and a
-// large heap (many keys) keeps GOGC's default and its proportion.
+// Floor sets GOGC, from the live heap it reads, so that while the process
+// allocates quickly the goal is at least the live heap plus a fixed
+// headroom: for a small heap the cycles become rarer at the cost of at
+// most that headroom in memory, and a large heap (many keys) keeps GOGC's
+// default and its proportion. A process allocating slowly (idle) keeps
+// GOGC's default, so its heap, and what the scavenger hands back to the
+// OS, stays small.
 //
 // It owns only the process's GC percentage, and only while Run runs; it
 // never sets a memory limit.

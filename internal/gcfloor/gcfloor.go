@@ -8,17 +8,22 @@ import (
 	"time"
 )
 
-// Floor sets the GC percentage from the live heap.
+// Floor sets the GC percentage from the live heap and the allocation
+// rate.
 type Floor struct {
 	// Headroom is the least the heap may grow past the live heap before a
-	// collection.
+	// collection, while the process allocates at least an eighth of it an
+	// Interval; below that rate the collector runs seldom anyway, and GOGC's
+	// default keeps an idle process's heap (and what the scavenger hands
+	// back) small.
 	Headroom uint64
-	// Interval is how often the live heap is read.
+	// Interval is how often the heap is read.
 	Interval time.Duration
-	// Live reads the live heap in bytes, and Set sets the GC percentage
-	// and returns the previous one: runtime/metrics' /gc/heap/live:bytes
-	// and debug.SetGCPercent when nil.
-	Live func() uint64
+	// Read returns the live heap and the bytes allocated since the start,
+	// and Set sets the GC percentage and returns the previous one:
+	// runtime/metrics' /gc/heap/live:bytes and /gc/heap/allocs:bytes, and
+	// debug.SetGCPercent, when nil.
+	Read func() (live, allocs uint64)
 	Set  func(int) int
 }
 
@@ -46,14 +51,15 @@ func Percent(live, headroom uint64) int {
 	return int(max(p, MinPercent))
 }
 
-// Run keeps the percentage at Percent(live, Headroom) until ctx ends,
-// then restores the percentage it found. It changes the percentage only
-// when it moves by more than an eighth (setting it stops the world), and
-// returns nil.
+// Run sets the percentage every Interval until ctx ends — Percent(live,
+// Headroom) while an Interval's allocation reaches Headroom/8, else
+// MinPercent — then restores the percentage it found. It starts at
+// MinPercent, changes the percentage only when it moves by more than an
+// eighth (setting it stops the world), and returns nil.
 func (f Floor) Run(ctx context.Context) error {
-	live, set := f.Live, f.Set
-	if live == nil {
-		live = liveHeap
+	read, set := f.Read, f.Set
+	if read == nil {
+		read = heap
 	}
 	if set == nil {
 		set = debug.SetGCPercent
@@ -62,9 +68,10 @@ func (f Floor) Run(ctx context.Context) error {
 	if interval <= 0 {
 		interval = time.Second
 	}
-	cur := Percent(live(), f.Headroom)
+	cur := MinPercent
 	prev := set(cur)
 	defer set(prev)
+	_, last := read()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -73,19 +80,29 @@ func (f Floor) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if p := Percent(live(), f.Headroom); p > cur+cur/8 || p < cur-cur/8 {
+		live, allocs := read()
+		p := MinPercent
+		if allocs-last >= f.Headroom/8 {
+			p = Percent(live, f.Headroom)
+		}
+		last = allocs
+		if p > cur+cur/8 || p < cur-cur/8 {
 			set(p)
 			cur = p
 		}
 	}
 }
 
-// liveHeap is the heap the last collection found live.
-func liveHeap() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+// heap reads the heap the last collection found live and the bytes
+// allocated since the start.
+func heap() (live, allocs uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		live = s[0].Value.Uint64()
 	}
-	return s[0].Value.Uint64()
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		allocs = s[1].Value.Uint64()
+	}
+	return live, allocs
 }

@@ -3,6 +3,7 @@ package gcfloor
 import (
 	"context"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -32,25 +33,28 @@ func TestPercent(t *testing.T) {
 	}
 }
 
-// TestRun: Run follows the live heap it reads, leaves small moves alone,
-// and restores the percentage it found when its context ends.
+// TestRun: Run follows the live heap while the process allocates at
+// least an eighth of the headroom an interval, keeps GOGC's default
+// below that rate, leaves small moves alone, and restores the percentage
+// it found when its context ends.
 func TestRun(t *testing.T) {
 	const mib = 1 << 20
 	var mu sync.Mutex
-	live, pct := uint64(4*mib), 100
+	live, allocs, rate, pct := uint64(4*mib), uint64(0), uint64(0), 50
 	var sets []int
-	read := make(chan struct{}, 100)
+	read := make(chan struct{}) // a signal only reaches a step waiting for it: no stale ones
 	f := Floor{
 		Headroom: 32 * mib,
 		Interval: time.Millisecond,
-		Live: func() uint64 {
+		Read: func() (uint64, uint64) {
 			mu.Lock()
 			defer mu.Unlock()
+			allocs += rate
 			select {
 			case read <- struct{}{}:
 			default:
 			}
-			return live
+			return live, allocs
 		},
 		Set: func(p int) int {
 			mu.Lock()
@@ -64,44 +68,40 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
-	waitReads := func(n int) {
-		for range n {
+	step := func(what string, set func(), want int) {
+		t.Helper()
+		mu.Lock()
+		set()
+		mu.Unlock()
+		for range 3 { // the change is read by the second read after it
 			<-read
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		if pct != want {
+			t.Errorf("%s: percent %d, want %d", what, pct, want)
+		}
 	}
-	waitReads(2)
-	mu.Lock()
-	if pct != 800 {
-		t.Errorf("percent %d with 4 MiB live, want 800", pct)
-	}
-	live = 4*mib + mib/4 // 753%: within an eighth of 800, left alone
-	mu.Unlock()
-	waitReads(3)
-	mu.Lock()
-	if pct != 800 {
-		t.Errorf("percent %d after a small move, want 800 kept", pct)
-	}
-	live = 64 * mib
-	mu.Unlock()
-	waitReads(3)
-	mu.Lock()
-	if pct != MinPercent {
-		t.Errorf("percent %d with 64 MiB live, want %d", pct, MinPercent)
-	}
-	mu.Unlock()
+	step("idle, 4 MiB live", func() {}, MinPercent)
+	step("3 MiB an interval", func() { rate = 3 * mib }, MinPercent)
+	step("4 MiB an interval", func() { rate = 4 * mib }, 800)
+	step("a small move of the live heap", func() { live = 4*mib + mib/4 }, 800)
+	step("64 MiB live", func() { live = 64 * mib }, MinPercent)
+	step("8 MiB live", func() { live = 8 * mib }, 400)
+	step("idle again", func() { rate = 0 }, MinPercent)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if pct != 100 || len(sets) != 3 {
-		t.Errorf("after Run: percent %d, sets %v; want 100 restored after [800 100 100]", pct, sets)
+	if want := []int{100, 800, 100, 400, 100, 50}; pct != 50 || !slices.Equal(sets, want) {
+		t.Errorf("after Run: percent %d, sets %v; want 50 restored, sets %v", pct, sets, want)
 	}
 }
 
-// TestLiveHeap: the runtime reports a live heap.
-func TestLiveHeap(t *testing.T) {
+// TestHeap: the runtime reports a live heap and allocations.
+func TestHeap(t *testing.T) {
 	runtime.GC()
-	if liveHeap() == 0 {
-		t.Error("/gc/heap/live:bytes read 0")
+	if live, allocs := heap(); live == 0 || allocs < live {
+		t.Errorf("heap() = %d live, %d allocated", live, allocs)
 	}
 }
