@@ -152,38 +152,20 @@ func decodeAddress(b []byte, m *corev3.Address) bool {
 		b = b[n:]
 		switch num {
 		case 1:
-			a, ok := m.Address.(*corev3.Address_SocketAddress)
-			if !ok {
-				a = &corev3.Address_SocketAddress{}
-			}
-			if a.SocketAddress == nil {
-				a.SocketAddress = &corev3.SocketAddress{}
-			}
-			if !decodeSocketAddress(e, a.SocketAddress) {
+			a := oneof[corev3.Address_SocketAddress](m.Address)
+			if !decodeSocketAddress(e, orNew(&a.SocketAddress)) {
 				return false
 			}
 			m.Address = a
 		case 2:
-			a, ok := m.Address.(*corev3.Address_Pipe)
-			if !ok {
-				a = &corev3.Address_Pipe{}
-			}
-			if a.Pipe == nil {
-				a.Pipe = &corev3.Pipe{}
-			}
-			if !decodePipe(e, a.Pipe) {
+			a := oneof[corev3.Address_Pipe](m.Address)
+			if !decodePipe(e, orNew(&a.Pipe)) {
 				return false
 			}
 			m.Address = a
 		case 3:
-			a, ok := m.Address.(*corev3.Address_EnvoyInternalAddress)
-			if !ok {
-				a = &corev3.Address_EnvoyInternalAddress{}
-			}
-			if a.EnvoyInternalAddress == nil {
-				a.EnvoyInternalAddress = &corev3.EnvoyInternalAddress{}
-			}
-			if !decodeInternalAddress(e, a.EnvoyInternalAddress) {
+			a := oneof[corev3.Address_EnvoyInternalAddress](m.Address)
+			if !decodeInternalAddress(e, orNew(&a.EnvoyInternalAddress)) {
 				return false
 			}
 			m.Address = a

@@ -85,64 +85,28 @@ func ProcessingRequest(b []byte, r *extprocsvc.ProcessingRequest, skipContext bo
 		switch num {
 		case fieldRequestHeaders:
 			headers = true
-			w, isW := r.Request.(*extprocsvc.ProcessingRequest_RequestHeaders)
-			if !isW {
-				w = &extprocsvc.ProcessingRequest_RequestHeaders{}
-			}
-			if w.RequestHeaders == nil {
-				w.RequestHeaders = &extprocsvc.HttpHeaders{}
-			}
-			ok = decodeHTTPHeaders(e, w.RequestHeaders)
+			w := oneof[extprocsvc.ProcessingRequest_RequestHeaders](r.Request)
+			ok = decodeHTTPHeaders(e, orNew(&w.RequestHeaders))
 			r.Request = w
 		case 3:
-			w, isW := r.Request.(*extprocsvc.ProcessingRequest_ResponseHeaders)
-			if !isW {
-				w = &extprocsvc.ProcessingRequest_ResponseHeaders{}
-			}
-			if w.ResponseHeaders == nil {
-				w.ResponseHeaders = &extprocsvc.HttpHeaders{}
-			}
-			ok = decodeHTTPHeaders(e, w.ResponseHeaders)
+			w := oneof[extprocsvc.ProcessingRequest_ResponseHeaders](r.Request)
+			ok = decodeHTTPHeaders(e, orNew(&w.ResponseHeaders))
 			r.Request = w
 		case 4:
-			w, isW := r.Request.(*extprocsvc.ProcessingRequest_RequestBody)
-			if !isW {
-				w = &extprocsvc.ProcessingRequest_RequestBody{}
-			}
-			if w.RequestBody == nil {
-				w.RequestBody = &extprocsvc.HttpBody{}
-			}
-			ok = decodeHTTPBody(e, w.RequestBody)
+			w := oneof[extprocsvc.ProcessingRequest_RequestBody](r.Request)
+			ok = decodeHTTPBody(e, orNew(&w.RequestBody))
 			r.Request = w
 		case 5:
-			w, isW := r.Request.(*extprocsvc.ProcessingRequest_ResponseBody)
-			if !isW {
-				w = &extprocsvc.ProcessingRequest_ResponseBody{}
-			}
-			if w.ResponseBody == nil {
-				w.ResponseBody = &extprocsvc.HttpBody{}
-			}
-			ok = decodeHTTPBody(e, w.ResponseBody)
+			w := oneof[extprocsvc.ProcessingRequest_ResponseBody](r.Request)
+			ok = decodeHTTPBody(e, orNew(&w.ResponseBody))
 			r.Request = w
 		case 6:
-			w, isW := r.Request.(*extprocsvc.ProcessingRequest_RequestTrailers)
-			if !isW {
-				w = &extprocsvc.ProcessingRequest_RequestTrailers{}
-			}
-			if w.RequestTrailers == nil {
-				w.RequestTrailers = &extprocsvc.HttpTrailers{}
-			}
-			ok = decodeHTTPTrailers(e, w.RequestTrailers)
+			w := oneof[extprocsvc.ProcessingRequest_RequestTrailers](r.Request)
+			ok = decodeHTTPTrailers(e, orNew(&w.RequestTrailers))
 			r.Request = w
 		case 7:
-			w, isW := r.Request.(*extprocsvc.ProcessingRequest_ResponseTrailers)
-			if !isW {
-				w = &extprocsvc.ProcessingRequest_ResponseTrailers{}
-			}
-			if w.ResponseTrailers == nil {
-				w.ResponseTrailers = &extprocsvc.HttpTrailers{}
-			}
-			ok = decodeHTTPTrailers(e, w.ResponseTrailers)
+			w := oneof[extprocsvc.ProcessingRequest_ResponseTrailers](r.Request)
+			ok = decodeHTTPTrailers(e, orNew(&w.ResponseTrailers))
 			r.Request = w
 		case 11:
 			if r.ProtocolConfig == nil {

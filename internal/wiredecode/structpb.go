@@ -113,14 +113,8 @@ func decodeValue(b []byte, m *structpb.Value, depth int) bool {
 			if e, n = delimited(b); n < 0 {
 				return false
 			}
-			k, ok := m.Kind.(*structpb.Value_StructValue)
-			if !ok {
-				k = &structpb.Value_StructValue{}
-			}
-			if k.StructValue == nil {
-				k.StructValue = &structpb.Struct{}
-			}
-			if !decodeStruct(e, k.StructValue, depth+1) {
+			k := oneof[structpb.Value_StructValue](m.Kind)
+			if !decodeStruct(e, orNew(&k.StructValue), depth+1) {
 				return false
 			}
 			m.Kind = k
@@ -129,14 +123,8 @@ func decodeValue(b []byte, m *structpb.Value, depth int) bool {
 			if e, n = delimited(b); n < 0 {
 				return false
 			}
-			k, ok := m.Kind.(*structpb.Value_ListValue)
-			if !ok {
-				k = &structpb.Value_ListValue{}
-			}
-			if k.ListValue == nil {
-				k.ListValue = &structpb.ListValue{}
-			}
-			if !decodeList(e, k.ListValue, depth+1) {
+			k := oneof[structpb.Value_ListValue](m.Kind)
+			if !decodeList(e, orNew(&k.ListValue), depth+1) {
 				return false
 			}
 			m.Kind = k

@@ -104,3 +104,22 @@ func count(b []byte, num protowire.Number) int {
 	}
 	return c
 }
+
+// oneof is the member of type W that the oneof field holds now, or a new
+// one: protobuf merges a member that comes again into the one there, and
+// one of another case replaces it.
+func oneof[W any](held any) *W {
+	if w, ok := held.(*W); ok {
+		return w
+	}
+	return new(W)
+}
+
+// orNew is *p, made first if it is nil: an embedded message that comes
+// again merges into the one there.
+func orNew[T any](p **T) *T {
+	if *p == nil {
+		*p = new(T)
+	}
+	return *p
+}
