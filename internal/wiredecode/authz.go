@@ -1,6 +1,8 @@
 package wiredecode
 
 import (
+	"google.golang.org/protobuf/encoding/protowire"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -18,25 +20,18 @@ import (
 // and tls_session.
 func CheckRequest(b []byte, r *authv3.CheckRequest) bool {
 	r.Reset()
-	for len(b) > 0 {
-		num, typ, n := tag(b)
-		if n < 0 || num != 1 || typ != bytesType {
+	return messageFields(b, func(num protowire.Number, e []byte) bool {
+		if num != 1 {
 			return false
 		}
-		b = b[n:]
-		e, n := delimited(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
 		if r.Attributes == nil {
 			r.Attributes = &authv3.AttributeContext{}
 		}
 		if !decodeAttributeContext(e, r.Attributes) {
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 // decodeAttributeContext merges the AttributeContext b encodes into m:
@@ -144,17 +139,7 @@ func decodePeer(b []byte, m *authv3.AttributeContext_Peer) bool {
 // decodeRequest merges the AttributeContext.Request b encodes into m:
 // time (1), http (2).
 func decodeRequest(b []byte, m *authv3.AttributeContext_Request) bool {
-	for len(b) > 0 {
-		num, typ, n := tag(b)
-		if n < 0 || typ != bytesType {
-			return false
-		}
-		b = b[n:]
-		e, n := delimited(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	return messageFields(b, func(num protowire.Number, e []byte) bool {
 		switch num {
 		case 1:
 			if m.Time == nil {
@@ -173,8 +158,8 @@ func decodeRequest(b []byte, m *authv3.AttributeContext_Request) bool {
 		default:
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 // decodeHTTPRequest merges the AttributeContext.HttpRequest b encodes

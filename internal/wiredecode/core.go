@@ -17,38 +17,24 @@ func decodeMetadata(b []byte, m *corev3.Metadata, depth int) bool {
 	if depth >= maxDepth {
 		return false
 	}
-	for len(b) > 0 {
-		num, typ, n := tag(b)
-		if n < 0 || num != 1 || typ != bytesType {
+	return messageFields(b, func(num protowire.Number, e []byte) bool {
+		if num != 1 {
 			return false
 		}
-		b = b[n:]
-		e, n := delimited(b)
-		if n < 0 || !decodeStructMap(e, &m.FilterMetadata, depth+1) {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
+		return decodeStructMap(e, &m.FilterMetadata, depth+1)
+	})
 }
 
 // decodeHeaderMap merges the HeaderMap b encodes into m: headers (1),
 // repeated HeaderValue, appended.
 func decodeHeaderMap(b []byte, m *corev3.HeaderMap) bool {
 	var batch []corev3.HeaderValue // the headers, allocated at once
-	for len(b) > 0 {
-		num, typ, n := tag(b)
-		if n < 0 || num != 1 || typ != bytesType {
+	return messageFields(b, func(num protowire.Number, e []byte) bool {
+		if num != 1 {
 			return false
 		}
-		b = b[n:]
-		e, n := delimited(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
 		if len(batch) == 0 {
-			c := 1 + count(b, 1)
+			c := count(b, 1) // every field 1 of b, this one included
 			batch = make([]corev3.HeaderValue, c)
 			if m.Headers == nil {
 				m.Headers = make([]*corev3.HeaderValue, 0, c)
@@ -60,8 +46,8 @@ func decodeHeaderMap(b []byte, m *corev3.HeaderMap) bool {
 			return false
 		}
 		m.Headers = append(m.Headers, h)
-	}
-	return true
+		return true
+	})
 }
 
 // decodeHeaderValue merges the HeaderValue b encodes into m: key (1),
@@ -139,17 +125,7 @@ func stringMapEntry(b []byte, m *map[string]string, num protowire.Number) int {
 // decodeAddress merges the Address b encodes into m: the address oneof
 // of socket_address (1), pipe (2) and envoy_internal_address (3).
 func decodeAddress(b []byte, m *corev3.Address) bool {
-	for len(b) > 0 {
-		num, typ, n := tag(b)
-		if n < 0 || typ != bytesType {
-			return false
-		}
-		b = b[n:]
-		e, n := delimited(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	return messageFields(b, func(num protowire.Number, e []byte) bool {
 		switch num {
 		case 1:
 			a := oneof[corev3.Address_SocketAddress](m.Address)
@@ -172,8 +148,8 @@ func decodeAddress(b []byte, m *corev3.Address) bool {
 		default:
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 // decodeSocketAddress merges the SocketAddress b encodes into m:

@@ -232,25 +232,18 @@ func decodeHTTPBody(b []byte, m *extprocsvc.HttpBody) bool {
 // decodeHTTPTrailers merges the HttpTrailers b encodes into m: trailers
 // (1).
 func decodeHTTPTrailers(b []byte, m *extprocsvc.HttpTrailers) bool {
-	for len(b) > 0 {
-		num, typ, n := tag(b)
-		if n < 0 || num != 1 || typ != bytesType {
+	return messageFields(b, func(num protowire.Number, e []byte) bool {
+		if num != 1 {
 			return false
 		}
-		b = b[n:]
-		e, n := delimited(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
 		if m.Trailers == nil {
 			m.Trailers = &corev3.HeaderMap{}
 		}
 		if !decodeHeaderMap(e, m.Trailers) {
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 // decodeProtocolConfig merges the ProtocolConfiguration b encodes into

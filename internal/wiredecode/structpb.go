@@ -1,6 +1,8 @@
 package wiredecode
 
 import (
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"math"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -15,19 +17,12 @@ func decodeStruct(b []byte, m *structpb.Struct, depth int) bool {
 		return false
 	}
 	var batch []structpb.Value // the entries' values, allocated at once
-	for len(b) > 0 {
-		num, typ, n := tag(b)
-		if n < 0 || num != 1 || typ != bytesType {
+	return messageFields(b, func(num protowire.Number, e []byte) bool {
+		if num != 1 {
 			return false
 		}
-		b = b[n:]
-		e, n := delimited(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
 		if len(batch) == 0 {
-			c := 1 + count(b, 1)
+			c := count(b, 1) // every field 1 of b, this one included
 			batch = make([]structpb.Value, c)
 			if m.Fields == nil {
 				m.Fields = make(map[string]*structpb.Value, c)
@@ -40,8 +35,8 @@ func decodeStruct(b []byte, m *structpb.Struct, depth int) bool {
 			return false
 		}
 		m.Fields[k] = v
-	}
-	return true
+		return true
+	})
 }
 
 // valueEntry decodes a map<string, Value> entry into its key and v (a
@@ -146,19 +141,12 @@ func decodeList(b []byte, m *structpb.ListValue, depth int) bool {
 		return false
 	}
 	var batch []structpb.Value
-	for len(b) > 0 {
-		num, typ, n := tag(b)
-		if n < 0 || num != 1 || typ != bytesType {
+	return messageFields(b, func(num protowire.Number, e []byte) bool {
+		if num != 1 {
 			return false
 		}
-		b = b[n:]
-		e, n := delimited(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
 		if len(batch) == 0 {
-			c := 1 + count(b, 1)
+			c := count(b, 1) // every field 1 of b, this one included
 			batch = make([]structpb.Value, c)
 			if m.Values == nil {
 				m.Values = make([]*structpb.Value, 0, c)
@@ -170,8 +158,8 @@ func decodeList(b []byte, m *structpb.ListValue, depth int) bool {
 			return false
 		}
 		m.Values = append(m.Values, v)
-	}
-	return true
+		return true
+	})
 }
 
 // structEntry decodes a map<string, Struct> entry (filter_metadata,

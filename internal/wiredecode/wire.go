@@ -123,3 +123,26 @@ func orNew[T any](p **T) *T {
 	}
 	return *p
 }
+
+// messageFields calls f with the number and content of each field of the
+// message b, every one of which must be length-delimited (an embedded
+// message, a string, bytes or a map entry). It reports false for bytes
+// that are not such fields, or as soon as f does.
+func messageFields(b []byte, f func(num protowire.Number, e []byte) bool) bool {
+	for len(b) > 0 {
+		num, typ, n := tag(b)
+		if n < 0 || typ != bytesType {
+			return false
+		}
+		b = b[n:]
+		e, n := delimited(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if !f(num, e) {
+			return false
+		}
+	}
+	return true
+}
