@@ -379,6 +379,22 @@ func (s *Snapshot) DeclaredKeys() []KeyPolicy {
 	return ks
 }
 
+// DeclaredKey returns the declared key whose ID is id ("config:<name>"),
+// compiling only that one.
+func (s *Snapshot) DeclaredKey(id string) (KeyPolicy, bool) {
+	name, ok := strings.CutPrefix(id, "config:")
+	if !ok {
+		return KeyPolicy{}, false
+	}
+	for i := range s.cfg.Keys {
+		if s.cfg.Keys[i].Name == name {
+			kp, _ := keyPolicy(&s.cfg.Keys[i]) // compile checked that none fails
+			return kp, true
+		}
+	}
+	return KeyPolicy{}, false
+}
+
 // keyPolicy compiles a declared key; an error names the field at fault.
 func keyPolicy(k *DeclaredKey) (KeyPolicy, error) {
 	set, err := NewModelSet(k.Models)

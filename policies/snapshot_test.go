@@ -144,6 +144,16 @@ func TestCompile(t *testing.T) {
 	if diff := cmp.Diff(wantKeys, s.DeclaredKeys(), cmpSets); diff != "" {
 		t.Errorf("DeclaredKeys (-want +got):\n%s", diff)
 	}
+	for _, want := range wantKeys {
+		if got, ok := s.DeclaredKey(want.ID); !ok || !cmp.Equal(want, got, cmpSets) {
+			t.Errorf("DeclaredKey(%q) = %+v, %v; want %+v", want.ID, got, ok, want)
+		}
+	}
+	for _, id := range []string{"config:nope", "ci-bot", "", "config:"} {
+		if k, ok := s.DeclaredKey(id); ok {
+			t.Errorf("DeclaredKey(%q) found %+v", id, k)
+		}
+	}
 }
 
 func sha256Bytes(t *testing.T, hexHash string) [32]byte {

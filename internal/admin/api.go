@@ -390,15 +390,7 @@ func (s *Server) budgets(p *keyring.Principal) (int, any, *apiError) {
 }
 
 func declaredKey(snap *policies.Snapshot, id string) (policies.KeyPolicy, bool) {
-	if !strings.HasPrefix(id, "config:") {
-		return policies.KeyPolicy{}, false
-	}
-	for _, k := range snap.DeclaredKeys() {
-		if k.ID == id {
-			return k, true
-		}
-	}
-	return policies.KeyPolicy{}, false
+	return snap.DeclaredKey(id)
 }
 
 func noKey(id string) *apiError {
