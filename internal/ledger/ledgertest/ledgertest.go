@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) Backend) {
 		{"Totals", lr(testTotals)},
 		{"ExactCosts", testExactCosts},
 		{"Filters", lr(testFilters)},
+		{"FiltersAcrossDays", lr(testFiltersAcrossDays)},
 		{"InvalidQueries", lr(testInvalidQueries)},
 		{"ConcurrentAppends", lr(testConcurrentAppends)},
 		{"CanceledContext", testCanceledContext},
@@ -568,6 +569,72 @@ func testFilters(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 		}
 		if diff := cmp.Diff(wantTotals, totals(t, rd, tt.f, ledger.ByNone), cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("%s: Totals(%+v, none) (-want +got):\n%s", tt.name, tt.f, diff)
+		}
+	}
+}
+
+// testFiltersAcrossDays: records at the ends of what a ledger stores
+// (Unix nanoseconds from math.MinInt64 to math.MaxInt64), on both sides
+// of the epoch and of day boundaries, each filtered by bounds at those
+// same instants, a nanosecond off them and beyond what is storable, alone
+// and with each column filter: Records (whole and limited) and Totals
+// select what the model (Memory) selects. A backend that reads by day,
+// or by any other partition of time, must find the records at either end.
+func testFiltersAcrossDays(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
+	const day = int64(24 * time.Hour)
+	ns := func(n int64) time.Time { return time.Unix(0, n).In(zone) }
+	d2025 := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	instants := []int64{
+		math.MinInt64, math.MinInt64 + 1, -day - 1, -day, -day + 1, -1, 1,
+		day - 1, day, day + 1, d2025 - 1, d2025, d2025 + 1, math.MaxInt64 - 1, math.MaxInt64,
+	}
+	var m Memory
+	for i, n := range instants {
+		r := fullRecord(fmt.Sprintf("r%02d", i), ns(n))
+		r.FinishedAt = r.StartedAt // the span's ends have no room for more
+		r.KeyID, r.Team = fmt.Sprintf("key_%d", i%2), fmt.Sprintf("team-%d", i%3)
+		r.Org, r.Model = fmt.Sprintf("org-%d", i%2), fmt.Sprintf("model-%d", i%3)
+		appendAll(t, l, r)
+		if err := m.Append(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bounds := []time.Time{
+		{}, time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC),
+		ns(math.MinInt64), ns(math.MinInt64 + 1), ns(math.MinInt64 + 2), ns(-day), ns(-day + 1), ns(-1), ns(1), ns(2),
+		ns(day), ns(day + 1), ns(d2025), ns(d2025 + 1), ns(math.MaxInt64 - 1), ns(math.MaxInt64),
+	}
+	columns := []ledger.Filter{
+		{}, {KeyID: "key_1"}, {Team: "team-0"}, {Org: "org-0"}, {Model: "model-2"},
+		{KeyID: "key_0", Model: "model-0"}, {KeyID: "key_none"},
+	}
+	for _, since := range bounds {
+		for _, until := range bounds {
+			if !since.IsZero() && !until.IsZero() && until.Before(since) {
+				continue
+			}
+			for _, c := range columns {
+				f := c
+				f.Since, f.Until = since, until
+				for _, limit := range []int{0, 1} {
+					f.Limit = limit
+					want, err := m.Records(t.Context(), f)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if diff := cmp.Diff(want, records(t, rd, f), cmpopts.EquateEmpty()); diff != "" {
+						t.Fatalf("Records(%+v) (-want +got):\n%s", f, diff)
+					}
+				}
+				f.Limit = 0
+				want, err := m.Totals(t.Context(), f, ledger.ByKey)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(want, totals(t, rd, f, ledger.ByKey), cmpopts.EquateEmpty()); diff != "" {
+					t.Fatalf("Totals(%+v, key) (-want +got):\n%s", f, diff)
+				}
+			}
 		}
 	}
 }

@@ -67,18 +67,15 @@ func aggregateOf(r ledger.Record) aggInput {
 }
 
 // The queries of Buckets and Lifetime: rows in aggColumns' order, with a
-// NULL bucket for none. Lifetime sums the rows' whole micro-dollars and
-// their pico-dollar remainders apart (each below 10⁶, so their sum cannot
-// overflow), and aggregates puts them together exactly. Buckets' rows are sorted in Go: with an ORDER BY,
-// SQLite would rather scan the whole table in primary-key order than
-// read the recent buckets through spend_agg_bucket and sort them, and at
-// start-up a ledger's current month is a small part of its history.
+// NULL bucket for none. Buckets reads a range of spend_agg's primary key
+// (led by the bucket) and sorts in Go; Lifetime reads spend_life, one row
+// per scope, id and model, in its primary key's order.
 const (
 	allBucketsQuery = `SELECT ` + aggColumns + ` FROM spend_agg`
 	bucketsQuery    = allBucketsQuery + ` WHERE bucket >= ?`
 	lifetimeQuery   = `SELECT scope, id, model, NULL,
-		sum(cost_micros), sum(cost_pico), sum(input_tokens), sum(cached_input_tokens), sum(output_tokens), sum(requests)
-		FROM spend_agg GROUP BY scope, id, model ORDER BY scope, id, model`
+		cost_micros, cost_pico, input_tokens, cached_input_tokens, output_tokens, requests
+		FROM spend_life ORDER BY scope, id, model`
 )
 
 // Buckets returns the aggregates of every bucket from the one that holds
@@ -109,8 +106,8 @@ func (l *Ledger) Buckets(ctx context.Context, since time.Time) ([]ledger.Aggrega
 }
 
 // Lifetime returns every scope, id and model's sums over all buckets,
-// sorted by scope, id and model; Bucket is zero. The table's primary key
-// is in that order, so SQLite sums it in one pass without sorting.
+// sorted by scope, id and model; Bucket is zero: spend_life's rows, which
+// the committer adds to in the transaction that adds to the buckets'.
 func (l *Ledger) Lifetime(ctx context.Context) ([]ledger.Aggregate, error) {
 	if err := l.visible(ctx); err != nil {
 		return nil, fmt.Errorf("ledger/sqlite: lifetime: %w", err)

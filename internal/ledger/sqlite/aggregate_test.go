@@ -280,8 +280,70 @@ func TestAggregateOverflow(t *testing.T) {
 	}
 }
 
-// TestAggregateIndexes checks that Buckets(since) is an index range scan
-// and that Lifetime sums without a sort.
+// TestLifetimeOverflow: a record whose sums would take its lifetime row
+// beyond int64, where no bucket's row overflows (the records are an hour
+// apart), is refused alone, within its batch or against the stored sum,
+// as for a bucket's row; the others are committed, and Lifetime stays the
+// sums of the records stored.
+func TestLifetimeOverflow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.sqlite")
+	seed := openTest(t, path, Options{})
+	stop := start(t, seed)
+	big := record("req_big")
+	big.KeyID, big.Team, big.Org, big.InputTokens = "key_big", "team_big", "org_big", math.MaxInt64-100
+	if err := errors.Join(seed.Append(testctx.Deadline(t), big), stop()); err != nil {
+		t.Fatal(err)
+	}
+
+	l := openTest(t, path, Options{})
+	later := func(r ledger.Record, id string, tokens int64) ledger.Record {
+		r.RequestID, r.InputTokens = id, tokens
+		r.StartedAt, r.FinishedAt = r.StartedAt.Add(time.Hour), r.FinishedAt.Add(time.Hour)
+		return r
+	}
+	over := later(big, "req_over", 200) // against the stored lifetime sum
+	pair := record("req_pair_0")
+	pair.KeyID, pair.Team, pair.Org, pair.InputTokens = "key_pair", "team_pair", "org_pair", math.MaxInt64-100
+	pair1 := later(pair, "req_pair_1", 200) // the pair overflows within the batch
+	fine := record("req_fine")
+	fine.KeyID, fine.Team, fine.Org = "key_fine", "team_fine", "org_fine"
+	wait := appendAsync(t.Context(), l, over, pair, pair1, fine)
+	waitQueued(t, l, 4)
+	start(t, l)
+	errs := wait()
+	if err := errs[over.RequestID]; err == nil || !strings.Contains(err.Error(), "cannot store REAL") {
+		t.Errorf("Append over the stored lifetime sum = %v; want SQLite's refusal", err)
+	}
+	if err := errs[fine.RequestID]; err != nil {
+		t.Errorf("Append(%s) = %v", fine.RequestID, err)
+	}
+	var failed []string
+	for _, id := range []string{pair.RequestID, pair1.RequestID} {
+		if err := errs[id]; err != nil {
+			if !errors.Is(err, errOverflow) {
+				t.Errorf("Append(%s) = %v; want errOverflow", id, err)
+			}
+			failed = append(failed, id)
+		}
+	}
+	if len(failed) != 1 {
+		t.Errorf("of the pair, %v failed; want exactly one", failed)
+	}
+	recs := checkAggregates(t, l)
+	if len(recs) != 3 {
+		t.Errorf("%d records; want 3: big, fine and one of the pair", len(recs))
+	}
+	life, err := l.Lifetime(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(ledgertest.ExpectedLifetime(recs), life); diff != "" {
+		t.Errorf("Lifetime is not the sums of the records (-want +got):\n%s", diff)
+	}
+}
+
+// TestAggregateIndexes checks that Buckets(since) is a range scan of the
+// primary key and that Lifetime reads spend_life without a sort.
 func TestAggregateIndexes(t *testing.T) {
 	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{})
 	for _, q := range []struct {
@@ -289,8 +351,8 @@ func TestAggregateIndexes(t *testing.T) {
 		args      []any
 		want, not string
 	}{
-		{bucketsQuery, []any{1740787200}, "USING INDEX spend_agg_bucket", ""},
-		{lifetimeQuery, nil, "", "TEMP B-TREE"},
+		{bucketsQuery, []any{1740787200}, "SEARCH spend_agg USING PRIMARY KEY (bucket>?)", ""},
+		{lifetimeQuery, nil, "SCAN spend_life", "TEMP B-TREE"},
 	} {
 		plan := explain(t, l, q.query, q.args...)
 		if q.want != "" && !strings.Contains(plan, q.want) {

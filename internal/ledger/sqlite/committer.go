@@ -66,17 +66,18 @@ type driverConn interface {
 type committer struct {
 	conn *sql.Conn
 	// insert writes one record, insertN insertRows records; addAgg and
-	// newAgg write an aggregate row. Prepared on the driver's connection,
-	// used only within conn.Raw.
-	insert, insertN, addAgg, newAgg driver.Stmt
+	// newAgg write an aggregate row, addLife and newLife a lifetime row.
+	// Prepared on the driver's connection, used only within conn.Raw.
+	insert, insertN, addAgg, newAgg, addLife, newLife driver.Stmt
 	// dc is the driver's connection while write runs, nil otherwise.
 	dc driverConn
 	// restore puts the connection's settings back as the pool had them.
 	restore []string
-	// rows are the current batch's sums per aggregate row, and args the
-	// arguments of a statement, both reused from batch to batch.
-	rows map[aggKey]sums
-	args []driver.NamedValue
+	// rows are the current batch's sums per aggregate row, life per
+	// lifetime row (bucket 0), and args the arguments of a statement, all
+	// reused from batch to batch.
+	rows, life map[aggKey]sums
+	args       []driver.NamedValue
 }
 
 func newCommitter(ctx context.Context, db *sql.DB) (*committer, error) {
@@ -84,7 +85,7 @@ func newCommitter(ctx context.Context, db *sql.DB) (*committer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &committer{conn: conn, rows: map[aggKey]sums{}, args: make([]driver.NamedValue, 0, insertRows*numColumns)}
+	c := &committer{conn: conn, rows: map[aggKey]sums{}, life: map[aggKey]sums{}, args: make([]driver.NamedValue, 0, insertRows*numColumns)}
 	for _, p := range []struct {
 		name  string
 		value int
@@ -107,7 +108,8 @@ func newCommitter(ctx context.Context, db *sql.DB) (*committer, error) {
 		for _, s := range []struct {
 			stmt  *driver.Stmt
 			query string
-		}{{&c.insert, insert}, {&c.insertN, insertOf(insertRows)}, {&c.addAgg, addAgg}, {&c.newAgg, newAgg}} {
+		}{{&c.insert, insert}, {&c.insertN, insertOf(insertRows)}, {&c.addAgg, addAgg}, {&c.newAgg, newAgg},
+			{&c.addLife, addLife}, {&c.newLife, newLife}} {
 			stmt, err := d.PrepareContext(ctx, s.query)
 			if err != nil {
 				return err // stmt may be a nil of the driver's type: not kept
@@ -127,7 +129,7 @@ func newCommitter(ctx context.Context, db *sql.DB) (*committer, error) {
 func (c *committer) close() error {
 	errs := []error{c.conn.Raw(func(any) error {
 		var errs []error
-		for _, s := range []driver.Stmt{c.insert, c.insertN, c.addAgg, c.newAgg} {
+		for _, s := range []driver.Stmt{c.insert, c.insertN, c.addAgg, c.newAgg, c.addLife, c.newLife} {
 			if s != nil {
 				errs = append(errs, s.Close())
 			}
@@ -191,6 +193,7 @@ func (c *committer) writeTx(ctx context.Context, batch []*pending, rows int) (in
 		return -1, errors.Join(fmt.Errorf("begin: %w", err), c.rollback(ctx))
 	}
 	clear(c.rows)
+	clear(c.life)
 	for i := 0; i < len(batch); {
 		stmt, n := c.insert, 1
 		if rows > 1 && len(batch)-i >= rows {
@@ -232,8 +235,14 @@ func (c *committer) writeTx(ctx context.Context, batch []*pending, rows int) (in
 		i += n
 	}
 	for k, s := range c.rows {
-		if err := c.add(ctx, k, s); err != nil {
+		if err := c.add(ctx, c.addAgg, c.newAgg, k, true, s); err != nil {
 			return -1, errors.Join(fmt.Errorf("aggregate %s %q model %q bucket %d: %w", k.scope, k.id, k.model, k.bucket, err),
+				c.rollback(ctx))
+		}
+	}
+	for k, s := range c.life {
+		if err := c.add(ctx, c.addLife, c.newLife, k, false, s); err != nil {
+			return -1, errors.Join(fmt.Errorf("lifetime aggregate %s %q model %q: %w", k.scope, k.id, k.model, err),
 				c.rollback(ctx))
 		}
 	}
@@ -316,22 +325,29 @@ func ignoreEOF(err error) error {
 	return err
 }
 
-// add adds s to the aggregate row k, creating it if missing.
-func (c *committer) add(ctx context.Context, k aggKey, s sums) error {
-	args := append(c.args[:0], []driver.NamedValue{
-		{Ordinal: 1, Value: string(k.scope)}, {Ordinal: 2, Value: k.id}, {Ordinal: 3, Value: k.model},
-		{Ordinal: 4, Value: k.bucket}, {Ordinal: 5, Value: s.cost.Micros()}, {Ordinal: 6, Value: s.cost.Remainder()},
-		{Ordinal: 7, Value: s.input}, {Ordinal: 8, Value: s.cachedInput}, {Ordinal: 9, Value: s.output},
-		{Ordinal: 10, Value: s.requests},
-	}...)
-	res, err := c.addAgg.(driver.StmtExecContext).ExecContext(ctx, args)
+// add adds s to the row k with update, or creates it with insert if
+// there is none: an aggregate row (addAgg, newAgg) with its bucket, or a
+// lifetime row (addLife, newLife) without.
+func (c *committer) add(ctx context.Context, update, insert driver.Stmt, k aggKey, bucket bool, s sums) error {
+	args := append(c.args[:0], driver.NamedValue{Value: string(k.scope)}, driver.NamedValue{Value: k.id},
+		driver.NamedValue{Value: k.model})
+	if bucket {
+		args = append(args, driver.NamedValue{Value: k.bucket})
+	}
+	args = append(args, driver.NamedValue{Value: s.cost.Micros()}, driver.NamedValue{Value: s.cost.Remainder()},
+		driver.NamedValue{Value: s.input}, driver.NamedValue{Value: s.cachedInput}, driver.NamedValue{Value: s.output},
+		driver.NamedValue{Value: s.requests})
+	for i := range args {
+		args[i].Ordinal = i + 1
+	}
+	res, err := update.(driver.StmtExecContext).ExecContext(ctx, args)
 	if err != nil {
 		return err
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 1 {
 		return err
 	}
-	_, err = c.exec(ctx, c.newAgg, args)
+	_, err = c.exec(ctx, insert, args)
 	return err
 }
 
@@ -349,7 +365,12 @@ func (c *committer) count(a aggInput) error {
 		if !ok {
 			return fmt.Errorf("aggregate %s %q model %q bucket %d: %w", k.scope, k.id, k.model, k.bucket, errOverflow)
 		}
-		c.rows[k] = sum
+		lk := aggKey{scope: s.scope, id: s.id, model: a.model}
+		life, ok := c.life[lk].plus(a.sums)
+		if !ok {
+			return fmt.Errorf("lifetime aggregate %s %q model %q: %w", k.scope, k.id, k.model, errOverflow)
+		}
+		c.rows[k], c.life[lk] = sum, life
 	}
 	return nil
 }

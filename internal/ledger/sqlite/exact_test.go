@@ -18,7 +18,7 @@ import (
 // aggregates they make: the bulk of a ledger, written in one statement
 // each so that a test of millions of records stays fast. The rows are
 // what Append writes; the aggregate rows are summed exactly, whole
-// micro-dollars and remainders apart.
+// micro-dollars and remainders apart, and so are the lifetime rows.
 func fill(t *testing.T, l *Ledger, key string, n, cost int64, start time.Time) {
 	t.Helper()
 	ctx := t.Context()
@@ -48,6 +48,13 @@ func fill(t *testing.T, l *Ledger, key string, n, cost int64, start time.Time) {
 				sum(cost_pico / 1000000) + sum(cost_pico % 1000000) / 1000000, sum(cost_pico % 1000000) % 1000000,
 				sum(input_tokens), sum(cached_input_tokens), sum(output_tokens), count(*)
 			FROM spend WHERE key_id = ?2 GROUP BY model, b`, scope, key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(ctx, `
+			INSERT INTO spend_life (scope, id, model, cost_micros, cost_pico, input_tokens, cached_input_tokens, output_tokens, requests)
+			SELECT scope, id, model, sum(cost_micros) + sum(cost_pico) / 1000000, sum(cost_pico) % 1000000,
+				sum(input_tokens), sum(cached_input_tokens), sum(output_tokens), sum(requests)
+			FROM spend_agg WHERE scope = ?1 AND id = ?2 GROUP BY scope, id, model`, scope, key); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -31,9 +31,10 @@ import (
 // pages at the end of each b-tree; keys=1000: benchRecord's spread (1,000
 // keys, 50 teams, 5 orgs, 4 models), where it changes a page per key in
 // spend_key and in the aggregates. Request ids are UUIDv7, as Sluice
-// generates them. The million rows span 28 hours (StartedAt 100 ms apart,
-// so with 1,000 keys the aggregates hold 112 buckets' rows, some
-// 125,000), and the records ingested follow them 1 ms apart. batch=128 is
+// generates them. The million rows span the 28 hours before a midnight
+// (StartedAt 100 ms apart, so with 1,000 keys the aggregates hold 112
+// buckets' rows, some 125,000), and the records ingested follow them 1 ms
+// apart from that midnight on: a ledger's history, then today. batch=128 is
 // the ingester's transaction at 2,500 records/s (what it collects in
 // ingestDelay), 1024 its cap.
 //
@@ -104,18 +105,20 @@ func benchIngest(b *testing.B, keys, rows, batch int) {
 }
 
 // ingestRecord is benchRecord(i) with a UUIDv7 request id, the i-th
-// after a ledger's first rows: those are 100 ms apart from benchRecord's
-// StartedAt on, the ones after them 1 ms apart.
+// after a ledger's first rows: those are 100 ms apart and end where the
+// day after benchRecord's StartedAt begins, the ones after them 1 ms
+// apart from there on, as today's traffic follows a ledger's history.
 func ingestRecord(i int64, rows, keys int) ledger.Record {
 	r := record("")
 	if keys > 1 {
 		r = benchRecord(i)
 	}
 	r.RequestID = uuid.Must(uuid.NewV7()).String()
+	today := r.StartedAt.Truncate(24 * time.Hour).Add(24 * time.Hour)
 	if n := int64(rows); i < n {
-		r.StartedAt = r.StartedAt.Add(time.Duration(i) * 100 * time.Millisecond)
+		r.StartedAt = today.Add(-time.Duration(n-i) * 100 * time.Millisecond)
 	} else {
-		r.StartedAt = r.StartedAt.Add(time.Duration(n)*100*time.Millisecond + time.Duration(i-n)*time.Millisecond)
+		r.StartedAt = today.Add(time.Duration(i-n) * time.Millisecond)
 	}
 	r.FinishedAt = r.StartedAt.Add(time.Second)
 	return r
@@ -148,7 +151,7 @@ func benchBase(b *testing.B, dir string, keys, rows int) string {
 	if bb.paths == nil {
 		bb.paths = map[[2]int]string{}
 	}
-	path := filepath.Join(dir, fmt.Sprintf("ledger-keys%d-rows%d.sqlite", keys, rows))
+	path := filepath.Join(dir, fmt.Sprintf("ledger-history-keys%d-rows%d.sqlite", keys, rows))
 	if _, err := os.Stat(path); err == nil {
 		bb.paths[[2]int{keys, rows}] = path
 		return path

@@ -207,3 +207,75 @@ func TestMigrationPico(t *testing.T) {
 		t.Errorf("Totals of key_1 = %+v; want a cost of %v and 3 1-hour cache writes", ts, want)
 	}
 }
+
+// TestMigrationDayIndexes: migration 5 replaces the four filter indexes
+// of a schema-4 file with ones led by the day, keeping every record, and
+// the filters read the same records through them, old and new.
+func TestMigrationDayIndexes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.sqlite")
+	old, err := sqlitedb.Open(t.Context(), path, pragmas, migrations[:4], "ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []ledger.Record
+	for i := range 6 {
+		r := record(fmt.Sprintf("req_%d", i))
+		r.StartedAt = r.StartedAt.Add(time.Duration(i) * 20 * time.Hour) // over five days
+		r.FinishedAt = r.StartedAt.Add(time.Second)
+		r.KeyID = fmt.Sprintf("key_%d", i%2)
+		args, err := encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.ExecContext(t.Context(), insert, args...); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l := openTest(t, path, Options{})
+	indexes := map[string]string{}
+	rows, err := l.db.QueryContext(t.Context(), `SELECT name, sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'spend' AND sql IS NOT NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name, sql string
+		if err := rows.Scan(&name, &sql); err != nil {
+			t.Fatal(err)
+		}
+		indexes[name] = sql
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"spend_started": "CREATE INDEX spend_started ON spend (started_at)",
+		"spend_key":     "CREATE INDEX spend_key   ON spend (started_at / 86400000000000, key_id, started_at)",
+		"spend_team":    "CREATE INDEX spend_team  ON spend (started_at / 86400000000000, team, started_at)",
+		"spend_org":     "CREATE INDEX spend_org   ON spend (started_at / 86400000000000, org, started_at)",
+		"spend_model":   "CREATE INDEX spend_model ON spend (started_at / 86400000000000, model, started_at)",
+	}
+	if diff := cmp.Diff(want, indexes); diff != "" {
+		t.Errorf("indexes after the migration (-want +got):\n%s", diff)
+	}
+
+	start(t, l)
+	late := record("req_late")
+	late.StartedAt = recs[5].StartedAt.Add(time.Minute)
+	late.FinishedAt = late.StartedAt.Add(time.Second)
+	late.KeyID = "key_1"
+	if err := l.Append(testctx.Deadline(t), late); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Records(t.Context(), ledger.Filter{KeyID: "key_1", Since: recs[1].StartedAt.Add(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]ledger.Record{late, recs[5], recs[3]}, got); diff != "" {
+		t.Errorf("key_1's records after the first (-want +got):\n%s", diff)
+	}
+}

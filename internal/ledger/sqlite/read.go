@@ -31,9 +31,8 @@ func (l *Ledger) records(ctx context.Context, f ledger.Filter) ([]ledger.Record,
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	cond, args := where(f)
-	rows, err := l.db.QueryContext(ctx, `SELECT `+columns+` FROM spend`+cond+
-		` ORDER BY started_at DESC, request_id ASC LIMIT ?`, append(args, limit(f))...)
+	q, args := recordsQuery(f)
+	rows, err := l.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -58,6 +57,19 @@ func (l *Ledger) records(ctx context.Context, f ledger.Filter) ([]ledger.Record,
 		recs = append(recs, r)
 	}
 	return recs, rows.Err()
+}
+
+// recordsQuery is Records' query and its arguments.
+func recordsQuery(f ledger.Filter) (string, []any) {
+	cond, args, byDay := where(f)
+	order := ` ORDER BY started_at DESC, request_id ASC`
+	if byDay {
+		// The same order (dayExpr is monotonic in started_at), written so
+		// that the day index yields it: newest first, and only the
+		// request_id ties sorted, so a LIMIT stops the scan early.
+		order = ` ORDER BY ` + dayExpr + ` DESC, started_at DESC, request_id ASC`
+	}
+	return `SELECT ` + columns + ` FROM spend` + cond + order + ` LIMIT ?`, append(args, limit(f))
 }
 
 // groupExprs are the SQL expressions of each GroupBy's Group. A day is
@@ -94,21 +106,8 @@ func (l *Ledger) totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy)
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	cond, args := where(f)
-	// GROUP BY even for ByNone: grouping no rows yields no row, where a
-	// bare aggregate would yield one of NULLs. The cost is summed in two
-	// parts, whole micro-dollars and the pico-dollars beyond them, and
-	// put together exactly in Go: a plain sum of cost_pico would overflow
-	// (and SQLite's sum raises "integer overflow") once a group's total
-	// passes $9.2M, where the micro-dollars hold $9.2 trillion and the
-	// remainders, each below 10⁶, 9.2 × 10¹² records. The order is by the
-	// exact total: its whole micro-dollars, then the pico-dollars left.
-	rows, err := l.db.QueryContext(ctx, `SELECT `+groupExprs[by]+` AS grp, count(*),
-		sum(input_tokens), sum(cached_input_tokens), sum(cache_creation_tokens), sum(output_tokens), sum(reasoning_tokens),
-		sum(cache_creation_1h_tokens), sum(audio_input_tokens), sum(audio_output_tokens),
-		sum(cost_pico / 1000000) AS micros, sum(cost_pico % 1000000) AS pico, sum(estimated), sum(1 - priced)
-		FROM spend`+cond+` GROUP BY grp
-		ORDER BY micros + pico / 1000000 DESC, pico % 1000000 DESC, grp ASC LIMIT ?`, append(args, limit(f))...)
+	q, args := totalsQuery(f, by)
+	rows, err := l.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -132,44 +131,92 @@ func (l *Ledger) totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy)
 	return ts, rows.Err()
 }
 
+// totalsQuery is Totals' query and its arguments. GROUP BY even for
+// ByNone: grouping no rows yields no row, where a bare aggregate would
+// yield one of NULLs. The cost is summed in two parts, whole
+// micro-dollars and the pico-dollars beyond them, and put together
+// exactly in Go: a plain sum of cost_pico would overflow (and SQLite's
+// sum raises "integer overflow") once a group's total passes $9.2M, where
+// the micro-dollars hold $9.2 trillion and the remainders, each below
+// 10⁶, 9.2 × 10¹² records. The order is by the exact total: its whole
+// micro-dollars, then the pico-dollars left.
+func totalsQuery(f ledger.Filter, by ledger.GroupBy) (string, []any) {
+	cond, args, _ := where(f)
+	return `SELECT ` + groupExprs[by] + ` AS grp, count(*),
+		sum(input_tokens), sum(cached_input_tokens), sum(cache_creation_tokens), sum(output_tokens), sum(reasoning_tokens),
+		sum(cache_creation_1h_tokens), sum(audio_input_tokens), sum(audio_output_tokens),
+		sum(cost_pico / 1000000) AS micros, sum(cost_pico % 1000000) AS pico, sum(estimated), sum(1 - priced)
+		FROM spend` + cond + ` GROUP BY grp
+		ORDER BY micros + pico / 1000000 DESC, pico % 1000000 DESC, grp ASC LIMIT ?`, append(args, limit(f))
+}
+
 // where is the WHERE clause (with a leading space, or empty) selecting
-// f's records, and its arguments.
-func where(f ledger.Filter) (string, []any) {
+// f's records, its arguments, and whether it selects by a column that a
+// day index serves (key_id, team, org, model). Then it also names the
+// days to read: those that hold a record, from Since's day to Until's,
+// found by a loose scan of a day index (each the least day above the one
+// before, one lookup), so that the query costs a range scan per day with
+// records, however wide the filter's range; the started_at conditions
+// still decide which records are in.
+func where(f ledger.Filter) (string, []any, bool) {
 	var conds []string
 	var args []any
+	// lo and hi are the first and last instants selected, in what a
+	// ledger stores: a bound past either end of it selects all of that
+	// side or nothing.
+	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
 	if !f.Since.IsZero() {
-		conds = append(conds, `started_at >= ?`)
-		args = append(args, bound(f.Since))
+		switch {
+		case f.Since.After(lastStorable):
+			return " WHERE 0", nil, false
+		case f.Since.After(firstStorable):
+			lo = f.Since.UnixNano()
+			conds = append(conds, `started_at >= ?`)
+			args = append(args, lo)
+		}
 	}
 	if !f.Until.IsZero() {
-		conds = append(conds, `started_at < ?`)
-		args = append(args, bound(f.Until))
+		switch {
+		case !f.Until.After(firstStorable):
+			return " WHERE 0", nil, false
+		case !f.Until.After(lastStorable):
+			hi = f.Until.UnixNano() - 1
+			conds = append(conds, `started_at < ?`)
+			args = append(args, hi+1)
+		}
 	}
+	byDay := false
 	for _, eq := range []struct{ col, v string }{
 		{"key_id", f.KeyID}, {"team", f.Team}, {"org", f.Org}, {"model", f.Model},
 	} {
 		if eq.v != "" {
 			conds = append(conds, eq.col+` = ?`)
 			args = append(args, eq.v)
+			byDay = true
 		}
 	}
-	if len(conds) == 0 {
-		return "", nil
+	if byDay {
+		// In an empty ledger, or past the last day, min is NULL, the
+		// recursion stops, and no day matches NULL.
+		conds = append(conds, dayExpr+` IN (WITH RECURSIVE day(d) AS (
+			SELECT min(`+dayExpr+`) FROM spend WHERE `+dayExpr+` >= ? / 86400000000000
+			UNION ALL
+			SELECT (SELECT min(`+dayExpr+`) FROM spend WHERE `+dayExpr+` > d) FROM day WHERE d < ? / 86400000000000)
+		SELECT d FROM day)`)
+		args = append(args, lo, hi)
 	}
-	return " WHERE " + strings.Join(conds, " AND "), args
+	if len(conds) == 0 {
+		return "", nil, false
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args, byDay
 }
 
-// bound is t in Unix nanoseconds, clamped to what an int64 holds, so that
-// a filter bound beyond the storable years still compares right.
-func bound(t time.Time) int64 {
-	switch {
-	case t.Before(time.Unix(0, math.MinInt64)):
-		return math.MinInt64
-	case t.After(time.Unix(0, math.MaxInt64)):
-		return math.MaxInt64
-	}
-	return t.UnixNano()
-}
+// firstStorable and lastStorable are the earliest and latest StartedAt a
+// ledger stores (Unix nanoseconds in an int64).
+var (
+	firstStorable = time.Unix(0, math.MinInt64)
+	lastStorable  = time.Unix(0, math.MaxInt64)
+)
 
 // limit is f.Limit as SQL's LIMIT, where -1 means none.
 func limit(f ledger.Filter) int {
