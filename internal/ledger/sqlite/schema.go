@@ -1,6 +1,9 @@
 package sqlite
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // migrations[i] brings the schema from version i to version i+1; the
 // version is kept in PRAGMA user_version. Append only: never edit a
@@ -212,40 +215,47 @@ const bucketExpr = `(started_at - ((started_at % 900000000000) + 900000000000) %
 // row when addAgg found none (the committer holds the write lock, so no
 // one else can create it in between). Update first, because in steady
 // state nearly every row exists: an UPSERT (INSERT … ON CONFLICT DO
-// UPDATE) finds the row twice, and measured 10% fewer records/s. The
-// batch's cost comes as ?5 whole micro-dollars and ?6 pico-dollars below
-// 10⁶; the pico-dollars that reach a micro-dollar carry into cost_micros
+// UPDATE) finds the row twice, and measured 10% fewer records/s. After
+// the key, the batch's cost comes as whole micro-dollars and pico-dollars
+// below 10⁶, then the token counts and requests; the pico-dollars that reach a micro-dollar carry into cost_micros
 // (every right-hand side reads the row as it was). An addition that
 // overflows int64 makes SQLite compute a REAL, which the STRICT INTEGER
 // column refuses (SQLITE_CONSTRAINT_DATATYPE): the transaction fails
 // rather than store a wrong sum.
-const (
-	addAgg = `UPDATE spend_agg SET
-		cost_micros         = cost_micros         + ?5 + (cost_pico + ?6) / 1000000,
-		cost_pico           = (cost_pico + ?6) % 1000000,
-		input_tokens        = input_tokens        + ?7,
-		cached_input_tokens = cached_input_tokens + ?8,
-		output_tokens       = output_tokens       + ?9,
-		requests            = requests            + ?10
-	WHERE scope = ?1 AND id = ?2 AND model = ?3 AND bucket = ?4`
-	newAgg = `INSERT INTO spend_agg (` + aggColumns + `) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)`
+var (
+	addAgg, newAgg   = addSums("spend_agg", "scope", "id", "model", "bucket")
+	addLife, newLife = addSums("spend_life", "scope", "id", "model")
 )
 
-// addLife and newLife are addAgg and newAgg for spend_life's row of a
-// scope, id and model: the same sums, without a bucket, so numbered one
-// lower from ?4 on.
-const (
-	addLife = `UPDATE spend_life SET
-		cost_micros         = cost_micros         + ?4 + (cost_pico + ?5) / 1000000,
-		cost_pico           = (cost_pico + ?5) % 1000000,
-		input_tokens        = input_tokens        + ?6,
-		cached_input_tokens = cached_input_tokens + ?7,
-		output_tokens       = output_tokens       + ?8,
-		requests            = requests            + ?9
-	WHERE scope = ?1 AND id = ?2 AND model = ?3`
-	newLife = `INSERT INTO spend_life (scope, id, model, cost_micros, cost_pico, input_tokens, cached_input_tokens, output_tokens, requests)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
-)
+// addSums is the statement that adds a batch's sums to the row of table
+// whose key columns are key (bound first, ?1 on), and the one that
+// creates the row, as addAgg and newAgg above; addLife and newLife are
+// them for spend_life's row of a scope, id and model (aggColumns'
+// order, bucket aside).
+func addSums(table string, key ...string) (update, insert string) {
+	n := len(key)
+	p := func(i int) string { return "?" + strconv.Itoa(n+i) }
+	where := make([]string, n)
+	params := make([]string, n+6)
+	for i, k := range key {
+		where[i] = k + " = ?" + strconv.Itoa(i+1)
+	}
+	for i := range params {
+		params[i] = "?" + strconv.Itoa(i+1)
+	}
+	update = `UPDATE ` + table + ` SET
+		cost_micros         = cost_micros         + ` + p(1) + ` + (cost_pico + ` + p(2) + `) / 1000000,
+		cost_pico           = (cost_pico + ` + p(2) + `) % 1000000,
+		input_tokens        = input_tokens        + ` + p(3) + `,
+		cached_input_tokens = cached_input_tokens + ` + p(4) + `,
+		output_tokens       = output_tokens       + ` + p(5) + `,
+		requests            = requests            + ` + p(6) + `
+	WHERE ` + strings.Join(where, " AND ")
+	insert = `INSERT INTO ` + table + ` (` + strings.Join(key, ", ") +
+		`, cost_micros, cost_pico, input_tokens, cached_input_tokens, output_tokens, requests) VALUES (` +
+		strings.Join(params, ", ") + `)`
+	return update, insert
+}
 
 // columns are the spend table's columns as insert binds them and reads
 // scan them: the first schema's, in ledger.Record's order (cost_micros,
