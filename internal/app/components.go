@@ -261,12 +261,20 @@ func (c *components) openLedger(ctx context.Context) error {
 		Help: "Errors the spend ledger reported after acknowledging records: a record SQLite refused (dropped), an ingestion that failed (retried), a spool that failed (direct commits from then on)."})
 	c.reg.MustRegister(asyncErrors)
 	log := c.log.With("component", "ledger")
+	var upgradeStart time.Time
 	led, err := openLedgerBackend(ctx, c.snap, func(err error) {
 		asyncErrors.Inc()
 		log.Error("spend ledger", "err", err)
+	}, func(from, to int) {
+		upgradeStart = time.Now()
+		log.Info("upgrading the spend ledger's schema; on a large ledger this takes minutes, and serving starts after it",
+			"path", c.snap.LedgerPath(), "from_version", from, "to_version", to)
 	})
 	if err != nil {
 		return err
+	}
+	if !upgradeStart.IsZero() {
+		log.Info("spend ledger upgraded", "took", time.Since(upgradeStart).Round(time.Millisecond))
 	}
 	if b, ok := led.(interface{ Backlog() int64 }); ok {
 		c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_ledger_spool_backlog",
@@ -296,9 +304,10 @@ const grpcStreamWorkers = 64
 // backend exists; another backend is chosen here, from the config. Its
 // spool is on: the first process to open the file owns it (serve, or
 // spend while no server runs, replaying what a stopped server left);
-// onError is told what the ledger cannot return to an Append.
-func openLedgerBackend(ctx context.Context, snap *policies.Snapshot, onError func(error)) (ledgerBackend, error) {
-	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{Spool: true, Linger: time.Millisecond, OnError: onError})
+// onError is told what the ledger cannot return to an Append, onMigrate
+// that opening it upgrades its schema (see ledgersqlite.Options).
+func openLedgerBackend(ctx context.Context, snap *policies.Snapshot, onError func(error), onMigrate func(from, to int)) (ledgerBackend, error) {
+	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{Spool: true, Linger: time.Millisecond, OnError: onError, OnMigrate: onMigrate})
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}

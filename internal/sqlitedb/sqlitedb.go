@@ -26,9 +26,13 @@ import (
 // Open opens the SQLite file at path with the given DSN query (pragmas),
 // creating it (mode 0600) and its parent directories if missing, and
 // migrates it to len(migrations). kind names the schema in the
-// schema-too-new error ("database", "ledger"). Errors about the file are
+// schema-too-new error ("database", "ledger"). onMigrate, if not nil, is
+// told the versions from and to before an existing schema is upgraded,
+// under the write lock, so a caller can say that a long upgrade is under
+// way; it is not called for a new file (version 0: nothing to rebuild) or
+// a current one. Errors about the file are
 // *fs.PathErrors; others read "open <abs path>: …".
-func Open(ctx context.Context, path, pragmas string, migrations []string, kind string) (*sql.DB, error) {
+func Open(ctx context.Context, path, pragmas string, migrations []string, kind string, onMigrate func(from, to int)) (*sql.DB, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -52,7 +56,7 @@ func Open(ctx context.Context, path, pragmas string, migrations []string, kind s
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", abs, err)
 	}
-	m := migrator{migrations: migrations, kind: kind}
+	m := migrator{migrations: migrations, kind: kind, onMigrate: onMigrate}
 	if err := m.openRetrying(ctx, db); err != nil {
 		if Code(err)&0xff == sqlite3.SQLITE_NOTADB {
 			err = fmt.Errorf("not a SQLite database: %w", err)
@@ -68,6 +72,7 @@ const busyWait = 5 * time.Second
 type migrator struct {
 	migrations []string
 	kind       string
+	onMigrate  func(from, to int) // nil: not told
 }
 
 // openRetrying connects and migrates, retrying while SQLite answers
@@ -127,6 +132,9 @@ func (m migrator) migrateTx(ctx context.Context, tx *sql.Tx) error {
 		return err
 	}
 	latest := len(m.migrations)
+	if m.onMigrate != nil && v > 0 && v < latest {
+		m.onMigrate(v, latest)
+	}
 	for i := v; i < latest; i++ {
 		if _, err := tx.ExecContext(ctx, m.migrations[i]); err != nil {
 			return fmt.Errorf("migrate to schema version %d: %w", i+1, err)

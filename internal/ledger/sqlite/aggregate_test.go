@@ -46,7 +46,7 @@ func TestMigrationBackfill(t *testing.T) {
 	// The file as the previous release left it: schema version 1 (the
 	// first migration, which is never edited), records inserted by its
 	// insert statement (insertV1).
-	old, err := sqlitedb.Open(t.Context(), path, pragmas, migrations[:1], "ledger")
+	old, err := sqlitedb.Open(t.Context(), path, pragmas, migrations[:1], "ledger", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -70,7 +71,7 @@ func v1Args(t *testing.T, r ledger.Record) []any {
 // request id the old rows used does not make a new record a duplicate.
 func TestMigrationClientRequestID(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	old, err := sqlitedb.Open(t.Context(), path, pragmas, migrations[:2], "ledger")
+	old, err := sqlitedb.Open(t.Context(), path, pragmas, migrations[:2], "ledger", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestMigrationClientRequestID(t *testing.T) {
 // pico-dollar, and add to the same aggregate rows.
 func TestMigrationPico(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	old, err := sqlitedb.Open(t.Context(), path, pragmas, migrations[:3], "ledger")
+	old, err := sqlitedb.Open(t.Context(), path, pragmas, migrations[:3], "ledger", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestMigrationPico(t *testing.T) {
 // the filters read the same records through them, old and new.
 func TestMigrationDayIndexes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	old, err := sqlitedb.Open(t.Context(), path, pragmas, migrations[:4], "ledger")
+	old, err := sqlitedb.Open(t.Context(), path, pragmas, migrations[:4], "ledger", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,21 @@ func TestMigrationDayIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	l := openTest(t, path, Options{})
+	var told [][2]int
+	onMigrate := func(from, to int) { told = append(told, [2]int{from, to}) }
+	l := openTest(t, path, Options{OnMigrate: onMigrate})
+	if want := [][2]int{{4, len(migrations)}}; !slices.Equal(told, want) {
+		t.Errorf("OnMigrate was told %v, want %v", told, want)
+	}
+	told = nil
+	openTest(t, path, Options{OnMigrate: onMigrate})
+	if told != nil {
+		t.Errorf("OnMigrate was told %v on a current file", told)
+	}
+	openTest(t, filepath.Join(t.TempDir(), "new.sqlite"), Options{OnMigrate: onMigrate})
+	if told != nil {
+		t.Errorf("OnMigrate was told %v on a new file", told)
+	}
 	indexes := map[string]string{}
 	rows, err := l.db.QueryContext(t.Context(), `SELECT name, sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'spend' AND sql IS NOT NULL`)
 	if err != nil {

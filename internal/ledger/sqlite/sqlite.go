@@ -65,6 +65,11 @@ type Options struct {
 	// that failed (the Ledger commits directly from then on). Nil: not
 	// told. It is called from the ledger's goroutines and must not block.
 	OnError func(error)
+	// OnMigrate is told, before Open upgrades an existing file's schema,
+	// the versions from and to: an upgrade rebuilds indexes and tables
+	// from every record, which takes minutes on a large ledger. It is not
+	// told when Open creates the schema. Nil: not told.
+	OnMigrate func(from, to int)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -126,7 +131,7 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger/sqlite: options: %w", err)
 	}
-	db, err := sqlitedb.Open(ctx, path, pragmas, migrations, "ledger")
+	db, err := sqlitedb.Open(ctx, path, pragmas, migrations, "ledger", opts.OnMigrate)
 	if err != nil {
 		return nil, fmt.Errorf("ledger/sqlite: %w", err)
 	}

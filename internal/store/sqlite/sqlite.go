@@ -45,7 +45,7 @@ type Store struct {
 // current version. It fails if the file is not a SQLite database or if its
 // schema is newer than this code knows.
 func Open(ctx context.Context, path string) (*Store, error) {
-	db, err := sqlitedb.Open(ctx, path, pragmas, migrations, "database")
+	db, err := sqlitedb.Open(ctx, path, pragmas, migrations, "database", nil)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}

@@ -372,7 +372,7 @@ func TestReopen(t *testing.T) {
 func TestMigrateOrgLimits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "store.sqlite")
 	ctx := t.Context()
-	old, err := sqlitedb.Open(ctx, path, pragmas, migrations[:1], "database")
+	old, err := sqlitedb.Open(ctx, path, pragmas, migrations[:1], "database", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
