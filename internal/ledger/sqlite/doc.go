@@ -214,6 +214,12 @@
 // rows: with records over 1,000 keys, a batch writes as many lifetime
 // rows as bucket rows, and an empty ledger's cost rose by a third.
 //
+// Migration 5 builds these from every record already there, in one
+// transaction: 75 s for ten million records and 3.0 million aggregate
+// rows (a 3.7 GB file). Open tells Options.OnMigrate before it upgrades
+// an existing file, so that serve can say why it is not ready yet
+// (TestMigrationDayIndexes).
+//
 // # Defaults, and the numbers behind them
 //
 // Measured on the 2-core development VM (ext4 on virtio, fsync ≈ 0.5 ms)
