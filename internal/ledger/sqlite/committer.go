@@ -68,7 +68,8 @@ type committer struct {
 	// insert writes one record, insertN insertRows records; addAgg and
 	// newAgg write an aggregate row, addLife and newLife a lifetime row.
 	// Prepared on the driver's connection, used only within conn.Raw.
-	insert, insertN, addAgg, newAgg, addLife, newLife driver.Stmt
+	// version reads the schema version (see writeTx).
+	insert, insertN, addAgg, newAgg, addLife, newLife, version driver.Stmt
 	// dc is the driver's connection while write runs, nil otherwise.
 	dc driverConn
 	// restore puts the connection's settings back as the pool had them.
@@ -109,7 +110,7 @@ func newCommitter(ctx context.Context, db *sql.DB) (*committer, error) {
 			stmt  *driver.Stmt
 			query string
 		}{{&c.insert, insert}, {&c.insertN, insertOf(insertRows)}, {&c.addAgg, addAgg}, {&c.newAgg, newAgg},
-			{&c.addLife, addLife}, {&c.newLife, newLife}} {
+			{&c.addLife, addLife}, {&c.newLife, newLife}, {&c.version, "PRAGMA user_version"}} {
 			stmt, err := d.PrepareContext(ctx, s.query)
 			if err != nil {
 				return err // stmt may be a nil of the driver's type: not kept
@@ -129,7 +130,7 @@ func newCommitter(ctx context.Context, db *sql.DB) (*committer, error) {
 func (c *committer) close() error {
 	errs := []error{c.conn.Raw(func(any) error {
 		var errs []error
-		for _, s := range []driver.Stmt{c.insert, c.insertN, c.addAgg, c.newAgg, c.addLife, c.newLife} {
+		for _, s := range []driver.Stmt{c.insert, c.insertN, c.addAgg, c.newAgg, c.addLife, c.newLife, c.version} {
 			if s != nil {
 				errs = append(errs, s.Close())
 			}
@@ -192,6 +193,9 @@ func (c *committer) writeTx(ctx context.Context, batch []*pending, rows int) (in
 	if _, err := c.dc.ExecContext(ctx, "BEGIN IMMEDIATE", nil); err != nil {
 		return -1, errors.Join(fmt.Errorf("begin: %w", err), c.rollback(ctx))
 	}
+	if err := c.checkVersion(ctx); err != nil {
+		return -1, errors.Join(err, c.rollback(ctx))
+	}
 	clear(c.rows)
 	clear(c.life)
 	for i := 0; i < len(batch); {
@@ -250,6 +254,31 @@ func (c *committer) writeTx(ctx context.Context, batch []*pending, rows int) (in
 		return -1, errors.Join(fmt.Errorf("commit: %w", err), c.rollback(ctx))
 	}
 	return -1, nil
+}
+
+// checkVersion refuses to write to a schema other than the one this code
+// migrated the file to: a newer sluice that opened the file meanwhile
+// upgraded it, and what this one would write could miss what that schema
+// adds (a table the newer code reads). The records stay where they are
+// (in the spool, or with their Appends) for the newer sluice. Read under
+// the write lock, so no upgrade can come between it and COMMIT.
+func (c *committer) checkVersion(ctx context.Context) error {
+	rows, err := c.version.(driver.StmtQueryContext).QueryContext(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("read the schema version: %w", err)
+	}
+	dest := make([]driver.Value, 1)
+	err = rows.Next(dest)
+	if cerr := rows.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("read the schema version: %w", err)
+	}
+	if v, ok := dest[0].(int64); !ok || v != int64(len(migrations)) {
+		return fmt.Errorf("the ledger's schema is now version %v, and this sluice writes version %d: a newer sluice upgraded the file; stop this one and let the newer one write", dest[0], len(migrations))
+	}
+	return nil
 }
 
 // exec runs stmt with args, then clears args (they hold the records'

@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -293,4 +294,96 @@ func TestMigrationDayIndexes(t *testing.T) {
 	if diff := cmp.Diff([]ledger.Record{late, recs[5], recs[3]}, got); diff != "" {
 		t.Errorf("key_1's records after the first (-want +got):\n%s", diff)
 	}
+}
+
+// TestNewerSchemaStopsWrites: once a newer sluice has upgraded the file
+// (its user_version beyond this code's), the committer writes nothing,
+// and says why: directly, the Append fails; spooled, the record stays in
+// the spool, the failure is reported and retried, and the record lands
+// once the schema is this code's again.
+func TestNewerSchemaStopsWrites(t *testing.T) {
+	setVersion := func(t *testing.T, l *Ledger, v int) {
+		t.Helper()
+		if _, err := l.db.ExecContext(t.Context(), fmt.Sprintf("PRAGMA user_version = %d", v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inTable := func(t *testing.T, l *Ledger) []string {
+		t.Helper()
+		rows, err := l.db.QueryContext(t.Context(), `SELECT request_id FROM spend ORDER BY request_id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var got []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, id)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	const why = "a newer sluice upgraded the file"
+
+	t.Run("direct", func(t *testing.T) {
+		l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{})
+		start(t, l)
+		if err := l.Append(testctx.Deadline(t), record("before")); err != nil {
+			t.Fatal(err)
+		}
+		setVersion(t, l, len(migrations)+1)
+		if err := l.Append(testctx.Deadline(t), record("newer")); err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("Append to a newer schema: %v, want %q", err, why)
+		}
+		if got := inTable(t, l); !slices.Equal(got, []string{"before"}) {
+			t.Errorf("stored %v, want only before", got)
+		}
+		setVersion(t, l, len(migrations))
+		if err := l.Append(testctx.Deadline(t), record("again")); err != nil {
+			t.Fatal(err)
+		}
+		if got := inTable(t, l); !slices.Equal(got, []string{"again", "before"}) {
+			t.Errorf("stored %v, want again and before", got)
+		}
+	})
+
+	t.Run("spooled", func(t *testing.T) {
+		reported := make(chan error, 100)
+		l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{Spool: true, OnError: func(err error) {
+			select {
+			case reported <- err:
+			default:
+			}
+		}})
+		start(t, l)
+		setVersion(t, l, len(migrations)+1)
+		if err := l.Append(testctx.Deadline(t), record("spooled")); err != nil {
+			t.Fatalf("spooled Append: %v", err) // durable in the spool
+		}
+		select {
+		case err := <-reported:
+			if !strings.Contains(err.Error(), why) {
+				t.Errorf("reported %v, want %q", err, why)
+			}
+		case <-testctx.Deadline(t).Done():
+			t.Fatal("no failure reported")
+		}
+		if got := inTable(t, l); got != nil {
+			t.Errorf("stored %v under a newer schema", got)
+		}
+		setVersion(t, l, len(migrations))
+		ctx := testctx.Deadline(t)
+		for !slices.Equal(inTable(t, l), []string{"spooled"}) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the spooled record never landed: %v", inTable(t, l))
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	})
 }
