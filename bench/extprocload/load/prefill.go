@@ -93,54 +93,48 @@ FROM seq`, first, k, start, step)
 		return err
 	}
 	// The chunk's sums per scope, id, model and 15-minute bucket (floored,
-	// as ledger.BucketOf), the cost in whole micro-dollars and the
-	// pico-dollars beyond them, added to the rows already there.
-	_, err = tx.ExecContext(ctx, `
+	// as ledger.BucketOf), and per scope, id and model for the lifetime,
+	// added to the rows already there.
+	for _, a := range []struct {
+		table  string
+		bucket bool
+	}{{"spend_agg", true}, {"spend_life", false}} {
+		if _, err := tx.ExecContext(ctx, addChunkSums(a.table, a.bucket), before); err != nil {
+			return fmt.Errorf("%s: %w", a.table, err)
+		}
+	}
+	return tx.Commit()
+}
+
+// addChunkSums is the statement that adds the sums of the records after
+// rowid ?1 to table's rows, keyed by scope, id and model, and by the
+// bucket too (spend_agg) or not (spend_life): the cost in whole
+// micro-dollars and the pico-dollars beyond them.
+func addChunkSums(table string, byBucket bool) string {
+	bucket, sel, key := "", "scope, id, model", "scope, id, model"
+	if byBucket {
+		bucket, sel, key = ", bucket", "scope, id, model, bucket", "bucket, scope, id, model"
+	}
+	return `
 WITH r AS (
 	SELECT key_id, team, org, model, cost_pico, input_tokens, cached_input_tokens, output_tokens,
 		(started_at - ((started_at % 900000000000) + 900000000000) % 900000000000) / 1000000000 AS bucket
 	FROM spend WHERE rowid > ?1
 ), s AS (
-	SELECT 'key' AS scope, key_id AS id, model, bucket, cost_pico, input_tokens, cached_input_tokens, output_tokens FROM r
-	UNION ALL SELECT 'team', team, model, bucket, cost_pico, input_tokens, cached_input_tokens, output_tokens FROM r
-	UNION ALL SELECT 'org', org, model, bucket, cost_pico, input_tokens, cached_input_tokens, output_tokens FROM r
+	SELECT 'key' AS scope, key_id AS id, model` + bucket + `, cost_pico, input_tokens, cached_input_tokens, output_tokens FROM r
+	UNION ALL SELECT 'team', team, model` + bucket + `, cost_pico, input_tokens, cached_input_tokens, output_tokens FROM r
+	UNION ALL SELECT 'org', org, model` + bucket + `, cost_pico, input_tokens, cached_input_tokens, output_tokens FROM r
 )
-INSERT INTO spend_agg (scope, id, model, bucket, cost_micros, cost_pico, input_tokens, cached_input_tokens, output_tokens, requests)
-SELECT scope, id, model, bucket,
+INSERT INTO ` + table + ` (` + sel + `, cost_micros, cost_pico, input_tokens, cached_input_tokens, output_tokens, requests)
+SELECT ` + sel + `,
 	sum(cost_pico / 1000000) + sum(cost_pico % 1000000) / 1000000, sum(cost_pico % 1000000) % 1000000,
 	sum(input_tokens), sum(cached_input_tokens), sum(output_tokens), count(*)
-FROM s WHERE true GROUP BY scope, id, model, bucket
-ON CONFLICT (bucket, scope, id, model) DO UPDATE SET
+FROM s WHERE true GROUP BY ` + sel + `
+ON CONFLICT (` + key + `) DO UPDATE SET
 	cost_micros = cost_micros + excluded.cost_micros + (cost_pico + excluded.cost_pico) / 1000000,
 	cost_pico = (cost_pico + excluded.cost_pico) % 1000000,
 	input_tokens = input_tokens + excluded.input_tokens,
 	cached_input_tokens = cached_input_tokens + excluded.cached_input_tokens,
 	output_tokens = output_tokens + excluded.output_tokens,
-	requests = requests + excluded.requests`, before)
-	if err != nil {
-		return fmt.Errorf("aggregates: %w", err)
-	}
-	_, err = tx.ExecContext(ctx, `
-WITH r AS (SELECT key_id, team, org, model, cost_pico, input_tokens, cached_input_tokens, output_tokens FROM spend WHERE rowid > ?1),
-s AS (
-	SELECT 'key' AS scope, key_id AS id, model, cost_pico, input_tokens, cached_input_tokens, output_tokens FROM r
-	UNION ALL SELECT 'team', team, model, cost_pico, input_tokens, cached_input_tokens, output_tokens FROM r
-	UNION ALL SELECT 'org', org, model, cost_pico, input_tokens, cached_input_tokens, output_tokens FROM r
-)
-INSERT INTO spend_life (scope, id, model, cost_micros, cost_pico, input_tokens, cached_input_tokens, output_tokens, requests)
-SELECT scope, id, model,
-	sum(cost_pico / 1000000) + sum(cost_pico % 1000000) / 1000000, sum(cost_pico % 1000000) % 1000000,
-	sum(input_tokens), sum(cached_input_tokens), sum(output_tokens), count(*)
-FROM s WHERE true GROUP BY scope, id, model
-ON CONFLICT (scope, id, model) DO UPDATE SET
-	cost_micros = cost_micros + excluded.cost_micros + (cost_pico + excluded.cost_pico) / 1000000,
-	cost_pico = (cost_pico + excluded.cost_pico) % 1000000,
-	input_tokens = input_tokens + excluded.input_tokens,
-	cached_input_tokens = cached_input_tokens + excluded.cached_input_tokens,
-	output_tokens = output_tokens + excluded.output_tokens,
-	requests = requests + excluded.requests`, before)
-	if err != nil {
-		return fmt.Errorf("lifetime aggregates: %w", err)
-	}
-	return tx.Commit()
+	requests = requests + excluded.requests`
 }
