@@ -234,15 +234,7 @@ func TestAggregateFailureWritesNothing(t *testing.T) {
 // records one by one to find it); the others are committed, and the
 // aggregates stay exact.
 func TestAggregateOverflow(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	// Another handle stores a big sum first.
-	seed := openTest(t, path, Options{})
-	stop := start(t, seed)
-	big := record("req_big")
-	big.KeyID, big.Team, big.Org, big.InputTokens = "key_big", "team_big", "org_big", math.MaxInt64-100
-	if err := errors.Join(seed.Append(testctx.Deadline(t), big), stop()); err != nil {
-		t.Fatal(err)
-	}
+	path, big := seedBigSum(t)
 
 	l := openTest(t, path, Options{})
 	over := big
@@ -280,12 +272,11 @@ func TestAggregateOverflow(t *testing.T) {
 	}
 }
 
-// TestLifetimeOverflow: a record whose sums would take its lifetime row
-// beyond int64, where no bucket's row overflows (the records are an hour
-// apart), is refused alone, within its batch or against the stored sum,
-// as for a bucket's row; the others are committed, and Lifetime stays the
-// sums of the records stored.
-func TestLifetimeOverflow(t *testing.T) {
+// seedBigSum stores, through a handle of its own, a record whose input
+// tokens are 100 short of int64's limit, in a new ledger file; it
+// returns the file and the record.
+func seedBigSum(t *testing.T) (string, ledger.Record) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "ledger.sqlite")
 	seed := openTest(t, path, Options{})
 	stop := start(t, seed)
@@ -294,6 +285,16 @@ func TestLifetimeOverflow(t *testing.T) {
 	if err := errors.Join(seed.Append(testctx.Deadline(t), big), stop()); err != nil {
 		t.Fatal(err)
 	}
+	return path, big
+}
+
+// TestLifetimeOverflow: a record whose sums would take its lifetime row
+// beyond int64, where no bucket's row overflows (the records are an hour
+// apart), is refused alone, within its batch or against the stored sum,
+// as for a bucket's row; the others are committed, and Lifetime stays the
+// sums of the records stored.
+func TestLifetimeOverflow(t *testing.T) {
+	path, big := seedBigSum(t)
 
 	l := openTest(t, path, Options{})
 	later := func(r ledger.Record, id string, tokens int64) ledger.Record {
