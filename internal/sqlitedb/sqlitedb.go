@@ -1,10 +1,11 @@
 // Package sqlitedb owns how Sluice opens its embedded SQLite files (the
 // key store and the spend ledger): the file created owner-only with its
 // parent directories, pragmas on every connection, schema migrations under
-// PRAGMA user_version in one IMMEDIATE transaction, a clear error for a
-// file that is not a database or whose schema is newer than this build,
-// and the retry that SQLite's WAL switch needs when two processes open a
-// fresh file at once.
+// PRAGMA user_version in one IMMEDIATE transaction (with a hook told
+// before an existing schema is upgraded, which can take long), a clear
+// error for a file that is not a database or whose schema is newer than
+// this build, and the retry that SQLite's WAL switch needs when two
+// processes open a fresh file at once.
 //
 // It must not know any schema: callers pass their migrations.
 package sqlitedb

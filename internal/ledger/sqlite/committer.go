@@ -68,7 +68,7 @@ type committer struct {
 	// insert writes one record, insertN insertRows records; addAgg and
 	// newAgg write an aggregate row, addLife and newLife a lifetime row.
 	// Prepared on the driver's connection, used only within conn.Raw.
-	// version reads the schema version (see writeTx).
+	// version reads the schema version (checkVersion).
 	insert, insertN, addAgg, newAgg, addLife, newLife, version driver.Stmt
 	// dc is the driver's connection while write runs, nil otherwise.
 	dc driverConn
