@@ -299,6 +299,22 @@ func openStoreBackend(ctx context.Context, snap *policies.Snapshot) (store.Store
 // grpcStreamWorkers is the data-path server's pool of stream goroutines.
 const grpcStreamWorkers = 64
 
+// The data-path server's HTTP/2 flow-control windows, fixed. Setting them
+// turns off grpc-go's bandwidth-delay estimator, which otherwise answers
+// data with a connection WINDOW_UPDATE and a PING whenever its last PING
+// was acknowledged (grpc-go internal/transport http2_server.go,
+// handleData): about once a round trip, so on a paced ext_proc stream
+// nearly once a message, each a frame to write and an ACK to read. Envoy
+// needs no window growth: a stream's window is as large as Sluice buffers
+// of it anyway, and a buffered body larger than the window still arrives
+// whole (grpc-go widens a stream's window to the message being read).
+// Measured in bench-service's open-200rps, three runs each: 12 rather
+// than 13–16 reads and 7 rather than 8–9 writes of the server per request.
+const (
+	grpcStreamWindow = 1 << 20
+	grpcConnWindow   = 16 << 20
+)
+
 // openLedgerBackend opens the spend ledger the config names, for serve and
 // the spend command alike; the caller closes it. Only the embedded SQLite
 // backend exists; another backend is chosen here, from the config. Its
@@ -413,7 +429,8 @@ func (c *components) servers() error {
 	// new goroutine when all are busy); bench-service measured 20-chunk
 	// streams at a median 838 rather than 1,159 µs of CPU with them.
 	c.grpc = grpc.NewServer(append(guard.ServerOptions(), grpc.MaxRecvMsgSize(c.grpcRecv),
-		grpc.ForceServerCodecV2(extproc.Codec{}), grpc.NumStreamWorkers(grpcStreamWorkers))...)
+		grpc.ForceServerCodecV2(extproc.Codec{}), grpc.NumStreamWorkers(grpcStreamWorkers),
+		grpc.StaticStreamWindowSize(grpcStreamWindow), grpc.StaticConnWindowSize(grpcConnWindow))...)
 	authv3.RegisterAuthorizationServer(c.grpc, authz.NewServer(checker, authz.NewMetrics(c.reg), c.log))
 	extprocsvc.RegisterExternalProcessorServer(c.grpc, extprocServer)
 	c.health = health.NewServer()

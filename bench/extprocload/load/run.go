@@ -129,9 +129,17 @@ type driver struct {
 }
 
 // dial opens cfg.Conns HTTP/2 connections, as Envoy's worker threads each
-// have one to a cluster host (grpc-go's defaults: no keepalive, default
-// window sizes), and makes one request, unmeasured: it opens the
-// connections and fails the run early on a misconfiguration.
+// have one to a cluster host, and makes one request, unmeasured: it opens
+// the connections and fails the run early on a misconfiguration. They
+// behave as Envoy's do with a cluster's default http2_protocol_options
+// (api/envoy/config/core/v3/protocol.proto): stream and connection
+// windows of 256 MiB, fixed, and no PING unless connection_keepalive is
+// set. grpc-go's defaults would instead send a PING about once a round
+// trip to size its windows, which the server must read and answer.
+// envoyWindow is Envoy's default initial_stream_window_size and
+// initial_connection_window_size.
+const envoyWindow = 256 << 20
+
 func dial(ctx context.Context, cfg Config) (*driver, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -143,7 +151,8 @@ func dial(ctx context.Context, cfg Config) (*driver, error) {
 	d := &driver{cfg: cfg}
 	ifaces := []grpc.ClientConnInterface{}
 	for range max(1, cfg.Conns) {
-		c, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithStaticStreamWindowSize(envoyWindow), grpc.WithStaticConnWindowSize(envoyWindow))
 		if err != nil {
 			d.close()
 			return nil, err
