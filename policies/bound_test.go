@@ -8,13 +8,14 @@ import (
 )
 
 // TestDecodeBoundReportsOnlyItself: a document cut short by the bound on
-// decoded values is reported as too large and nothing else — not the
-// problems of what decoding left out (a key without its sha256), nor
-// those of the value at the bound (here the last one, badly typed) — at
-// every bound below the document's size, the exact size included.
+// expansion is reported as too large and nothing else — not the problems
+// of what decoding left out (a key without its sha256), nor those of the
+// value at the bound (here the last one, badly typed) — at every bound
+// below the document's size, the exact size included. The document's
+// sections come from a merge key, so every value in them counts.
 func TestDecodeBoundReportsOnlyItself(t *testing.T) {
-	doc := []byte(base + "teams:\n  - {name: t, models: [llama3]}\nkeys:\n  - {name: k, team: t, sha256: \"" + strings.Repeat("a", 64) + "\"}\n" +
-		"gateway: {default_max_output_tokens: lots}\n")
+	doc := []byte(base + "<<: {teams: [{name: t, models: [llama3]}], keys: [{name: k, team: t, sha256: \"" + strings.Repeat("a", 64) + "\"}], " +
+		"gateway: {default_max_output_tokens: lots}}\n")
 	const bad = "default_max_output_tokens"
 	if _, err := parse(doc, "f.yaml", nil, maxDecodeSteps); err == nil || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("the whole document: %v, want its one problem, at %s", err, bad)
@@ -42,7 +43,7 @@ func TestDecodeBoundReportsOnlyItself(t *testing.T) {
 			size = m
 			break
 		}
-		if want := fmt.Sprintf("f.yaml: document too large: more than %d values after alias expansion", m); err.Error() != want {
+		if want := fmt.Sprintf("f.yaml: document too large: aliases and merge keys expand to more than %d values", m); err.Error() != want {
 			t.Fatalf("bound %d: %v, want only %q", m, err, want)
 		}
 	}
@@ -143,4 +144,92 @@ func TestDecodeProblemPosition(t *testing.T) {
 			t.Errorf("provider %q: %v, want a problem at %q", tt.value, err, tt.at)
 		}
 	}
+}
+
+// TestWrittenValuesDoNotCount: values written out, however many, are not
+// expansion: a document of a thousand declared keys decodes under a bound
+// of ten, and is refused under it once the same keys come from an alias.
+func TestWrittenValuesDoNotCount(t *testing.T) {
+	var keys strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&keys, "  - {name: k%d, team: t, sha256: \"%064x\"}\n", i, i)
+	}
+	team := "teams:\n  - {name: t, models: [llama3]}\n"
+	if _, err := parse([]byte(base+team+"keys:\n"+keys.String()), "f.yaml", nil, 10); err != nil {
+		t.Errorf("a thousand keys written out, bound 10: %v", err)
+	}
+	aliased := base + team + "x-keys: &all\n" + keys.String() + "keys: *all\n"
+	_, err := parse([]byte(aliased), "f.yaml", nil, 10)
+	if err == nil || !strings.Contains(err.Error(), "document too large") {
+		t.Errorf("the same keys through an alias, bound 10: %v, want the document too large", err)
+	}
+}
+
+// TestMergeChain: merge keys are expanded once per mapping, so a chain in
+// which each mapping merges the one before it twice (2^60 pairs, were
+// every merge expanded afresh) costs a few steps per pair it holds, and a
+// bound below that refuses it.
+func TestMergeChain(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(base + "teams:\n  - &l0 {name: t0}\n")
+	const depth = 60
+	for i := 1; i <= depth; i++ {
+		fmt.Fprintf(&b, "  - &l%d {<<: [*l%d, *l%d], name: t%d}\n", i, i-1, i-1, i)
+	}
+	fmt.Fprintf(&b, "gateway: {<<: *l%d}\n", depth)
+	doc := []byte(b.String())
+	counter := newDecoder(nil, maxDecodeSteps)
+	docs, err := parseDocuments(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.decode("", nil, docs[0].Content[0], reflect.ValueOf(Default()).Elem())
+	if counter.steps > 10*depth {
+		t.Errorf("the chain counted %d steps of expansion, want at most %d", counter.steps, 10*depth)
+	}
+	_, err = parse(doc, "f.yaml", nil, maxDecodeSteps)
+	if err == nil || strings.Contains(err.Error(), "too large") || !strings.Contains(err.Error(), "gateway.name: unknown field") {
+		t.Errorf("the chain under the default bound: %v, want its unknown gateway field", err)
+	}
+	_, err = parse(doc, "f.yaml", nil, 2*depth)
+	if err == nil || !strings.Contains(err.Error(), "document too large") {
+		t.Errorf("the chain under a bound of %d: %v, want the document too large", 2*depth, err)
+	}
+}
+
+// TestCycles: a merge key that brings in the mapping holding it, directly
+// or through another, and an alias or a merge inside the value it brings
+// in, are problems of their own, not a crash or decoding without end.
+func TestCycles(t *testing.T) {
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"itself", "gateway: &g {<<: *g}\n", "gateway.<<: a merge key must refer to a mapping or a list of mappings, none of which merges the mapping that holds it"},
+		{"in a list", "gateway: &g {<<: [*g]}\n", "gateway.<<: a merge key must refer"},
+		{"through another", "gateway: &g {<<: {<<: *g}}\n", "gateway.<<: a merge key must refer"},
+		{"an alias of itself", "teams: &t [*t]\n", "teams[0]: must be a mapping, got a list"},
+		{"an alias in the limits it refers to", "teams: [{name: t, models: [llama3], limits: &l {models: {llama3: *l}}}]\n",
+			"teams[0].limits.models.llama3.models.llama3: an alias or merge key must not bring in a value that holds it"},
+		{"a merge of what holds it", "teams: [{name: t, models: [llama3], limits: &l {models: {llama3: {<<: *l}}}}]\n",
+			"teams[0].limits.models.llama3.models.llama3.models: an alias or merge key must not bring in a value that holds it"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parse([]byte(base+tt.yaml), "f.yaml", nil, maxDecodeSteps)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("parse = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzParse: no document, however malformed or self-referring, panics,
+// crashes or hangs Parse; one that parses is valid by Validate's rules.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(base))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		cfg, err := Parse(doc, "f.yaml", nil)
+		if err == nil {
+			if ps := cfg.Validate(); len(ps) > 0 {
+				t.Errorf("Parse accepted a document Validate refuses: %v", ps)
+			}
+		}
+	})
 }

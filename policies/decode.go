@@ -16,10 +16,14 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// maxDecodeSteps bounds the work of decoding one document, so that a file
-// full of nested aliases ("billion laughs") fails instead of hanging: a
-// document of up to maxDecodeSteps values (after alias expansion) decodes,
-// one more is refused.
+// maxDecodeSteps bounds the work that aliases and merge keys (<<) add to
+// decoding one document, so that a file of nested aliases ("billion
+// laughs") fails instead of hanging: what they expand to — every value
+// decoded through an alias or from a merged pair, and every pair a merge
+// copies — may count up to maxDecodeSteps, one more is refused. Values
+// written out count nothing: their work is bounded by the file's size,
+// which yaml.v3 has already parsed, so a file may declare any number of
+// keys.
 const maxDecodeSteps = 1_000_000
 
 // expansion records what ${ENV} expansion did to one scalar.
@@ -36,15 +40,38 @@ type decoder struct {
 	problems Problems
 	expanded map[*yaml.Node]*expansion
 	order    []*yaml.Node // the keys of expanded, in the order expanded
-	steps    int
+	steps    int          // what aliases and merges expanded to (maxDecodeSteps)
 	maxSteps int
+	copying  int                    // > 0 while decoding through an alias or a merged pair
+	inside   map[*yaml.Node]bool    // the mappings and lists being decoded while copying
+	merging  map[*yaml.Node]bool    // the merge sources whose pairs are being made
+	merged   map[*yaml.Node]mapping // a merge source's pairs, made once
+}
+
+// mapping is the pairs of a mapping with its merge keys applied, and
+// whether every merge key in it (or in what it merges) was well formed.
+type mapping struct {
+	pairs []pair
+	ok    bool
 }
 
 func newDecoder(env LookupEnv, maxSteps int) *decoder {
 	if env == nil {
 		env = func(string) (string, bool) { return "", false }
 	}
-	return &decoder{env: env, maxSteps: maxSteps, expanded: make(map[*yaml.Node]*expansion)}
+	return &decoder{env: env, maxSteps: maxSteps, expanded: make(map[*yaml.Node]*expansion),
+		inside: make(map[*yaml.Node]bool), merging: make(map[*yaml.Node]bool), merged: make(map[*yaml.Node]mapping)}
+}
+
+// step counts n steps of expansion; false once the document is over the
+// bound, which is reported once.
+func (d *decoder) step(n int) bool {
+	over := d.steps > d.maxSteps
+	d.steps += n
+	if d.steps > d.maxSteps && !over {
+		d.add("", nil, fmt.Sprintf("document too large: aliases and merge keys expand to more than %d values", d.maxSteps))
+	}
+	return d.steps <= d.maxSteps
 }
 
 func (d *decoder) add(path string, at *yaml.Node, msg string) {
@@ -64,15 +91,31 @@ var (
 // list item or the document), into v. A null value leaves v as it is, so
 // that omitted and empty fields keep their defaults.
 func (d *decoder) decode(path string, key, n *yaml.Node, v reflect.Value) {
-	d.steps++
-	if d.steps == d.maxSteps+1 {
-		d.add("", nil, fmt.Sprintf("document too large: more than %d values after alias expansion", d.maxSteps))
-	}
 	if d.steps > d.maxSteps {
 		return
 	}
 	at := position(key, n)
+	if n != nil && n.Kind == yaml.AliasNode {
+		d.copying++
+		defer func() { d.copying-- }()
+	}
 	n = deref(n)
+	if d.copying > 0 {
+		if !d.step(1) {
+			return
+		}
+		// An alias, or a merged pair, may bring in a value that holds it
+		// (limits hold the limits of models): the second time round is a
+		// cycle. Only a copy can make one: a tree written out has none.
+		if n != nil && (n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode) {
+			if d.inside[n] {
+				d.add(path, at, "an alias or merge key must not bring in a value that holds it")
+				return
+			}
+			d.inside[n] = true
+			defer delete(d.inside, n)
+		}
+	}
 	switch v.Type() {
 	case timeType:
 		d.decodeTime(path, at, n, v)
@@ -154,8 +197,18 @@ func (d *decoder) decodeStruct(path string, at, n *yaml.Node, v reflect.Value) {
 			d.add(fpath, p.key, "unknown field"+hint)
 			continue
 		}
-		d.decode(fpath, p.key, p.value, v.Field(i))
+		d.decodePair(fpath, p, v.Field(i))
 	}
+}
+
+// decodePair decodes the value of p into v; a pair a merge key brought
+// in counts as expansion, as an alias does.
+func (d *decoder) decodePair(path string, p pair, v reflect.Value) {
+	if p.merged {
+		d.copying++
+		defer func() { d.copying-- }()
+	}
+	d.decode(path, p.key, p.value, v)
 }
 
 func (d *decoder) decodeMap(path string, at, n *yaml.Node, v reflect.Value) {
@@ -173,7 +226,7 @@ func (d *decoder) decodeMap(path string, at, n *yaml.Node, v reflect.Value) {
 			continue
 		}
 		elem := reflect.New(v.Type().Elem()).Elem()
-		d.decode(keyPath(path, p.key.Value), p.key, p.value, elem)
+		d.decodePair(keyPath(path, p.key.Value), p, elem)
 		m.SetMapIndex(reflect.ValueOf(p.key.Value).Convert(v.Type().Key()), elem)
 	}
 	v.Set(m)
@@ -182,11 +235,11 @@ func (d *decoder) decodeMap(path string, at, n *yaml.Node, v reflect.Value) {
 // pairs lists the key/value pairs of mapping n, reporting duplicate keys
 // and malformed merge keys.
 func (d *decoder) pairs(path string, n *yaml.Node, sub func(parent, key string) string) []pair {
-	ps, bad := mappingPairs(n, func(first, again *yaml.Node) {
+	ps, bad := d.mappingPairs(n, func(first, again *yaml.Node) {
 		d.add(sub(path, again.Value), again, fmt.Sprintf("duplicate key (first at line %d)", first.Line))
 	})
 	for _, b := range bad {
-		d.add(fieldPath(path, "<<"), b, "a merge key must refer to a mapping or a list of mappings")
+		d.add(fieldPath(path, "<<"), b, "a merge key must refer to a mapping or a list of mappings, none of which merges the mapping that holds it")
 	}
 	return ps
 }
@@ -329,21 +382,27 @@ func yamlFields(t reflect.Type) (map[string]int, []string) {
 	return fields, names
 }
 
-// pair is one key/value pair of a YAML mapping.
-type pair struct{ key, value *yaml.Node }
+// pair is one key/value pair of a YAML mapping; merged when a merge key
+// brought it in.
+type pair struct {
+	key, value *yaml.Node
+	merged     bool
+}
 
 // mappingPairs lists the pairs of mapping n with merge keys (<<) applied:
 // keys written in n win over merged ones, and among merged mappings the
 // first wins. dup, if not nil, is called for every key written twice in n
 // itself. bad lists the merge keys whose value is not a mapping or a list
-// of mappings.
-func mappingPairs(n *yaml.Node, dup func(first, again *yaml.Node)) (ps []pair, bad []*yaml.Node) {
+// of mappings, or merges one that holds n (a cycle). The pairs of a merged
+// mapping are made once per document, and every pair a merge copies
+// counts as a step of expansion.
+func (d *decoder) mappingPairs(n *yaml.Node, dup func(first, again *yaml.Node)) (ps []pair, bad []*yaml.Node) {
 	seen := make(map[string]*yaml.Node)
 	var merged []pair
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
-			m, ok := mergeSources(v)
+			m, ok := d.mergeSources(n, v)
 			if !ok {
 				bad = append(bad, k)
 			}
@@ -359,24 +418,27 @@ func mappingPairs(n *yaml.Node, dup func(first, again *yaml.Node)) (ps []pair, b
 			}
 			seen[k.Value] = k
 		}
-		ps = append(ps, pair{k, v})
+		ps = append(ps, pair{key: k, value: v})
 	}
 	for _, p := range merged {
 		if _, ok := seen[p.key.Value]; ok {
 			continue
 		}
 		seen[p.key.Value] = p.key
+		p.merged = true
 		ps = append(ps, p)
 	}
 	return ps, bad
 }
 
-func mergeSources(v *yaml.Node) ([]pair, bool) {
+// mergeSources is the pairs the merge key of mapping n with value v
+// brings in, and whether v is well formed.
+func (d *decoder) mergeSources(n, v *yaml.Node) ([]pair, bool) {
 	v = deref(v)
 	switch v.Kind {
 	case yaml.MappingNode:
-		ps, bad := mappingPairs(v, nil)
-		return ps, len(bad) == 0
+		m := d.source(n, v)
+		return m.pairs, m.ok
 	case yaml.SequenceNode:
 		var all []pair
 		ok := true
@@ -386,13 +448,34 @@ func mergeSources(v *yaml.Node) ([]pair, bool) {
 				ok = false
 				continue
 			}
-			ps, bad := mappingPairs(item, nil)
-			all = append(all, ps...)
-			ok = ok && len(bad) == 0
+			m := d.source(n, item)
+			all = append(all, m.pairs...)
+			ok = ok && m.ok
 		}
 		return all, ok
 	}
 	return nil, false
+}
+
+// source is the pairs of src, merged into mapping n: none when src is n
+// or is itself being merged (a cycle), or once the document is over the
+// bound.
+func (d *decoder) source(n, src *yaml.Node) mapping {
+	if src == n || d.merging[src] {
+		return mapping{}
+	}
+	m, done := d.merged[src]
+	if !done {
+		d.merging[src] = true
+		ps, bad := d.mappingPairs(src, nil)
+		delete(d.merging, src)
+		m = mapping{pairs: ps, ok: len(bad) == 0}
+		d.merged[src] = m
+	}
+	if !d.step(len(m.pairs)) {
+		return mapping{ok: m.ok}
+	}
+	return m
 }
 
 func deref(n *yaml.Node) *yaml.Node {
@@ -507,7 +590,7 @@ func expandEnv(s string, env LookupEnv) (string, []string) {
 // node to point at for it (see position), and whether the whole path
 // exists; when it does not, n and at are those of the deepest part that
 // does, or nil when not even the first step does.
-func find(root *yaml.Node, path string) (n, at *yaml.Node, ok bool) {
+func (d *decoder) find(root *yaml.Node, path string) (n, at *yaml.Node, ok bool) {
 	segs, valid := splitPath(path)
 	if !valid || len(segs) == 0 || root == nil {
 		return nil, nil, false
@@ -519,7 +602,7 @@ func find(root *yaml.Node, path string) (n, at *yaml.Node, ok bool) {
 		case s.index >= 0 && cur.Kind == yaml.SequenceNode && s.index < len(cur.Content):
 			next = cur.Content[s.index]
 		case s.index < 0 && cur.Kind == yaml.MappingNode:
-			ps, _ := mappingPairs(cur, nil)
+			ps, _ := d.mappingPairs(cur, nil)
 			for _, p := range ps {
 				if p.key.Kind == yaml.ScalarNode && p.key.Value == s.key {
 					key, next = p.key, p.value
@@ -538,8 +621,8 @@ func find(root *yaml.Node, path string) (n, at *yaml.Node, ok bool) {
 }
 
 // locate returns the position of the value at path (see find), or 0, 0.
-func locate(root *yaml.Node, path string) (line, col int) {
-	if _, at, _ := find(root, path); at != nil {
+func (d *decoder) locate(root *yaml.Node, path string) (line, col int) {
+	if _, at, _ := d.find(root, path); at != nil {
 		return at.Line, at.Column
 	}
 	return 0, 0

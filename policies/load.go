@@ -140,7 +140,7 @@ func parseDoc(data []byte, file string, env LookupEnv, maxSteps int, skipProvide
 			continue
 		}
 		p := is.Problem
-		p.Line, p.Column = locate(root, p.Path)
+		p.Line, p.Column = d.locate(root, p.Path)
 		p.Msg = d.scrub(root, p.Path, p.Msg)
 		problems = append(problems, p)
 	}
@@ -192,7 +192,7 @@ func under(path, parent string) bool {
 // reference it came from, and so is a bare number at the end ("got -5")
 // when the value at path itself was expanded.
 func (d *decoder) scrub(root *yaml.Node, path, msg string) string {
-	v, _, found := find(root, path)
+	v, _, found := d.find(root, path)
 	for _, n := range d.order {
 		e := d.expanded[n]
 		if e.failed || e.value == e.orig {

@@ -412,7 +412,7 @@ models:
 			"f.yaml:10:3: listen: mapping keys must be strings, got a list",
 		}},
 		{"bad merge", base + "orgs:\n  - <<: [1]\n    name: a\n", []string{
-			"f.yaml:10:5: orgs[0].<<: a merge key must refer to a mapping or a list of mappings",
+			"f.yaml:10:5: orgs[0].<<: a merge key must refer to a mapping or a list of mappings, none of which merges the mapping that holds it",
 		}},
 		{"alias position is the alias", "x: &n 5\n" + base, []string{
 			"f.yaml:1:1: x: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys, xds, admin)",
@@ -446,7 +446,7 @@ func TestParseAliasBomb(t *testing.T) {
 	doc := base + "teams:\n  - &t {name: t, models: [" + strings.Repeat("x, ", 99) + "x]}\n" +
 		strings.Repeat("  - *t\n", 110)
 	_, err := parse([]byte(doc), "f.yaml", nil, 10_000)
-	want := "f.yaml: document too large: more than 10000 values after alias expansion"
+	want := "f.yaml: document too large: aliases and merge keys expand to more than 10000 values"
 	if err == nil || err.Error() != want {
 		t.Errorf("parse = %v, want %s", err, want)
 	}
@@ -538,7 +538,7 @@ teams:
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
-			line, col := locate(root, tt.path)
+			line, col := newDecoder(nil, maxDecodeSteps).locate(root, tt.path)
 			if line != tt.line || col != tt.col {
 				t.Errorf("locate(%q) = %d:%d, want %d:%d", tt.path, line, col, tt.line, tt.col)
 			}
