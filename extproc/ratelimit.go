@@ -1,10 +1,13 @@
 package extproc
 
 import (
+	"slices"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/sluicegw/sluice/internal/admission"
 )
 
 // The rate-limit headers of a response (docs/limits.md). For each kind of
@@ -103,13 +106,13 @@ func upstreamName(name string) string {
 // in source/extensions/filters/http/ext_proc/mutation_utils.cc), and a set
 // without append replaces every value of the header, so Sluice's headers
 // are the only ones of their names.
-func rateLimitHeaders(hm *extprocsvc.HeaderMutation, sluice [][2]string, provider []*corev3.HeaderValue) *extprocsvc.HeaderMutation {
+func rateLimitHeaders(hm *extprocsvc.HeaderMutation, sluice []admission.Header, provider []*corev3.HeaderValue) *extprocsvc.HeaderMutation {
 	if len(sluice) == 0 {
 		return hm
 	}
 	var covered kindSet
 	for _, h := range sluice {
-		covered.add(rateLimitKind(h[0]))
+		covered.add(rateLimitKind(h.Name))
 	}
 	if hm == nil {
 		hm = &extprocsvc.HeaderMutation{}
@@ -135,8 +138,13 @@ func rateLimitHeaders(hm *extprocsvc.HeaderMutation, sluice [][2]string, provide
 		hm.RemoveHeaders = append(hm.RemoveHeaders, k)
 		hm.SetHeaders = append(hm.SetHeaders, rawHeader(upstreamName(k), strings.Join(values[k], ",")))
 	}
-	for _, h := range sluice {
-		hm.SetHeaders = append(hm.SetHeaders, rawHeader(h[0], h[1]))
+	cells := make([]headerCell, len(sluice)) // Sluice's headers in one allocation
+	hm.SetHeaders = slices.Grow(hm.SetHeaders, len(sluice))
+	for i, h := range sluice {
+		c := &cells[i]
+		c.hv.Key, c.hv.RawValue = h.Name, h.Value
+		c.opt.Header = &c.hv
+		hm.SetHeaders = append(hm.SetHeaders, &c.opt)
 	}
 	return hm
 }

@@ -609,24 +609,54 @@ func (r *Remaining) budget(limit, left int64) {
 // the same for -tokens, the resets in OpenAI's duration notation
 // (llmapi.OpenAIDuration: "6m0s", "20ms"); and Sluice's own budget pair,
 // x-ratelimit-limit- and -remaining-budget-micro-usd.
-func (r Remaining) Headers() [][2]string {
-	var out [][2]string
+func (r Remaining) Headers() []Header {
+	if r.set == 0 {
+		return nil
+	}
+	h := headers{out: make([]Header, 0, 8), buf: make([]byte, 0, 96)}
 	if r.set&1 != 0 {
-		out = append(out,
-			[2]string{"x-ratelimit-limit-requests", strconv.FormatInt(r.RequestsLimit, 10)},
-			[2]string{"x-ratelimit-remaining-requests", strconv.FormatInt(max(r.Requests, 0), 10)},
-			[2]string{"x-ratelimit-reset-requests", llmapi.OpenAIDuration(r.RequestsReset)})
+		h.int("x-ratelimit-limit-requests", r.RequestsLimit)
+		h.int("x-ratelimit-remaining-requests", max(r.Requests, 0))
+		h.str("x-ratelimit-reset-requests", llmapi.OpenAIDuration(r.RequestsReset))
 	}
 	if r.set&2 != 0 {
-		out = append(out,
-			[2]string{"x-ratelimit-limit-tokens", strconv.FormatInt(r.TokensLimit, 10)},
-			[2]string{"x-ratelimit-remaining-tokens", strconv.FormatInt(max(r.Tokens, 0), 10)},
-			[2]string{"x-ratelimit-reset-tokens", llmapi.OpenAIDuration(r.TokensReset)})
+		h.int("x-ratelimit-limit-tokens", r.TokensLimit)
+		h.int("x-ratelimit-remaining-tokens", max(r.Tokens, 0))
+		h.str("x-ratelimit-reset-tokens", llmapi.OpenAIDuration(r.TokensReset))
 	}
 	if r.set&4 != 0 {
-		out = append(out, [2]string{"x-ratelimit-limit-budget-micro-usd", strconv.FormatInt(r.BudgetLimit, 10)}, [2]string{"x-ratelimit-remaining-budget-micro-usd", strconv.FormatInt(max(r.Budget, 0), 10)})
+		h.int("x-ratelimit-limit-budget-micro-usd", r.BudgetLimit)
+		h.int("x-ratelimit-remaining-budget-micro-usd", max(r.Budget, 0))
 	}
-	return out
+	return h.out
+}
+
+// Header is one response header. Headers' values share one buffer; a
+// value must not be changed in place.
+type Header struct {
+	Name  string
+	Value []byte
+}
+
+func (h Header) String() string { return h.Name + ": " + string(h.Value) }
+
+// headers builds Headers' list, the values appended to one buffer (a
+// value keeps the buffer it was written to when a later one outgrows it).
+type headers struct {
+	out []Header
+	buf []byte
+}
+
+func (h *headers) int(name string, v int64) {
+	start := len(h.buf)
+	h.buf = strconv.AppendInt(h.buf, v, 10)
+	h.out = append(h.out, Header{name, h.buf[start:len(h.buf):len(h.buf)]})
+}
+
+func (h *headers) str(name, v string) {
+	start := len(h.buf)
+	h.buf = append(h.buf, v...)
+	h.out = append(h.out, Header{name, h.buf[start:len(h.buf):len(h.buf)]})
 }
 
 // denial is the refusal of a claim by reservation r, which did not fit.

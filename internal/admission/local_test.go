@@ -580,9 +580,9 @@ func TestRemainingHeaders(t *testing.T) {
 	// 1 s buckets for a minute: the request's bucket [t0, t0+1s) leaves
 	// the window at t0+61s, 60.5 s after it; the input window (80 left)
 	// is tighter than the output one (960 left, 1 min buckets).
-	want := [][2]string{
-		{"x-ratelimit-limit-requests", "10"}, {"x-ratelimit-remaining-requests", "9"}, {"x-ratelimit-reset-requests", "1m0.5s"},
-		{"x-ratelimit-limit-tokens", "100"}, {"x-ratelimit-remaining-tokens", "80"}, {"x-ratelimit-reset-tokens", "1m0.5s"},
+	want := []string{
+		"x-ratelimit-limit-requests: 10", "x-ratelimit-remaining-requests: 9", "x-ratelimit-reset-requests: 1m0.5s",
+		"x-ratelimit-limit-tokens: 100", "x-ratelimit-remaining-tokens: 80", "x-ratelimit-reset-tokens: 1m0.5s",
 	}
 	if got := g.Remaining.Headers(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("headers\n %v\nwant\n %v", got, want)
@@ -595,7 +595,7 @@ func TestRemainingHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = [][2]string{{"x-ratelimit-limit-tokens", "60"}, {"x-ratelimit-remaining-tokens", "40"}, {"x-ratelimit-reset-tokens", "1h0m59.5s"}}
+	want = []string{"x-ratelimit-limit-tokens: 60", "x-ratelimit-remaining-tokens: 40", "x-ratelimit-reset-tokens: 1h0m59.5s"}
 	if got := g.Remaining.Headers(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("headers\n %v\nwant\n %v", got, want)
 	}
