@@ -20,6 +20,7 @@ import (
 // and tls_session.
 func CheckRequest(b []byte, r *authv3.CheckRequest) bool {
 	r.Reset()
+	d := &msg{src: b}
 	return messageFields(b, func(num protowire.Number, e []byte) bool {
 		if num != 1 {
 			return false
@@ -27,7 +28,7 @@ func CheckRequest(b []byte, r *authv3.CheckRequest) bool {
 		if r.Attributes == nil {
 			r.Attributes = &authv3.AttributeContext{}
 		}
-		if !decodeAttributeContext(e, r.Attributes) {
+		if !d.decodeAttributeContext(e, r.Attributes) {
 			return false
 		}
 		return true
@@ -37,7 +38,7 @@ func CheckRequest(b []byte, r *authv3.CheckRequest) bool {
 // decodeAttributeContext merges the AttributeContext b encodes into m:
 // source (1), destination (2), request (4), context_extensions (10),
 // metadata_context (11), tls_session (12), route_metadata_context (13).
-func decodeAttributeContext(b []byte, m *authv3.AttributeContext) bool {
+func (d *msg) decodeAttributeContext(b []byte, m *authv3.AttributeContext) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 || typ != bytesType {
@@ -45,7 +46,7 @@ func decodeAttributeContext(b []byte, m *authv3.AttributeContext) bool {
 		}
 		b = b[n:]
 		if num == 10 {
-			if n = stringMapEntry(b, &m.ContextExtensions, num); n < 0 {
+			if n = d.stringMapEntry(b, &m.ContextExtensions, num); n < 0 {
 				return false
 			}
 			b = b[n:]
@@ -62,32 +63,32 @@ func decodeAttributeContext(b []byte, m *authv3.AttributeContext) bool {
 			if m.Source == nil {
 				m.Source = &authv3.AttributeContext_Peer{}
 			}
-			ok = decodePeer(e, m.Source)
+			ok = d.decodePeer(e, m.Source)
 		case 2:
 			if m.Destination == nil {
 				m.Destination = &authv3.AttributeContext_Peer{}
 			}
-			ok = decodePeer(e, m.Destination)
+			ok = d.decodePeer(e, m.Destination)
 		case 4:
 			if m.Request == nil {
 				m.Request = &authv3.AttributeContext_Request{}
 			}
-			ok = decodeRequest(e, m.Request)
+			ok = d.decodeRequest(e, m.Request)
 		case 11:
 			if m.MetadataContext == nil {
 				m.MetadataContext = &corev3.Metadata{}
 			}
-			ok = decodeMetadata(e, m.MetadataContext, 2)
+			ok = d.decodeMetadata(e, m.MetadataContext, 2)
 		case 12:
 			if m.TlsSession == nil {
 				m.TlsSession = &authv3.AttributeContext_TLSSession{}
 			}
-			ok = decodeTLSSession(e, m.TlsSession)
+			ok = d.decodeTLSSession(e, m.TlsSession)
 		case 13:
 			if m.RouteMetadataContext == nil {
 				m.RouteMetadataContext = &corev3.Metadata{}
 			}
-			ok = decodeMetadata(e, m.RouteMetadataContext, 2)
+			ok = d.decodeMetadata(e, m.RouteMetadataContext, 2)
 		}
 		if !ok {
 			return false
@@ -98,7 +99,7 @@ func decodeAttributeContext(b []byte, m *authv3.AttributeContext) bool {
 
 // decodePeer merges the AttributeContext.Peer b encodes into m: address
 // (1), service (2), labels (3), principal (4), certificate (5).
-func decodePeer(b []byte, m *authv3.AttributeContext_Peer) bool {
+func (d *msg) decodePeer(b []byte, m *authv3.AttributeContext_Peer) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 || typ != bytesType {
@@ -114,17 +115,17 @@ func decodePeer(b []byte, m *authv3.AttributeContext_Peer) bool {
 			if m.Address == nil {
 				m.Address = &corev3.Address{}
 			}
-			if !decodeAddress(e, m.Address) {
+			if !d.decodeAddress(e, m.Address) {
 				return false
 			}
 		case 2:
-			m.Service, n = str(b)
+			m.Service, n = d.str(b)
 		case 3:
-			n = stringMapEntry(b, &m.Labels, num)
+			n = d.stringMapEntry(b, &m.Labels, num)
 		case 4:
-			m.Principal, n = str(b)
+			m.Principal, n = d.str(b)
 		case 5:
-			m.Certificate, n = str(b)
+			m.Certificate, n = d.str(b)
 		default:
 			return false
 		}
@@ -138,21 +139,21 @@ func decodePeer(b []byte, m *authv3.AttributeContext_Peer) bool {
 
 // decodeRequest merges the AttributeContext.Request b encodes into m:
 // time (1), http (2).
-func decodeRequest(b []byte, m *authv3.AttributeContext_Request) bool {
+func (d *msg) decodeRequest(b []byte, m *authv3.AttributeContext_Request) bool {
 	return messageFields(b, func(num protowire.Number, e []byte) bool {
 		switch num {
 		case 1:
 			if m.Time == nil {
 				m.Time = &timestamppb.Timestamp{}
 			}
-			if !decodeTimestamp(e, m.Time) {
+			if !d.decodeTimestamp(e, m.Time) {
 				return false
 			}
 		case 2:
 			if m.Http == nil {
 				m.Http = &authv3.AttributeContext_HttpRequest{}
 			}
-			if !decodeHTTPRequest(e, m.Http) {
+			if !d.decodeHTTPRequest(e, m.Http) {
 				return false
 			}
 		default:
@@ -166,7 +167,7 @@ func decodeRequest(b []byte, m *authv3.AttributeContext_Request) bool {
 // into m: id (1), method (2), headers (3), path (4), host (5), scheme
 // (6), query (7), fragment (8), size (9), protocol (10), body (11),
 // raw_body (12), header_map (13).
-func decodeHTTPRequest(b []byte, m *authv3.AttributeContext_HttpRequest) bool {
+func (d *msg) decodeHTTPRequest(b []byte, m *authv3.AttributeContext_HttpRequest) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 {
@@ -190,27 +191,27 @@ func decodeHTTPRequest(b []byte, m *authv3.AttributeContext_HttpRequest) bool {
 		}
 		switch num {
 		case 3:
-			n = stringMapEntry(b, &m.Headers, num)
+			n = d.stringMapEntry(b, &m.Headers, num)
 		case 1:
-			m.Id, n = str(b)
+			m.Id, n = d.str(b)
 		case 2:
-			m.Method, n = str(b)
+			m.Method, n = d.str(b)
 		case 4:
-			m.Path, n = str(b)
+			m.Path, n = d.str(b)
 		case 5:
-			m.Host, n = str(b)
+			m.Host, n = d.str(b)
 		case 6:
-			m.Scheme, n = str(b)
+			m.Scheme, n = d.str(b)
 		case 7:
-			m.Query, n = str(b)
+			m.Query, n = d.str(b)
 		case 8:
-			m.Fragment, n = str(b)
+			m.Fragment, n = d.str(b)
 		case 10:
-			m.Protocol, n = str(b)
+			m.Protocol, n = d.str(b)
 		case 11:
-			m.Body, n = str(b)
+			m.Body, n = d.str(b)
 		case 12:
-			m.RawBody, n = bytesValue(b)
+			m.RawBody, n = d.bytesValue(b)
 		case 13:
 			var e []byte
 			if e, n = delimited(b); n < 0 {
@@ -219,7 +220,7 @@ func decodeHTTPRequest(b []byte, m *authv3.AttributeContext_HttpRequest) bool {
 			if m.HeaderMap == nil {
 				m.HeaderMap = &corev3.HeaderMap{}
 			}
-			if !decodeHeaderMap(e, m.HeaderMap) {
+			if !d.decodeHeaderMap(e, m.HeaderMap) {
 				return false
 			}
 		default:
@@ -235,14 +236,14 @@ func decodeHTTPRequest(b []byte, m *authv3.AttributeContext_HttpRequest) bool {
 
 // decodeTLSSession merges the AttributeContext.TLSSession b encodes into
 // m: sni (1).
-func decodeTLSSession(b []byte, m *authv3.AttributeContext_TLSSession) bool {
+func (d *msg) decodeTLSSession(b []byte, m *authv3.AttributeContext_TLSSession) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 || num != 1 || typ != bytesType {
 			return false
 		}
 		b = b[n:]
-		if m.Sni, n = str(b); n < 0 {
+		if m.Sni, n = d.str(b); n < 0 {
 			return false
 		}
 		b = b[n:]

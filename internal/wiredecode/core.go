@@ -13,7 +13,7 @@ import (
 // (1), a map<string, Struct>. typed_filter_metadata (2), which Envoy's
 // ext_authz and ext_proc forward only when configured to, is left to
 // proto.Unmarshal.
-func decodeMetadata(b []byte, m *corev3.Metadata, depth int) bool {
+func (d *msg) decodeMetadata(b []byte, m *corev3.Metadata, depth int) bool {
 	if depth >= maxDepth {
 		return false
 	}
@@ -21,13 +21,13 @@ func decodeMetadata(b []byte, m *corev3.Metadata, depth int) bool {
 		if num != 1 {
 			return false
 		}
-		return decodeStructMap(e, &m.FilterMetadata, depth+1)
+		return d.decodeStructMap(e, &m.FilterMetadata, depth+1)
 	})
 }
 
 // decodeHeaderMap merges the HeaderMap b encodes into m: headers (1),
 // repeated HeaderValue, appended.
-func decodeHeaderMap(b []byte, m *corev3.HeaderMap) bool {
+func (d *msg) decodeHeaderMap(b []byte, m *corev3.HeaderMap) bool {
 	var batch []corev3.HeaderValue // the headers, allocated at once
 	return messageFields(b, func(num protowire.Number, e []byte) bool {
 		if num != 1 {
@@ -42,7 +42,7 @@ func decodeHeaderMap(b []byte, m *corev3.HeaderMap) bool {
 		}
 		h := &batch[0]
 		batch = batch[1:]
-		if !decodeHeaderValue(e, h) {
+		if !d.decodeHeaderValue(e, h) {
 			return false
 		}
 		m.Headers = append(m.Headers, h)
@@ -52,7 +52,7 @@ func decodeHeaderMap(b []byte, m *corev3.HeaderMap) bool {
 
 // decodeHeaderValue merges the HeaderValue b encodes into m: key (1),
 // value (2), raw_value (3).
-func decodeHeaderValue(b []byte, m *corev3.HeaderValue) bool {
+func (d *msg) decodeHeaderValue(b []byte, m *corev3.HeaderValue) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 || typ != bytesType {
@@ -61,11 +61,11 @@ func decodeHeaderValue(b []byte, m *corev3.HeaderValue) bool {
 		b = b[n:]
 		switch num {
 		case 1:
-			m.Key, n = str(b)
+			m.Key, n = d.str(b)
 		case 3:
-			m.RawValue, n = bytesValue(b)
+			m.RawValue, n = d.bytesValue(b)
 		case 2:
-			m.Value, n = str(b)
+			m.Value, n = d.str(b)
 		default:
 			return false
 		}
@@ -79,7 +79,7 @@ func decodeHeaderValue(b []byte, m *corev3.HeaderValue) bool {
 
 // stringEntry decodes a map<string, string> entry (HTTP headers, labels,
 // context extensions), "" for what it lacks.
-func stringEntry(b []byte) (k, v string, ok bool) {
+func (d *msg) stringEntry(b []byte) (k, v string, ok bool) {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 || typ != bytesType {
@@ -88,9 +88,9 @@ func stringEntry(b []byte) (k, v string, ok bool) {
 		b = b[n:]
 		switch num {
 		case 1:
-			k, n = str(b)
+			k, n = d.str(b)
 		case 2:
-			v, n = str(b)
+			v, n = d.str(b)
 		default:
 			return "", "", false
 		}
@@ -106,12 +106,12 @@ func stringEntry(b []byte) (k, v string, ok bool) {
 // at the front of b into *m; a nil *m it makes, sized for the entries of
 // the same field, num, that follow in b. It returns the entry's length,
 // negative when the entry is not one it decodes.
-func stringMapEntry(b []byte, m *map[string]string, num protowire.Number) int {
+func (d *msg) stringMapEntry(b []byte, m *map[string]string, num protowire.Number) int {
 	e, n := delimited(b)
 	if n < 0 {
 		return -1
 	}
-	k, v, ok := stringEntry(e)
+	k, v, ok := d.stringEntry(e)
 	if !ok {
 		return -1
 	}
@@ -124,24 +124,24 @@ func stringMapEntry(b []byte, m *map[string]string, num protowire.Number) int {
 
 // decodeAddress merges the Address b encodes into m: the address oneof
 // of socket_address (1), pipe (2) and envoy_internal_address (3).
-func decodeAddress(b []byte, m *corev3.Address) bool {
+func (d *msg) decodeAddress(b []byte, m *corev3.Address) bool {
 	return messageFields(b, func(num protowire.Number, e []byte) bool {
 		switch num {
 		case 1:
 			a := oneof[corev3.Address_SocketAddress](m.Address)
-			if !decodeSocketAddress(e, orNew(&a.SocketAddress)) {
+			if !d.decodeSocketAddress(e, orNew(&a.SocketAddress)) {
 				return false
 			}
 			m.Address = a
 		case 2:
 			a := oneof[corev3.Address_Pipe](m.Address)
-			if !decodePipe(e, orNew(&a.Pipe)) {
+			if !d.decodePipe(e, orNew(&a.Pipe)) {
 				return false
 			}
 			m.Address = a
 		case 3:
 			a := oneof[corev3.Address_EnvoyInternalAddress](m.Address)
-			if !decodeInternalAddress(e, orNew(&a.EnvoyInternalAddress)) {
+			if !d.decodeInternalAddress(e, orNew(&a.EnvoyInternalAddress)) {
 				return false
 			}
 			m.Address = a
@@ -156,7 +156,7 @@ func decodeAddress(b []byte, m *corev3.Address) bool {
 // protocol (1), address (2), the port_specifier oneof of port_value (3)
 // and named_port (4), resolver_name (5), ipv4_compat (6),
 // network_namespace_filepath (7).
-func decodeSocketAddress(b []byte, m *corev3.SocketAddress) bool {
+func (d *msg) decodeSocketAddress(b []byte, m *corev3.SocketAddress) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 {
@@ -166,7 +166,7 @@ func decodeSocketAddress(b []byte, m *corev3.SocketAddress) bool {
 		var x uint64
 		switch {
 		case num == 2 && typ == bytesType:
-			m.Address, n = str(b)
+			m.Address, n = d.str(b)
 		case num == 3 && typ == varintType:
 			if x, n = varint(b); n >= 0 {
 				m.PortSpecifier = &corev3.SocketAddress_PortValue{PortValue: uint32(x)}
@@ -177,17 +177,17 @@ func decodeSocketAddress(b []byte, m *corev3.SocketAddress) bool {
 			}
 		case num == 4 && typ == bytesType:
 			var s string
-			if s, n = str(b); n >= 0 {
+			if s, n = d.str(b); n >= 0 {
 				m.PortSpecifier = &corev3.SocketAddress_NamedPort{NamedPort: s}
 			}
 		case num == 5 && typ == bytesType:
-			m.ResolverName, n = str(b)
+			m.ResolverName, n = d.str(b)
 		case num == 6 && typ == varintType:
 			if x, n = varint(b); n >= 0 {
 				m.Ipv4Compat = x != 0
 			}
 		case num == 7 && typ == bytesType:
-			m.NetworkNamespaceFilepath, n = str(b)
+			m.NetworkNamespaceFilepath, n = d.str(b)
 		default:
 			return false
 		}
@@ -200,7 +200,7 @@ func decodeSocketAddress(b []byte, m *corev3.SocketAddress) bool {
 }
 
 // decodePipe merges the Pipe b encodes into m: path (1), mode (2).
-func decodePipe(b []byte, m *corev3.Pipe) bool {
+func (d *msg) decodePipe(b []byte, m *corev3.Pipe) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 {
@@ -209,7 +209,7 @@ func decodePipe(b []byte, m *corev3.Pipe) bool {
 		b = b[n:]
 		switch {
 		case num == 1 && typ == bytesType:
-			m.Path, n = str(b)
+			m.Path, n = d.str(b)
 		case num == 2 && typ == varintType:
 			var x uint64
 			if x, n = varint(b); n >= 0 {
@@ -229,7 +229,7 @@ func decodePipe(b []byte, m *corev3.Pipe) bool {
 // decodeInternalAddress merges the EnvoyInternalAddress b encodes into m:
 // server_listener_name (1, the only member of its oneof), endpoint_id
 // (2).
-func decodeInternalAddress(b []byte, m *corev3.EnvoyInternalAddress) bool {
+func (d *msg) decodeInternalAddress(b []byte, m *corev3.EnvoyInternalAddress) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 || typ != bytesType {
@@ -239,11 +239,11 @@ func decodeInternalAddress(b []byte, m *corev3.EnvoyInternalAddress) bool {
 		switch num {
 		case 1:
 			var s string
-			if s, n = str(b); n >= 0 {
+			if s, n = d.str(b); n >= 0 {
 				m.AddressNameSpecifier = &corev3.EnvoyInternalAddress_ServerListenerName{ServerListenerName: s}
 			}
 		case 2:
-			m.EndpointId, n = str(b)
+			m.EndpointId, n = d.str(b)
 		default:
 			return false
 		}
@@ -257,7 +257,7 @@ func decodeInternalAddress(b []byte, m *corev3.EnvoyInternalAddress) bool {
 
 // decodeTimestamp merges the Timestamp b encodes into m: seconds (1),
 // nanos (2).
-func decodeTimestamp(b []byte, m *timestamppb.Timestamp) bool {
+func (d *msg) decodeTimestamp(b []byte, m *timestamppb.Timestamp) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 || typ != varintType {

@@ -17,7 +17,11 @@
 // and oneofs last-one-wins, a repeated embedded message (and a repeated
 // member of the same oneof case) merged, map entries with a missing key
 // or value given zero values and a later duplicate key winning, bytes
-// and strings copied out of the input.
+// and strings copied out of the input — the strings as substrings of one
+// copy of the message, the bytes fields after the first as slices of
+// another, each capped at its length (see msg): a few allocations a
+// message rather than one a field, the copies alive while anything
+// decoded from them is.
 //
 // It must not decide anything about requests; it only decodes them.
 package wiredecode

@@ -2,8 +2,10 @@ package wiredecode
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -164,5 +166,43 @@ func TestCornerCases(t *testing.T) {
 				t.Errorf("% x: decoded %v, want %v", c.b, ok, c.ok)
 			}
 		})
+	}
+}
+
+// TestSharedCopiesStayApart: the strings and bytes decoded from one
+// message share its copies, yet each is its own: an append of any length
+// to one header's raw_value, or a write into it, changes no other value,
+// and a message read from the middle of a larger buffer (its capacity
+// running past it) decodes the same.
+func TestSharedCopiesStayApart(t *testing.T) {
+	hv := func(k, v string) []byte { return fLen(1, fStr(1, k), fLen(3, []byte(v))) }
+	m := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), // request_headers
+		fLen(1, hv(":path", "/v1/chat/completions"), hv("authorization", "Bearer sk-1"), hv("x-request-id", "r-1"), hv("accept", "*/*")))
+	padded := append(append([]byte("junk before"), m...), "junk after"...)
+	for name, b := range map[string][]byte{"alone": m, "in a larger buffer": padded[len("junk before") : len("junk before")+len(m)]} {
+		for grow := range 80 {
+			for i := range 4 {
+				r := &extprocsvc.ProcessingRequest{}
+				if !ProcessingRequest(b, r, true) {
+					t.Fatalf("%s: not decoded", name)
+				}
+				hs := r.GetRequestHeaders().GetHeaders().GetHeaders()
+				if len(hs) != 4 {
+					t.Fatalf("%s: %d headers, want 4", name, len(hs))
+				}
+				want := []string{":path=/v1/chat/completions", "authorization=Bearer sk-1", "x-request-id=r-1", "accept=*/*"}
+				more := strings.Repeat("+", grow)
+				hs[i].RawValue = append(hs[i].RawValue, more...)
+				hs[i].RawValue[0] = '#'
+				want[i] = hs[i].GetKey() + "=#" + want[i][len(hs[i].GetKey())+2:] + more
+				got := []string{}
+				for _, h := range hs {
+					got = append(got, h.GetKey()+"="+string(h.GetRawValue()))
+				}
+				if strings.Join(got, " ") != strings.Join(want, " ") {
+					t.Fatalf("%s: header %d grown by %d and written: %q, want %q", name, i, grow, got, want)
+				}
+			}
+		}
 	}
 }

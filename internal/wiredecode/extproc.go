@@ -40,6 +40,7 @@ type contextField struct {
 // implement, are left to proto.Unmarshal.
 func ProcessingRequest(b []byte, r *extprocsvc.ProcessingRequest, skipContext bool) bool {
 	r.Reset()
+	d := &msg{src: b}
 	var buf [4]contextField
 	ctx := buf[:0]
 	headers := false
@@ -86,33 +87,33 @@ func ProcessingRequest(b []byte, r *extprocsvc.ProcessingRequest, skipContext bo
 		case fieldRequestHeaders:
 			headers = true
 			w := oneof[extprocsvc.ProcessingRequest_RequestHeaders](r.Request)
-			ok = decodeHTTPHeaders(e, orNew(&w.RequestHeaders))
+			ok = d.decodeHTTPHeaders(e, orNew(&w.RequestHeaders))
 			r.Request = w
 		case 3:
 			w := oneof[extprocsvc.ProcessingRequest_ResponseHeaders](r.Request)
-			ok = decodeHTTPHeaders(e, orNew(&w.ResponseHeaders))
+			ok = d.decodeHTTPHeaders(e, orNew(&w.ResponseHeaders))
 			r.Request = w
 		case 4:
 			w := oneof[extprocsvc.ProcessingRequest_RequestBody](r.Request)
-			ok = decodeHTTPBody(e, orNew(&w.RequestBody))
+			ok = d.decodeHTTPBody(e, orNew(&w.RequestBody))
 			r.Request = w
 		case 5:
 			w := oneof[extprocsvc.ProcessingRequest_ResponseBody](r.Request)
-			ok = decodeHTTPBody(e, orNew(&w.ResponseBody))
+			ok = d.decodeHTTPBody(e, orNew(&w.ResponseBody))
 			r.Request = w
 		case 6:
 			w := oneof[extprocsvc.ProcessingRequest_RequestTrailers](r.Request)
-			ok = decodeHTTPTrailers(e, orNew(&w.RequestTrailers))
+			ok = d.decodeHTTPTrailers(e, orNew(&w.RequestTrailers))
 			r.Request = w
 		case 7:
 			w := oneof[extprocsvc.ProcessingRequest_ResponseTrailers](r.Request)
-			ok = decodeHTTPTrailers(e, orNew(&w.ResponseTrailers))
+			ok = d.decodeHTTPTrailers(e, orNew(&w.ResponseTrailers))
 			r.Request = w
 		case 11:
 			if r.ProtocolConfig == nil {
 				r.ProtocolConfig = &extprocsvc.ProtocolConfiguration{}
 			}
-			ok = decodeProtocolConfig(e, r.ProtocolConfig)
+			ok = d.decodeProtocolConfig(e, r.ProtocolConfig)
 		}
 		if !ok {
 			return false
@@ -130,10 +131,10 @@ func ProcessingRequest(b []byte, r *extprocsvc.ProcessingRequest, skipContext bo
 			if r.MetadataContext == nil {
 				r.MetadataContext = &corev3.Metadata{}
 			}
-			if !decodeMetadata(e, r.MetadataContext, 1) {
+			if !d.decodeMetadata(e, r.MetadataContext, 1) {
 				return false
 			}
-		} else if !decodeStructMap(e, &r.Attributes, 1) {
+		} else if !d.decodeStructMap(e, &r.Attributes, 1) {
 			return false
 		}
 	}
@@ -142,7 +143,7 @@ func ProcessingRequest(b []byte, r *extprocsvc.ProcessingRequest, skipContext bo
 
 // decodeHTTPHeaders merges the HttpHeaders b encodes into m: headers
 // (1), the deprecated attributes (2), end_of_stream (3).
-func decodeHTTPHeaders(b []byte, m *extprocsvc.HttpHeaders) bool {
+func (d *msg) decodeHTTPHeaders(b []byte, m *extprocsvc.HttpHeaders) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 {
@@ -158,7 +159,7 @@ func decodeHTTPHeaders(b []byte, m *extprocsvc.HttpHeaders) bool {
 			if m.Headers == nil {
 				m.Headers = &corev3.HeaderMap{}
 			}
-			if !decodeHeaderMap(e, m.Headers) {
+			if !d.decodeHeaderMap(e, m.Headers) {
 				return false
 			}
 		case num == 3 && typ == varintType:
@@ -171,7 +172,7 @@ func decodeHTTPHeaders(b []byte, m *extprocsvc.HttpHeaders) bool {
 			if e, n = delimited(b); n < 0 {
 				return false
 			}
-			if !decodeStructMap(e, &m.Attributes, 2) { //nolint:staticcheck // decoded as proto.Unmarshal does
+			if !d.decodeStructMap(e, &m.Attributes, 2) { //nolint:staticcheck // decoded as proto.Unmarshal does
 				return false
 			}
 		default:
@@ -188,7 +189,7 @@ func decodeHTTPHeaders(b []byte, m *extprocsvc.HttpHeaders) bool {
 // decodeHTTPBody merges the HttpBody b encodes into m: body (1),
 // end_of_stream (2), end_of_stream_without_message (3),
 // grpc_message_compressed (4), drain_complete (5).
-func decodeHTTPBody(b []byte, m *extprocsvc.HttpBody) bool {
+func (d *msg) decodeHTTPBody(b []byte, m *extprocsvc.HttpBody) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 {
@@ -199,7 +200,7 @@ func decodeHTTPBody(b []byte, m *extprocsvc.HttpBody) bool {
 			if typ != bytesType {
 				return false
 			}
-			if m.Body, n = bytesValue(b); n < 0 {
+			if m.Body, n = d.bytesValue(b); n < 0 {
 				return false
 			}
 			b = b[n:]
@@ -231,7 +232,7 @@ func decodeHTTPBody(b []byte, m *extprocsvc.HttpBody) bool {
 
 // decodeHTTPTrailers merges the HttpTrailers b encodes into m: trailers
 // (1).
-func decodeHTTPTrailers(b []byte, m *extprocsvc.HttpTrailers) bool {
+func (d *msg) decodeHTTPTrailers(b []byte, m *extprocsvc.HttpTrailers) bool {
 	return messageFields(b, func(num protowire.Number, e []byte) bool {
 		if num != 1 {
 			return false
@@ -239,7 +240,7 @@ func decodeHTTPTrailers(b []byte, m *extprocsvc.HttpTrailers) bool {
 		if m.Trailers == nil {
 			m.Trailers = &corev3.HeaderMap{}
 		}
-		if !decodeHeaderMap(e, m.Trailers) {
+		if !d.decodeHeaderMap(e, m.Trailers) {
 			return false
 		}
 		return true
@@ -249,7 +250,7 @@ func decodeHTTPTrailers(b []byte, m *extprocsvc.HttpTrailers) bool {
 // decodeProtocolConfig merges the ProtocolConfiguration b encodes into
 // m: request_body_mode (1), response_body_mode (2),
 // send_body_without_waiting_for_header_response (3).
-func decodeProtocolConfig(b []byte, m *extprocsvc.ProtocolConfiguration) bool {
+func (d *msg) decodeProtocolConfig(b []byte, m *extprocsvc.ProtocolConfiguration) bool {
 	for len(b) > 0 {
 		num, typ, n := tag(b)
 		if n < 0 || typ != varintType {

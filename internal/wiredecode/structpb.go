@@ -12,7 +12,7 @@ import (
 
 // decodeStruct merges the Struct b encodes into m: fields (1), a
 // map<string, Value>.
-func decodeStruct(b []byte, m *structpb.Struct, depth int) bool {
+func (d *msg) decodeStruct(b []byte, m *structpb.Struct, depth int) bool {
 	if depth >= maxDepth {
 		return false
 	}
@@ -30,7 +30,7 @@ func decodeStruct(b []byte, m *structpb.Struct, depth int) bool {
 		}
 		v := &batch[0]
 		batch = batch[1:]
-		k, ok := valueEntry(e, v, depth+1)
+		k, ok := d.valueEntry(e, v, depth+1)
 		if !ok {
 			return false
 		}
@@ -42,7 +42,7 @@ func decodeStruct(b []byte, m *structpb.Struct, depth int) bool {
 // valueEntry decodes a map<string, Value> entry into its key and v (a
 // fresh Value, left empty when the entry has none; a value given twice
 // is merged).
-func valueEntry(b []byte, v *structpb.Value, depth int) (string, bool) {
+func (d *msg) valueEntry(b []byte, v *structpb.Value, depth int) (string, bool) {
 	var k string
 	for len(b) > 0 {
 		num, typ, n := tag(b)
@@ -52,10 +52,10 @@ func valueEntry(b []byte, v *structpb.Value, depth int) (string, bool) {
 		b = b[n:]
 		switch num {
 		case 1:
-			k, n = str(b)
+			k, n = d.str(b)
 		case 2:
 			var e []byte
-			if e, n = delimited(b); n >= 0 && !decodeValue(e, v, depth) {
+			if e, n = delimited(b); n >= 0 && !d.decodeValue(e, v, depth) {
 				return "", false
 			}
 		default:
@@ -72,7 +72,7 @@ func valueEntry(b []byte, v *structpb.Value, depth int) (string, bool) {
 // decodeValue merges the Value b encodes into m: the kind oneof, the
 // last one winning, a struct_value or list_value after one of the same
 // kind merged into it.
-func decodeValue(b []byte, m *structpb.Value, depth int) bool {
+func (d *msg) decodeValue(b []byte, m *structpb.Value, depth int) bool {
 	if depth >= maxDepth {
 		return false
 	}
@@ -85,7 +85,7 @@ func decodeValue(b []byte, m *structpb.Value, depth int) bool {
 		switch {
 		case num == 3 && typ == bytesType:
 			var s string
-			if s, n = str(b); n >= 0 {
+			if s, n = d.str(b); n >= 0 {
 				m.Kind = &structpb.Value_StringValue{StringValue: s}
 			}
 		case num == 2 && typ == fixed64Type:
@@ -109,7 +109,7 @@ func decodeValue(b []byte, m *structpb.Value, depth int) bool {
 				return false
 			}
 			k := oneof[structpb.Value_StructValue](m.Kind)
-			if !decodeStruct(e, orNew(&k.StructValue), depth+1) {
+			if !d.decodeStruct(e, orNew(&k.StructValue), depth+1) {
 				return false
 			}
 			m.Kind = k
@@ -119,7 +119,7 @@ func decodeValue(b []byte, m *structpb.Value, depth int) bool {
 				return false
 			}
 			k := oneof[structpb.Value_ListValue](m.Kind)
-			if !decodeList(e, orNew(&k.ListValue), depth+1) {
+			if !d.decodeList(e, orNew(&k.ListValue), depth+1) {
 				return false
 			}
 			m.Kind = k
@@ -136,7 +136,7 @@ func decodeValue(b []byte, m *structpb.Value, depth int) bool {
 
 // decodeList merges the ListValue b encodes into m: values (1), repeated
 // Value, appended.
-func decodeList(b []byte, m *structpb.ListValue, depth int) bool {
+func (d *msg) decodeList(b []byte, m *structpb.ListValue, depth int) bool {
 	if depth >= maxDepth {
 		return false
 	}
@@ -154,7 +154,7 @@ func decodeList(b []byte, m *structpb.ListValue, depth int) bool {
 		}
 		v := &batch[0]
 		batch = batch[1:]
-		if !decodeValue(e, v, depth+1) {
+		if !d.decodeValue(e, v, depth+1) {
 			return false
 		}
 		m.Values = append(m.Values, v)
@@ -165,7 +165,7 @@ func decodeList(b []byte, m *structpb.ListValue, depth int) bool {
 // structEntry decodes a map<string, Struct> entry (filter_metadata,
 // attributes) into its key and value: an empty Struct when the entry has
 // none, a value given twice merged.
-func structEntry(b []byte, depth int) (string, *structpb.Struct, bool) {
+func (d *msg) structEntry(b []byte, depth int) (string, *structpb.Struct, bool) {
 	var k string
 	v := &structpb.Struct{}
 	for len(b) > 0 {
@@ -176,10 +176,10 @@ func structEntry(b []byte, depth int) (string, *structpb.Struct, bool) {
 		b = b[n:]
 		switch num {
 		case 1:
-			k, n = str(b)
+			k, n = d.str(b)
 		case 2:
 			var e []byte
-			if e, n = delimited(b); n >= 0 && !decodeStruct(e, v, depth) {
+			if e, n = delimited(b); n >= 0 && !d.decodeStruct(e, v, depth) {
 				return "", nil, false
 			}
 		default:
@@ -195,8 +195,8 @@ func structEntry(b []byte, depth int) (string, *structpb.Struct, bool) {
 
 // decodeStructMap merges a map<string, Struct> entry into *m, making the
 // map when it is nil; a later key replaces an earlier one.
-func decodeStructMap(e []byte, m *map[string]*structpb.Struct, depth int) bool {
-	k, v, ok := structEntry(e, depth)
+func (d *msg) decodeStructMap(e []byte, m *map[string]*structpb.Struct, depth int) bool {
+	k, v, ok := d.structEntry(e, depth)
 	if !ok {
 		return false
 	}

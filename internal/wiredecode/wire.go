@@ -49,24 +49,77 @@ func delimited(b []byte) ([]byte, int) {
 	return protowire.ConsumeBytes(b)
 }
 
-// str reads a proto3 string: a copy of its bytes, which must be valid
-// UTF-8 (proto.Unmarshal refuses them otherwise).
-func str(b []byte) (string, int) {
+// msg is the message being decoded. Its strings are substrings of one
+// copy of it, made when the first is read; its bytes fields, from the
+// second on, slices of another (the first, often a body and most of the
+// message, is copied alone): a few allocations a message, not one a
+// field. What is decoded keeps the copies alive while it is held.
+type msg struct {
+	src   []byte // the message, which every b decoded is a part of
+	strs  string // src as a string, once a string field was read
+	own   []byte // a copy of src, once a second bytes field was read
+	bytes bool   // a bytes field was read
+}
+
+// at is where v, a part of d.src, starts in it, or -1 when v is not (a
+// value's capacity runs to the end of src, since the decoder only ever
+// slices from the front; at checks it rather than trust it).
+func (d *msg) at(v []byte) int {
+	off := cap(d.src) - cap(v)
+	if off < 0 || off+len(v) > len(d.src) {
+		return -1
+	}
+	return off
+}
+
+// str reads a proto3 string: its bytes copied out of the input, which
+// must be valid UTF-8 (proto.Unmarshal refuses them otherwise).
+func (d *msg) str(b []byte) (string, int) {
 	v, n := delimited(b)
 	if n < 0 || !utf8.Valid(v) {
 		return "", -1
 	}
-	return string(v), n
+	if len(v) == 0 {
+		return "", n
+	}
+	off := d.at(v)
+	if off < 0 {
+		return string(v), n
+	}
+	if d.strs == "" {
+		d.strs = string(d.src)
+	}
+	s := d.strs[off : off+len(v)]
+	if s != string(v) { // not at off after all: copy it on its own
+		return string(v), n
+	}
+	return s, n
 }
 
 // bytesValue reads a proto3 bytes field: a copy, nil when empty, as
-// proto.Unmarshal makes it.
-func bytesValue(b []byte) ([]byte, int) {
+// proto.Unmarshal makes it, its capacity its length (an append to it
+// never reaches another field's bytes).
+func (d *msg) bytesValue(b []byte) ([]byte, int) {
 	v, n := delimited(b)
 	if n < 0 {
 		return nil, -1
 	}
-	return append([]byte(nil), v...), n
+	if len(v) == 0 {
+		return nil, n
+	}
+	off := d.at(v)
+	if off < 0 || !d.bytes {
+		d.bytes = true
+		return append([]byte(nil), v...), n
+	}
+	if d.own == nil {
+		d.own = append([]byte(nil), d.src...)
+	}
+	c := d.own[off : off+len(v) : off+len(v)]
+	if string(c) != string(v) {
+		return append([]byte(nil), v...), n
+	}
+	return c, n
 }
 
 // fixed64 reads a fixed64 value.
