@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 sluice=${SLUICE_BIN:-bin/sluice}
 driver=${DRIVER_BIN:-bin/extprocload}
-scenarios=${SCENARIOS:-open-200rps open-1000rps streams-50x20 streams-2000 closed-max closed-streams fallback ramp}
+scenarios=${SCENARIOS:-open-200rps open-1000rps streams-50x20 streams-2000 closed-max closed-64 closed-streams fallback ramp}
 servers=${SERVERS:-sluice floor}
 key=sk-sluice-BenchOnlyNotASecret000000000000000000000000   # bench.yaml declares its sha256
 

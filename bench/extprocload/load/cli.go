@@ -34,6 +34,10 @@ var Scenarios = map[string]Config{
 		Conns: 4, Spread: 19 * 15 * time.Millisecond},
 	// Closed loop as fast as the server answers, non-stream.
 	"closed-max": {Concurrency: 16, Duration: 5 * time.Second},
+	// The same with 64 workers: enough requests in flight that the
+	// server's batches (a spool sync, an ingest transaction) fill, so its
+	// capacity shows while the driver's core is what saturates.
+	"closed-64": {Concurrency: 64, Duration: 5 * time.Second},
 	// Closed loop of SSE streams of 20 chunks sent as fast as the server
 	// answers (no interval): a stream's cost without the idle wake-ups
 	// that pacing adds to every chunk.

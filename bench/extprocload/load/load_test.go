@@ -34,6 +34,7 @@ var short = map[string]func(Config) Config{
 		return c
 	},
 	"closed-max": func(c Config) Config { c.Concurrency, c.Requests, c.Duration = 4, 20, 0; return c },
+	"closed-64":  func(c Config) Config { c.Concurrency, c.Requests, c.Duration = 8, 40, 0; return c },
 	"closed-streams": func(c Config) Config {
 		c.Concurrency, c.Requests, c.Chunks, c.Duration = 4, 8, 5, 0
 		return c
