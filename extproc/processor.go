@@ -248,9 +248,7 @@ func (p *Processor) pass(pr *policies.Provider) *extprocsvc.ProcessingResponse {
 	p.provider = pr.Name
 	p.state = forwarded
 	p.d.Metrics.requests.WithLabelValues(p.ep.String(), outcomeForwarded).Inc()
-	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocsvc.HeadersResponse{
-		Response: &extprocsvc.CommonResponse{HeaderMutation: hm, ClearRouteCache: true},
-	}}}
+	return requestHeadersReply(hm, true)
 }
 
 // requestBody runs the request-body steps in order — resolve, authorize,
@@ -554,8 +552,7 @@ func (p *Processor) servedBy(get func(string) (string, bool)) *extprocsvc.Header
 // the stream's usage chunk, answers with the chunk the client gets
 // instead (filterBody).
 func (p *Processor) responseBody(ctx context.Context, b *extprocsvc.HttpBody) *extprocsvc.ProcessingResponse {
-	br := &extprocsvc.BodyResponse{}
-	resp := &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseBody{ResponseBody: br}}
+	resp, br := responseBodyReply()
 	if p.state != streamingResponse {
 		return resp
 	}
@@ -718,23 +715,87 @@ type headerCell struct {
 	hv  corev3.HeaderValue
 }
 
+// The replies Sluice sends most, each made in one allocation: the
+// ProcessingResponse, its oneof member, the member's message and the
+// CommonResponse (nil unless a mutation is given) in one cell, as
+// headerCell does for a header.
+
+type requestHeadersCell struct {
+	resp   extprocsvc.ProcessingResponse
+	member extprocsvc.ProcessingResponse_RequestHeaders
+	msg    extprocsvc.HeadersResponse
+	common extprocsvc.CommonResponse
+}
+
+type responseHeadersCell struct {
+	resp   extprocsvc.ProcessingResponse
+	member extprocsvc.ProcessingResponse_ResponseHeaders
+	msg    extprocsvc.HeadersResponse
+	common extprocsvc.CommonResponse
+}
+
+type requestBodyCell struct {
+	resp   extprocsvc.ProcessingResponse
+	member extprocsvc.ProcessingResponse_RequestBody
+	msg    extprocsvc.BodyResponse
+	common extprocsvc.CommonResponse
+}
+
+type responseBodyCell struct {
+	resp   extprocsvc.ProcessingResponse
+	member extprocsvc.ProcessingResponse_ResponseBody
+	msg    extprocsvc.BodyResponse
+}
+
+// headersContinue answers request headers, with hm applied (nil: none).
 func headersContinue(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingResponse {
-	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocsvc.HeadersResponse{Response: common(hm)}}}
+	return requestHeadersReply(hm, false)
+}
+
+// requestHeadersReply is headersContinue, clearing the route cache when
+// clearRoute is set.
+func requestHeadersReply(hm *extprocsvc.HeaderMutation, clearRoute bool) *extprocsvc.ProcessingResponse {
+	c := new(requestHeadersCell)
+	c.member.RequestHeaders, c.resp.Response = &c.msg, &c.member
+	if hm != nil || clearRoute {
+		c.common.HeaderMutation, c.common.ClearRouteCache = hm, clearRoute
+		c.msg.Response = &c.common
+	}
+	return &c.resp
 }
 
 func headersResponse(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingResponse {
-	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocsvc.HeadersResponse{Response: common(hm)}}}
+	c := new(responseHeadersCell)
+	c.member.ResponseHeaders, c.resp.Response = &c.msg, &c.member
+	if hm != nil {
+		c.common.HeaderMutation = hm
+		c.msg.Response = &c.common
+	}
+	return &c.resp
 }
 
 func bodyContinue(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingResponse {
-	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestBody{RequestBody: &extprocsvc.BodyResponse{Response: common(hm)}}}
+	resp, common := requestBodyReply()
+	if hm != nil {
+		common.HeaderMutation = hm
+		resp.GetRequestBody().Response = common
+	}
+	return resp
 }
 
-func common(hm *extprocsvc.HeaderMutation) *extprocsvc.CommonResponse {
-	if hm == nil {
-		return nil
-	}
-	return &extprocsvc.CommonResponse{HeaderMutation: hm}
+// requestBodyReply is a request-body reply and the CommonResponse of its
+// cell, which the caller sets as the reply's when it fills it.
+func requestBodyReply() (*extprocsvc.ProcessingResponse, *extprocsvc.CommonResponse) {
+	c := new(requestBodyCell)
+	c.member.RequestBody, c.resp.Response = &c.msg, &c.member
+	return &c.resp, &c.common
+}
+
+// responseBodyReply is a response-body reply and its BodyResponse.
+func responseBodyReply() (*extprocsvc.ProcessingResponse, *extprocsvc.BodyResponse) {
+	c := new(responseBodyCell)
+	c.member.ResponseBody, c.resp.Response = &c.msg, &c.member
+	return &c.resp, &c.msg
 }
 
 // clip is s cut to at most n bytes.

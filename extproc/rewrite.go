@@ -86,12 +86,14 @@ func bodyReply(body []byte, hm *extprocsvc.HeaderMutation, rw payload.Rewrite, c
 	if err != nil {
 		return nil, err
 	}
-	cr := &extprocsvc.CommonResponse{HeaderMutation: hm, ClearRouteCache: clearRouteCache}
+	resp, cr := requestBodyReply()
+	cr.HeaderMutation, cr.ClearRouteCache = hm, clearRouteCache
+	resp.GetRequestBody().Response = cr
 	if string(newBody) != string(body) {
 		cr.BodyMutation = &extprocsvc.BodyMutation{Mutation: &extprocsvc.BodyMutation_Body{Body: newBody}}
 		hm.SetHeaders = append(hm.SetHeaders, rawHeader("content-length", strconv.Itoa(len(newBody))))
 	}
-	return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestBody{RequestBody: &extprocsvc.BodyResponse{Response: cr}}}, nil
+	return resp, nil
 }
 
 // continueReply answers m, whatever its type, with "continue" and no
@@ -105,7 +107,8 @@ func continueReply(m *extprocsvc.ProcessingRequest) *extprocsvc.ProcessingRespon
 	case *extprocsvc.ProcessingRequest_ResponseHeaders:
 		return headersResponse(nil)
 	case *extprocsvc.ProcessingRequest_ResponseBody:
-		return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseBody{ResponseBody: &extprocsvc.BodyResponse{}}}
+		resp, _ := responseBodyReply()
+		return resp
 	case *extprocsvc.ProcessingRequest_RequestTrailers:
 		return &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocsvc.TrailersResponse{}}}
 	case *extprocsvc.ProcessingRequest_ResponseTrailers:
