@@ -27,14 +27,22 @@ func Response(d *Decision) *authv3.CheckResponse {
 	if !d.Allowed() {
 		return denied(d.Err, d.Dialect)
 	}
-	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(codes.OK)},
-		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-			// The caller's credential must never reach a provider.
-			HeadersToRemove: apikey.CredentialHeaders,
-		}},
-		DynamicMetadata: d.Principal.Metadata(),
-	}
+	c := new(allowCell) // the reply and its parts in one allocation
+	// The caller's credential must never reach a provider.
+	c.ok.HeadersToRemove = apikey.CredentialHeaders
+	c.member.OkResponse = &c.ok
+	c.status.Code = int32(codes.OK)
+	c.resp.Status, c.resp.HttpResponse = &c.status, &c.member
+	c.resp.DynamicMetadata = d.Principal.Metadata()
+	return &c.resp
+}
+
+// allowCell holds what Response returns for an allowed request.
+type allowCell struct {
+	resp   authv3.CheckResponse
+	status rpcstatus.Status
+	member authv3.CheckResponse_OkResponse
+	ok     authv3.OkHttpResponse
 }
 
 // denied is the one function that turns a refusal into Envoy's denied
