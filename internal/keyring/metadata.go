@@ -10,10 +10,11 @@ import "google.golang.org/protobuf/types/known/structpb"
 // metadata; the returned message must not be modified, for the shared
 // values are in use by other requests.
 func (p *Principal) Metadata() *structpb.Struct {
+	c := new(metadataCell) // the struct and the key's own values in one allocation
 	f := make(map[string]*structpb.Value, 7)
-	f["key_id"] = structpb.NewStringValue(p.KeyID)
-	f["key_prefix"] = structpb.NewStringValue(p.KeyPrefix)
-	f["key_name"] = structpb.NewStringValue(p.KeyName)
+	f["key_id"] = c.str(0, p.KeyID)
+	f["key_prefix"] = c.str(1, p.KeyPrefix)
+	f["key_name"] = c.str(2, p.KeyName)
 	if t := p.team; t != nil && t.name == p.Team && t.org == p.Org {
 		f["team"], f["org"] = t.mdTeam, t.mdOrg
 	} else {
@@ -33,7 +34,22 @@ func (p *Principal) Metadata() *structpb.Struct {
 			f["team_models"] = stringList(p.TeamModels.Patterns())
 		}
 	}
-	return &structpb.Struct{Fields: f}
+	c.s.Fields = f
+	return &c.s
+}
+
+// metadataCell holds a Metadata struct and its key's three string values.
+type metadataCell struct {
+	s    structpb.Struct
+	vals [3]structpb.Value
+	strs [3]structpb.Value_StringValue
+}
+
+// str is value i of the cell, holding v.
+func (c *metadataCell) str(i int, v string) *structpb.Value {
+	c.strs[i].StringValue = v
+	c.vals[i].Kind = &c.strs[i]
+	return &c.vals[i]
 }
 
 func stringList(ss []string) *structpb.Value {
