@@ -774,20 +774,22 @@ func headersResponse(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingRespon
 	return &c.resp
 }
 
+// bodyContinue answers a request body, with hm applied (nil: none).
 func bodyContinue(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingResponse {
-	resp, common := requestBodyReply()
-	if hm != nil {
-		common.HeaderMutation = hm
-		resp.GetRequestBody().Response = common
-	}
+	resp, _ := requestBodyReply(hm, hm != nil)
 	return resp
 }
 
-// requestBodyReply is a request-body reply and the CommonResponse of its
-// cell, which the caller sets as the reply's when it fills it.
-func requestBodyReply() (*extprocsvc.ProcessingResponse, *extprocsvc.CommonResponse) {
+// requestBodyReply is a request-body reply, with a CommonResponse holding
+// hm when withCommon is set (returned too, for the caller to add to).
+func requestBodyReply(hm *extprocsvc.HeaderMutation, withCommon bool) (*extprocsvc.ProcessingResponse, *extprocsvc.CommonResponse) {
 	c := new(requestBodyCell)
 	c.member.RequestBody, c.resp.Response = &c.msg, &c.member
+	if !withCommon {
+		return &c.resp, nil
+	}
+	c.common.HeaderMutation = hm
+	c.msg.Response = &c.common
 	return &c.resp, &c.common
 }
 

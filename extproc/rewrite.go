@@ -86,9 +86,8 @@ func bodyReply(body []byte, hm *extprocsvc.HeaderMutation, rw payload.Rewrite, c
 	if err != nil {
 		return nil, err
 	}
-	resp, cr := requestBodyReply()
-	cr.HeaderMutation, cr.ClearRouteCache = hm, clearRouteCache
-	resp.GetRequestBody().Response = cr
+	resp, cr := requestBodyReply(hm, true)
+	cr.ClearRouteCache = clearRouteCache
 	if string(newBody) != string(body) {
 		cr.BodyMutation = &extprocsvc.BodyMutation{Mutation: &extprocsvc.BodyMutation_Body{Body: newBody}}
 		hm.SetHeaders = append(hm.SetHeaders, rawHeader("content-length", strconv.Itoa(len(newBody))))
