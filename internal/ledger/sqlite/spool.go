@@ -172,6 +172,8 @@ func (s *spool) frames(payloads [][]byte) []byte {
 
 // write appends frames (from frames) and makes them durable: one write,
 // one fdatasync, after the file was grown to hold them if it had to be.
+// The sync hands off the P (see syncData): the requests being answered
+// meanwhile are the next batch.
 func (s *spool) write(frames []byte) error {
 	end := s.off + int64(len(frames))
 	if end > s.size {

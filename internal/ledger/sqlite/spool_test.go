@@ -491,3 +491,25 @@ func TestSpoolStaysSmallUnderSteadyLoad(t *testing.T) {
 	}
 	checkAggregates(t, l)
 }
+
+// TestSyncData: the sync that hands off its P makes a write durable
+// without error, and reports a file that cannot be synced rather than
+// pass over it.
+func TestSyncData(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("frame")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syncData(f); err != nil {
+		t.Fatalf("sync of an open file: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syncData(f); err == nil {
+		t.Fatal("sync of a closed file: no error")
+	}
+}
