@@ -171,7 +171,15 @@ func compile(cfg *Config, file string, skipProviderKeys bool) (*Snapshot, error)
 		}
 		return nil, ps
 	}
-	c := cfg.clone()
+	return newSnapshot(cfg.clone(), file)
+}
+
+// newSnapshot makes the Snapshot of c, which must be valid and which the
+// snapshot keeps: Compile passes a copy it has validated; a Watcher, the
+// configuration Parse has just made (Parse returns only a valid one, and
+// nothing else holds it), so that a large file is neither checked twice
+// nor copied.
+func newSnapshot(c *Config, file string) (*Snapshot, error) {
 	sqlitePath, err := resolveSQLite(c.Store.SQLite, file)
 	if err != nil {
 		return nil, fmt.Errorf("compile policies: store.sqlite: %w", err)

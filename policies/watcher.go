@@ -212,7 +212,7 @@ func (w *Watcher) build(data []byte) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Compile(cfg, w.path)
+	return newSnapshot(cfg, w.path)
 }
 
 func (s *Snapshot) versionOrNone() string {
