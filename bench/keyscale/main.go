@@ -100,6 +100,14 @@ type result struct {
 	HWMKiB     int64   `json:"hwm_kib"`     // VmHWM (peak RSS) then
 	SettledKiB int64   `json:"settled_kib"` // VmRSS after --settle idle
 	SettledHWM int64   `json:"settled_hwm_kib"`
+	// The settled VmRSS in its two parts: RssAnon, the process's own
+	// memory (heap, stacks, the runtime's), and RssFile, pages of the
+	// binary and libraries mapped from the page cache. The second is
+	// shared with the cache and reclaimable, and how much of the binary
+	// it holds is the kernel's choice (readahead, fault-around, large
+	// folios), not only the pages the server touched.
+	SettledAnon int64 `json:"settled_anon_kib"`
+	SettledFile int64 `json:"settled_file_kib"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -108,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if _, err := os.Stat(o.sluice); err != nil {
-		return fmt.Errorf("--sluice: %w (build it: go build -tags vtprotobuf -o bin/sluice ./cmd/sluice)", err)
+		return fmt.Errorf("--sluice: %w (build it: make build)", err)
 	}
 	dir := o.dir
 	if dir == "" {
@@ -163,6 +171,8 @@ func median(rs []result) result {
 	m.HWMKiB = int64(mid(func(r result) float64 { return float64(r.HWMKiB) }))
 	m.SettledKiB = int64(mid(func(r result) float64 { return float64(r.SettledKiB) }))
 	m.SettledHWM = int64(mid(func(r result) float64 { return float64(r.SettledHWM) }))
+	m.SettledAnon = int64(mid(func(r result) float64 { return float64(r.SettledAnon) }))
+	m.SettledFile = int64(mid(func(r result) float64 { return float64(r.SettledFile) }))
 	return m
 }
 
@@ -381,19 +391,28 @@ func measure(ctx context.Context, o options, cfg string) (result, error) {
 		stop()
 		return r, err
 	}
+	if r.SettledAnon, r.SettledFile, err = statusPair(cmd.Process.Pid, "RssAnon", "RssFile"); err != nil {
+		stop()
+		return r, err
+	}
 	return r, stop()
 }
 
 // memory reads VmRSS and VmHWM (KiB) from /proc/pid/status.
 func memory(pid int) (rss, hwm int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return statusPair(pid, "VmRSS", "VmHWM")
+}
+
+// statusPair reads two fields (KiB) of /proc/pid/status.
+func statusPair(pid int, a, b string) (int64, int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, err
 	}
 	vals := map[string]int64{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(string(data), "\n") {
 		k, v, ok := strings.Cut(line, ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
+		if !ok || (k != a && k != b) {
 			continue
 		}
 		f := strings.Fields(v)
@@ -407,7 +426,7 @@ func memory(pid int) (rss, hwm int64, err error) {
 		vals[k] = n
 	}
 	if len(vals) != 2 {
-		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS or VmHWM", pid)
+		return 0, 0, fmt.Errorf("/proc/%d/status: no %s or %s", pid, a, b)
 	}
-	return vals["VmRSS"], vals["VmHWM"], nil
+	return vals[a], vals[b], nil
 }
