@@ -81,6 +81,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if cfg.CPUProfile != "" {
+			stop, err := startCPUProfile(cfg.CPUProfile)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
 		enc := json.NewEncoder(stdout)
 		if len(cfg.Ramp) > 0 {
 			return RunRamp(ctx, cfg, func(v any) error { return enc.Encode(v) })
@@ -123,6 +130,7 @@ func parseRun(args []string, stderr io.Writer) (Config, error) {
 	inflight := fs.Int("max-in-flight", 0, "open loop: requests in flight at most (0: 4096); one due beyond it is not started and counts as an error")
 	step := fs.Duration("step", 0, "ramp: how long each step lasts")
 	hostProvider := fs.String("host-provider", "", "play a fallback model's attempt on a host of this provider")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write the driver's own CPU profile to this `file` (where its core goes)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, ErrUsage
@@ -135,6 +143,7 @@ func parseRun(args []string, stderr io.Writer) (Config, error) {
 		return Config{}, ErrUsage
 	}
 	base.Scenario, base.Addr, base.PID, base.Key, base.Server = *scenario, c.Addr, c.PID, c.Key, c.Server
+	base.CPUProfile = c.CPUProfile
 	if base.Model == "" {
 		base.Model = *model
 	}

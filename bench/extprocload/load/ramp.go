@@ -25,6 +25,8 @@ type RampStep struct {
 	P50Millis    float64 `json:"p50_ms"`
 	P99Millis    float64 `json:"p99_ms"`
 	CPUMicrosReq float64 `json:"cpu_us_per_req"`
+	ServerBusy   float64 `json:"server_cpu_pct"`
+	DriverBusy   float64 `json:"driver_cpu_pct"`
 	RSSKiB       int64   `json:"rss_kib"`
 	Holds        bool    `json:"holds"`
 	FirstError   string  `json:"first_error,omitempty"`
@@ -81,7 +83,7 @@ func RunRamp(ctx context.Context, cfg Config, emit func(any) error) error {
 			Scenario: cfg.Scenario, Server: cfg.Server, StepRate: rate, Offered: n,
 			Served: st.served(), Errors: st.errs, Timeouts: st.timeouts, NotStarted: st.notStarted,
 			P50Millis: ms(quantile(st.lat, 0.50)), P99Millis: ms(quantile(st.lat, 0.99)),
-			CPUMicrosReq: st.cpuPerReq(), RSSKiB: st.rss, FirstError: st.firstErr,
+			CPUMicrosReq: st.cpuPerReq(), ServerBusy: st.busy(st.cpu), DriverBusy: st.busy(st.driverCPU), RSSKiB: st.rss, FirstError: st.firstErr,
 			ServedPerSec: servedRate(st.served(), cfg.Step, st.elapsed),
 		}
 		step.Holds = holds(rate, step.ServedPerSec, n, st.errs)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -59,6 +60,10 @@ type Config struct {
 	// rate for Step.
 	Ramp []float64
 	Step time.Duration
+
+	// CPUProfile, when set, is the file the driver's own CPU profile is
+	// written to: the driver's core is the other half of the machine.
+	CPUProfile string `json:"-"`
 }
 
 // Result is the JSON line of one run. Latency is the whole request as the
@@ -68,17 +73,22 @@ type Config struct {
 // utime+stime over the run (10 ms resolution) divided by the requests
 // that reached it.
 type Result struct {
-	Scenario      string  `json:"scenario"`
-	Server        string  `json:"server"`
-	Concurrency   int     `json:"concurrency,omitempty"`
-	Rate          float64 `json:"rate,omitempty"`
-	Conns         int     `json:"conns"`
-	Chunks        int     `json:"chunks"`
-	Requests      int     `json:"requests"`
-	Errors        int     `json:"errors"`
-	Timeouts      int     `json:"timeouts"`
-	NotStarted    int     `json:"not_started,omitempty"`
-	CPUMicrosReq  float64 `json:"cpu_us_per_req"`
+	Scenario     string  `json:"scenario"`
+	Server       string  `json:"server"`
+	Concurrency  int     `json:"concurrency,omitempty"`
+	Rate         float64 `json:"rate,omitempty"`
+	Conns        int     `json:"conns"`
+	Chunks       int     `json:"chunks"`
+	Requests     int     `json:"requests"`
+	Errors       int     `json:"errors"`
+	Timeouts     int     `json:"timeouts"`
+	NotStarted   int     `json:"not_started,omitempty"`
+	CPUMicrosReq float64 `json:"cpu_us_per_req"`
+	// ServerBusy and DriverBusy are the server's and the driver's CPU
+	// over the run in percent of one core: a run whose driver is near
+	// 100 measured the driver's limit, not the server's.
+	ServerBusy    float64 `json:"server_cpu_pct"`
+	DriverBusy    float64 `json:"driver_cpu_pct"`
 	ReqPerSec     float64 `json:"req_per_s"`
 	P50Millis     float64 `json:"p50_ms"`
 	P99Millis     float64 `json:"p99_ms"`
@@ -195,6 +205,7 @@ type stats struct {
 	firstErr   string
 	elapsed    time.Duration // from the start to the end of the last request
 	cpu        time.Duration // the server's CPU time over the phase
+	driverCPU  time.Duration // the driver's own, over the same time
 	rss        int64         // VmRSS at the end, KiB
 	rssMax     int64         // the largest VmRSS seen during the phase, KiB
 }
@@ -232,6 +243,10 @@ func (d *driver) phase(ctx context.Context, l load) (stats, error) {
 		if cpu0, err = cpuTime(pid); err != nil {
 			return stats{}, err
 		}
+	}
+	self, err := cpuTime(os.Getpid())
+	if err != nil {
+		return stats{}, err
 	}
 	sampled := make(chan int64, 1)
 	sampleCtx, stopSampling := context.WithCancel(ctx)
@@ -304,8 +319,13 @@ func (d *driver) phase(ctx context.Context, l load) (stats, error) {
 	}
 	wg.Wait()
 	st.elapsed = time.Since(start)
+	self1, err := cpuTime(os.Getpid())
 	stopSampling()
 	st.rssMax = <-sampled
+	if err != nil {
+		return stats{}, err
+	}
+	st.driverCPU = self1 - self
 	if pid > 0 {
 		cpu1, err := cpuTime(pid)
 		if err != nil {
@@ -330,6 +350,14 @@ func (s *stats) cpuPerReq() float64 {
 		return 0
 	}
 	return float64(s.cpu.Microseconds()) / float64(n)
+}
+
+// busy is the percentage of one core that cpu is over the phase.
+func (s *stats) busy(cpu time.Duration) float64 {
+	if s.elapsed <= 0 {
+		return 0
+	}
+	return 100 * cpu.Seconds() / s.elapsed.Seconds()
 }
 
 // sampleRSS samples VmRSS of pid every 100 ms until ctx ends and returns
@@ -371,6 +399,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		Scenario: cfg.Scenario, Server: cfg.Server, Rate: cfg.Rate, Conns: len(d.conns),
 		Requests: st.served() + st.errs, Errors: st.errs, Timeouts: st.timeouts, NotStarted: st.notStarted, FirstError: st.firstErr,
 		ElapsedMillis: ms(st.elapsed), CPUMicrosReq: st.cpuPerReq(), RSSKiB: st.rss, RSSMaxKiB: st.rssMax,
+		DriverBusy: st.busy(st.driverCPU),
+	}
+	if cfg.PID > 0 {
+		res.ServerBusy = st.busy(st.cpu)
 	}
 	if cfg.Rate == 0 {
 		res.Concurrency = cfg.Concurrency
