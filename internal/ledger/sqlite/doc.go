@@ -17,7 +17,10 @@
 // before SQLite has it: the committer writes each batch as checksummed
 // frames to the spool, the file beside the ledger named like it plus
 // "-spool", with one write and one fdatasync, and then acknowledges the
-// batch's Appends. The ingester, a goroutine Run starts, inserts the
+// batch's Appends. On Linux the fdatasync hands off the goroutine's P
+// before it blocks (sync_linux.go), so that with GOMAXPROCS=1 requests are
+// still answered, and the next batch forms, while it waits for the
+// device. The ingester, a goroutine Run starts, inserts the
 // spooled records into SQLite in transactions of up to 1,024 records, at
 // most 250 ms after the first arrived (at once when a read is waiting),
 // each transaction synced as without a spool (synchronous=FULL), so that
