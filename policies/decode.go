@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -362,9 +363,32 @@ func (d *decoder) decodeTime(path string, at, n *yaml.Node, v reflect.Value) {
 	d.add(path, at, "must be "+want+", got "+got)
 }
 
+// yamlStruct is what yamlFields returns for a struct type; callers only
+// read it.
+type yamlStruct struct {
+	index map[string]int
+	names []string
+}
+
+// fieldCache holds each struct type's yamlStruct, made on first use: a
+// config of many keys decodes the same few structs hundreds of thousands
+// of times.
+var fieldCache sync.Map // reflect.Type → *yamlStruct
+
 // yamlFields maps the YAML names of a struct's fields to field indexes, and
-// lists the names in declaration order.
+// lists the names in declaration order. The results are shared: callers
+// must not change them.
 func yamlFields(t reflect.Type) (map[string]int, []string) {
+	if f, ok := fieldCache.Load(t); ok {
+		sf := f.(*yamlStruct)
+		return sf.index, sf.names
+	}
+	fields, names := structFieldsOf(t)
+	fieldCache.Store(t, &yamlStruct{index: fields, names: names})
+	return fields, names
+}
+
+func structFieldsOf(t reflect.Type) (map[string]int, []string) {
 	fields := make(map[string]int, t.NumField())
 	var names []string
 	for i := range t.NumField() {
