@@ -18,6 +18,15 @@
 #   LEDGER_FROM=FILE  start Sluice on a copy of this ledger file (e.g. one
 #                     `extprocload prefill --ledger FILE --records 10000000`
 #                     filled), to see what the ledger's size costs
+#   RUN_FLAGS="..."   more `extprocload run` flags for every scenario
+#                     (e.g. "--interval 250ms": streams-2000 paced so that
+#                     2,000 streams stay open without overloading the machine)
+#   STORE_FROM=FILE   start Sluice on a copy of this key store (e.g. the
+#                     store.db `go run ./bench/keyscale --keys 100000
+#                     --mode store --runs 1 --dir D` leaves in
+#                     D/store-100000), to see what many keys cost beside
+#                     the load; bench.yaml's own key is declared, so it
+#                     works with any store
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sluice=${SLUICE_BIN:-bin/sluice}
@@ -60,6 +69,7 @@ for server in $servers; do
       cp bench/extprocload/bench.yaml "$tmp/bench.yaml"
       # sync: the copy's dirty pages must not be written back during the run
       if [ -n "${LEDGER_FROM:-}" ]; then cp "$LEDGER_FROM" "$tmp/bench-ledger.db"; sync; fi
+      if [ -n "${STORE_FROM:-}" ]; then cp "$STORE_FROM" "$tmp/bench.db"; sync; fi
       "${server_pin[@]}" "$sluice" serve --config "$tmp/bench.yaml" --ready-file "$tmp/ready.json" --log-level warn >"$tmp/server.log" 2>&1 &
       ;;
     floor)
@@ -77,6 +87,8 @@ for server in $servers; do
     elif [ -n "${DURATION:-}" ]; then
       extra=(--duration "$DURATION")
     fi
+    # shellcheck disable=SC2206 # RUN_FLAGS is split into words on purpose
+    extra+=(${RUN_FLAGS:-})
     "${driver_pin[@]}" "$driver" run --addr "$addr" --pid "$pid" --key "$key" --server "$server" --scenario "$s" "${extra[@]}" | tee -a "$results"
   done
   kill "$pid"; wait "$pid" 2>/dev/null || true
