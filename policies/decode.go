@@ -388,6 +388,7 @@ func yamlFields(t reflect.Type) (map[string]int, []string) {
 	return fields, names
 }
 
+// structFieldsOf works out what yamlFields returns, uncached.
 func structFieldsOf(t reflect.Type) (map[string]int, []string) {
 	fields := make(map[string]int, t.NumField())
 	var names []string

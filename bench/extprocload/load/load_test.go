@@ -266,3 +266,22 @@ func startSluice(t *testing.T) string {
 		return r.GRPC
 	}
 }
+
+// TestBusy: a core's share is CPU time over the phase's length, in
+// percent; a phase that took no time has none.
+func TestBusy(t *testing.T) {
+	for _, c := range []struct {
+		elapsed, cpu time.Duration
+		want         float64
+	}{
+		{2 * time.Second, 500 * time.Millisecond, 25},
+		{time.Second, time.Second, 100},
+		{time.Second, 0, 0},
+		{0, time.Second, 0},
+	} {
+		st := stats{elapsed: c.elapsed}
+		if got := st.busy(c.cpu); got != c.want {
+			t.Errorf("busy(%v) over %v = %v, want %v", c.cpu, c.elapsed, got, c.want)
+		}
+	}
+}

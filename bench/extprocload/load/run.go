@@ -204,7 +204,7 @@ type stats struct {
 	notStarted int             // of errs, open-loop requests over the in-flight cap
 	firstErr   string
 	elapsed    time.Duration // from the start to the end of the last request
-	cpu        time.Duration // the server's CPU time over the phase
+	cpu        time.Duration // the server's CPU time over the phase (0 without a pid)
 	driverCPU  time.Duration // the driver's own, over the same time
 	rss        int64         // VmRSS at the end, KiB
 	rssMax     int64         // the largest VmRSS seen during the phase, KiB
@@ -399,10 +399,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		Scenario: cfg.Scenario, Server: cfg.Server, Rate: cfg.Rate, Conns: len(d.conns),
 		Requests: st.served() + st.errs, Errors: st.errs, Timeouts: st.timeouts, NotStarted: st.notStarted, FirstError: st.firstErr,
 		ElapsedMillis: ms(st.elapsed), CPUMicrosReq: st.cpuPerReq(), RSSKiB: st.rss, RSSMaxKiB: st.rssMax,
-		DriverBusy: st.busy(st.driverCPU),
-	}
-	if cfg.PID > 0 {
-		res.ServerBusy = st.busy(st.cpu)
+		ServerBusy: st.busy(st.cpu), DriverBusy: st.busy(st.driverCPU),
 	}
 	if cfg.Rate == 0 {
 		res.Concurrency = cfg.Concurrency
