@@ -45,15 +45,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// startChild runs `sluice serve` as a subprocess and waits for it to be
-// ready.
-func startChild(t *testing.T, config string) (*exec.Cmd, *sluiceProcess) {
+// startChild runs `sluice serve` as a subprocess, with env added to its
+// environment, and waits for it to be ready.
+func startChild(t *testing.T, config string, env ...string) (*exec.Cmd, *sluiceProcess) {
 	t.Helper()
 	dir := filepath.Dir(config)
 	ready := filepath.Join(dir, fmt.Sprintf("ready-%d.json", time.Now().UnixNano()))
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "serve", "--config", config,
 		"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn")
-	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
 	var logs syncBuf
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

@@ -120,32 +120,32 @@ type scope struct {
 	model    string // set for the per-model limits
 }
 
-func scopes(p *keyring.Principal, model string) []scope {
-	n := 0 // counted first, for one allocation rather than a growth each
-	for _, c := range [...]struct {
-		id string
-		l  *policies.Limits
-	}{{p.KeyID, &p.KeyLimits}, {p.Team, &p.TeamLimits}, {p.Org, &p.OrgLimits}} {
-		if c.id != "" {
-			n++
-			if _, ok := c.l.Models[model]; ok {
-				n++
-			}
-		}
+// scopeName names a scope without its limits: what a reservation keeps
+// of it, for a refusal's message.
+type scopeName struct{ kind, id, model string }
+
+func (s scope) name() scopeName { return scopeName{s.kind, s.id, s.model} }
+
+func scopes(out []scope, p *keyring.Principal, model string) []scope {
+	out = addScope(out, "key", p.KeyID, &p.KeyLimits, model)
+	out = addScope(out, "team", p.Team, &p.TeamLimits, model)
+	return addScope(out, "org", p.Org, &p.OrgLimits, model)
+}
+
+// maxScopes is how many scopes a request can have: the key, its team and
+// its org, each with its limits for the model.
+const maxScopes = 6
+
+// addScope appends the scope of kind and id, when there is one, and its
+// limits for model, when it has some.
+func addScope(out []scope, kind, id string, l *policies.Limits, model string) []scope {
+	if id == "" {
+		return out
 	}
-	out := make([]scope, 0, n)
-	add := func(kind, id string, l policies.Limits) {
-		if id == "" {
-			return
-		}
-		out = append(out, scope{kind: kind, id: id, l: l})
-		if ml, ok := l.Models[model]; ok {
-			out = append(out, scope{kind: kind, id: id, l: ml, model: model})
-		}
+	out = append(out, scope{kind: kind, id: id, l: *l})
+	if ml, ok := l.Models[model]; ok {
+		out = append(out, scope{kind: kind, id: id, l: ml, model: model})
 	}
-	add("key", p.KeyID, p.KeyLimits)
-	add("team", p.Team, p.TeamLimits)
-	add("org", p.Org, p.OrgLimits)
 	return out
 }
 
@@ -180,7 +180,9 @@ func counterKey(s scope, parts ...string) string {
 	return b.String()
 }
 
-func (s scope) describe() string {
+func (s scope) describe() string { return s.name().describe() }
+
+func (s scopeName) describe() string {
 	d := s.kind + " " + s.id
 	if s.model != "" {
 		d += " for model " + s.model
@@ -213,12 +215,12 @@ var tokenLimits = []struct {
 // the counter demand and what it stands for.
 type reservation struct {
 	demand limits.Demand
-	// scope is whose limit it is; for the principal's own request limits
+	// who is whose limit it is; for the principal's own request limits
 	// (keyed by keyring) its kind is "" and its id limits.Describe(key).
-	scope scope
-	what  string    // "requests", "input tokens", …, "rolling 1h0m0s budget"
-	kind  tokenKind // what the demand's Amount counts (token and budget limits)
-	req   bool      // a request-rate limit
+	who  scopeName
+	what string    // "requests", "input tokens", …, "rolling 1h0m0s budget"
+	kind tokenKind // what the demand's Amount counts (token and budget limits)
+	req  bool      // a request-rate limit
 	// budgetMicros is a rolling budget's configured cap, in micro-dollars
 	// (its demand counts pico-dollars).
 	budgetMicros int64
@@ -235,7 +237,7 @@ func reservations(rs []reservation, c Claim, scs []scope, amount [4]int64) []res
 		if !c.CountRequest {
 			d.Amount = 0
 		}
-		rs = append(rs, reservation{demand: d, what: "requests", req: true, scope: scope{id: limits.Describe(d.Key)}})
+		rs = append(rs, reservation{demand: d, what: "requests", req: true, who: scopeName{id: limits.Describe(d.Key)}})
 	}
 	for _, s := range scs {
 		for _, w := range windows {
@@ -245,14 +247,14 @@ func reservations(rs []reservation, c Claim, scs []scope, amount [4]int64) []res
 			if n := w.get(s.l.Requests); n > 0 && (s.kind == "org" || s.model != "") {
 				rs = append(rs, reservation{
 					demand: limits.Demand{Key: counterKey(s, "requests", w.name), Period: w.period, Limit: n, Amount: 1},
-					scope:  s, what: "requests", req: true,
+					who:    s.name(), what: "requests", req: true,
 				})
 			}
 			for _, t := range tokenLimits {
 				if n := w.get(t.get(s.l.Tokens)); n > 0 {
 					rs = append(rs, reservation{
 						demand: limits.Demand{Key: counterKey(s, "tokens", t.name, w.name), Period: w.period, Limit: n, Amount: amount[t.kind]},
-						scope:  s, what: t.name + " tokens", kind: t.kind,
+						who:    s.name(), what: t.name + " tokens", kind: t.kind,
 					})
 				}
 			}
@@ -261,7 +263,7 @@ func reservations(rs []reservation, c Claim, scs []scope, amount [4]int64) []res
 			if b.Period == policies.PeriodRolling {
 				rs = append(rs, reservation{
 					demand: rollingDemand(s, b, amount[costPico]),
-					scope:  s, what: "rolling " + b.Window.String() + " budget", kind: costPico, budgetMicros: b.MicroUSD,
+					who:    s.name(), what: "rolling " + b.Window.String() + " budget", kind: costPico, budgetMicros: b.MicroUSD,
 				})
 			}
 		}
@@ -304,15 +306,16 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	amount := [4]int64{inputTokens: input, outputTokens: output, totalTokens: sat.Add(input, output), costPico: max(c.CostPico, 0)}
 	cost := claimCost(amount[costPico])
 
-	scs := scopes(c.Principal, c.Model)
-	var rbuf [16]reservation
-	rs := reservations(rbuf[:0], c, scs, amount)
+	sc := admitScratchPool.Get().(*admitScratch)
+	defer sc.put()
+	scs := scopes(sc.scopes[:0], c.Principal, c.Model)
+	rs := reservations(sc.rs[:0], c, scs, amount)
 	// limits.Counters takes the demands alone, in the same order.
-	var dbuf [16]limits.Demand
-	ds := dbuf[:0]
+	ds := sc.ds[:0]
 	for _, r := range rs {
 		ds = append(ds, r.demand)
 	}
+	sc.n = max(len(scs), len(rs))
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -340,9 +343,7 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 			bh = append(bh, st)
 		}
 	}
-	var buf [16]int64
-	var resets [16]time.Duration
-	dec := l.counters.AdmitWithResets(c.At, ds, buf[:0], resets[:0])
+	dec := l.counters.AdmitWithResets(c.At, ds, sc.remaining[:0], sc.resets[:0])
 	if !dec.Admitted {
 		l.uncount(c)
 		return Grant{}, denial(rs[dec.Denied], dec)
@@ -368,6 +369,34 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	id := l.nextID
 	l.held[id] = h
 	return Grant{Claim: c, id: id, Remaining: rem}, nil
+}
+
+// admitScratch is the working space of one Admit: a request's scopes,
+// reservations and demands, and the counters' answers. It is pooled
+// rather than on Admit's stack, where it would take some 5 KB and make
+// every goroutine that admits a request, each gRPC handler among them,
+// grow its stack to 16 KB; most requests fit in it, and one that does
+// not spills to the heap.
+type admitScratch struct {
+	scopes    [maxScopes]scope
+	rs        [16]reservation
+	ds        [16]limits.Demand
+	remaining [16]int64
+	resets    [16]time.Duration
+	n         int // entries of scopes, rs and ds the last Admit used
+}
+
+var admitScratchPool = sync.Pool{New: func() any { return new(admitScratch) }}
+
+// put clears what the last Admit left (so that the pool keeps no keys or
+// limits alive) and returns sc to the pool.
+func (sc *admitScratch) put() {
+	n := min(sc.n, len(sc.rs))
+	clear(sc.scopes[:min(sc.n, len(sc.scopes))])
+	clear(sc.rs[:n])
+	clear(sc.ds[:n])
+	sc.n = 0
+	admitScratchPool.Put(sc)
 }
 
 // uncount takes back the request ext_authz counted for a request that
@@ -664,9 +693,9 @@ func denial(r reservation, dec limits.Decision) *apierr.Error {
 	d := r.demand
 	e := &apierr.Error{Status: http.StatusTooManyRequests, RetryAfter: dec.RetryAfter}
 	ra := e.RetryAfterSeconds()
-	who := r.scope.describe()
-	if r.scope.kind == "" {
-		who = r.scope.id // the principal's request limits: already described
+	who := r.who.describe()
+	if r.who.kind == "" {
+		who = r.who.id // the principal's request limits: already described
 	}
 	switch {
 	case r.req:
