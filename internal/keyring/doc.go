@@ -9,7 +9,7 @@
 // allow-list, simple limits) is held once and pointed to. A key's
 // Principal is made on its first lookup and kept, and its ext_authz
 // metadata is built per call from values shared per team, so a key that is
-// never used costs only its record (about 260 bytes with the indexes).
+// never used costs only its record (about 215 bytes with the indexes).
 //
 // The first load from a store that is a store.KeyStreamer takes the keys
 // one at a time as the store reads them, each made into its record at

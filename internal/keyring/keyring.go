@@ -223,16 +223,16 @@ func (r *Ring) apply(ch store.Changes) {
 			continue
 		}
 		if j := v.base.findHash(rec.hash); j >= 0 && v.base.recs[j].declared() {
-			r.log.Warn("a stored key has the same hash as a key declared in the config; the config's wins", "key_id", rec.id)
-			r.shadowed[rec.id] = rec
+			r.log.Warn("a stored key has the same hash as a key declared in the config; the config's wins", "key_id", rec.id())
+			r.shadowed[rec.id()] = rec
 			continue
 		}
 		if !owned {
 			v.copyOverlay()
 			owned = true
 		}
-		if _, inBase := v.lookupBaseID(rec.id); !inBase {
-			if _, inOver := v.byID[rec.id]; !inOver {
+		if _, inBase := v.lookupBaseID(rec.id()); !inBase {
+			if _, inOver := v.byID[rec.id()]; !inOver {
 				v.n++
 			}
 		}
@@ -281,11 +281,11 @@ func (v *view) put(rec keyRec) {
 	if v.byID == nil {
 		v.byID, v.byHash = map[string]*overRec{}, map[[32]byte]*overRec{}
 	}
-	if o, ok := v.byID[rec.id]; ok && o.rec.hash != rec.hash {
+	if o, ok := v.byID[rec.id()]; ok && o.rec.hash != rec.hash {
 		delete(v.byHash, o.rec.hash)
 	}
 	o := &overRec{rec: rec}
-	v.byID[rec.id], v.byHash[rec.hash] = o, o
+	v.byID[rec.id()], v.byHash[rec.hash] = o, o
 }
 
 func (v *view) lookupBaseID(id string) (*keyRec, bool) {
@@ -473,7 +473,7 @@ func (r *Ring) rebuild(v *view) {
 		if rec.declared() {
 			continue
 		}
-		if _, changed := v.byID[rec.id]; changed {
+		if _, changed := v.byID[rec.id()]; changed {
 			continue
 		}
 		recs = append(recs, *rec)
@@ -496,9 +496,9 @@ func (r *Ring) publishTable(recs []keyRec) {
 			return // a repeated declared key: Validate refuses those
 		}
 		if by.declared() && by.hash == rec.hash {
-			r.log.Warn("a stored key has the same hash as a key declared in the config; the config's wins", "key_id", rec.id)
+			r.log.Warn("a stored key has the same hash as a key declared in the config; the config's wins", "key_id", rec.id())
 		}
-		r.shadowed[rec.id] = *rec
+		r.shadowed[rec.id()] = *rec
 	})
 	r.view.Store(&view{base: t, cache: make([]atomic.Pointer[Principal], len(t.recs)), teams: r.teamInfos(), n: len(t.recs)})
 }
@@ -517,8 +517,8 @@ func (in *interner) declaredRecs(pol *policies.Snapshot, more int) []keyRec {
 	recs := make([]keyRec, 0, len(ks)+more)
 	for i := range ks {
 		k := &ks[i]
-		rec := keyRec{hash: k.Hash, team: in.intern(k.Team), expires: k.ExpiresAt}
-		rec.id, rec.prefix, rec.name = pack(k.ID, k.Prefix, k.Name)
+		rec := keyRec{hash: k.Hash, team: in.intern(k.Team), times: newKeyTimes(k.ExpiresAt, time.Time{})}
+		rec.setNames(k.ID, k.Prefix, k.Name)
 		rec.models = in.internModels(k.Models)
 		rec.limits = in.internLimits(k.Limits)
 		recs = append(recs, rec)
@@ -530,8 +530,8 @@ func (in *interner) declaredRecs(pol *policies.Snapshot, more int) []keyRec {
 // It allocates only the record's own strings (one array for its id,
 // prefix and name) and what is interned for the first time.
 func (in *interner) storedRec(log *slog.Logger, k *store.Key) (keyRec, bool) {
-	rec := keyRec{hash: k.Hash, team: in.intern(k.Team), expires: k.ExpiresAt, revoked: k.RevokedAt, rev: k.Rev + 1}
-	rec.id, rec.prefix, rec.name = pack(k.ID, k.Prefix, k.Name)
+	rec := keyRec{hash: k.Hash, team: in.intern(k.Team), times: newKeyTimes(k.ExpiresAt, k.RevokedAt), rev: k.Rev + 1}
+	rec.setNames(k.ID, k.Prefix, k.Name)
 	if len(k.Models) > 0 {
 		in.buf = in.buf[:0]
 		for i, p := range k.Models {

@@ -325,3 +325,49 @@ func TestStaleSyncDoesNotUndoRevocation(t *testing.T) {
 		t.Fatalf("a stale record undid the revocation: %+v", p)
 	}
 }
+
+// TestKeyTimesKeepTheirInstant: a key's expiry and revocation times come
+// back as the same instants, to the nanosecond, in UTC, whatever zone they
+// were given in and however far from the epoch; unset ones stay zero. The
+// ring keeps them in fewer bytes than time.Time does.
+func TestKeyTimesKeepTheirInstant(t *testing.T) {
+	zone := time.FixedZone("UTC+5:30", 5*3600+1800)
+	for _, tt := range []struct {
+		name             string
+		expires, revoked time.Time
+	}{
+		{"unset", time.Time{}, time.Time{}},
+		{"nanoseconds, another zone", time.Date(2031, 3, 4, 5, 6, 7, 999_999_999, zone), time.Date(2026, 12, 2, 0, 0, 0, 1, zone)},
+		{"the epoch", time.Unix(0, 0), time.Unix(0, 0)},
+		{"before the epoch", time.Date(1969, 12, 31, 23, 59, 59, 5, time.UTC), time.Time{}},
+		{"the last second of year 9999", time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC), time.Time{}},
+		{"with a monotonic reading", time.Now().Add(time.Hour), time.Time{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := keyring.New(quiet())
+			h := sha256.Sum256([]byte("sk-sluice-times-" + tt.name))
+			k := store.Key{ID: "key_t", Hash: h, Team: "t", ExpiresAt: tt.expires, RevokedAt: tt.revoked, Rev: 1}
+			if err := r.Sync(context.Background(), changesFunc(func(int64) store.Changes { return store.Changes{Keys: []store.Key{k}, Rev: 1} })); err != nil {
+				t.Fatal(err)
+			}
+			p := r.Resolve(h)
+			if p == nil {
+				t.Fatal("the key does not resolve")
+			}
+			for _, c := range []struct {
+				what      string
+				got, want time.Time
+			}{{"ExpiresAt", p.ExpiresAt, tt.expires}, {"RevokedAt", p.RevokedAt, tt.revoked}} {
+				if !c.got.Equal(c.want) || c.got.IsZero() != c.want.IsZero() || c.got.Location() != time.UTC {
+					t.Errorf("%s = %v (%v), want %v in UTC", c.what, c.got, c.got.Location(), c.want)
+				}
+			}
+			if !tt.expires.IsZero() && (!p.Expired(tt.expires) || p.Expired(tt.expires.Add(-time.Nanosecond))) {
+				t.Errorf("Expired is not exact at %v", tt.expires)
+			}
+			if p.Revoked() != !tt.revoked.IsZero() {
+				t.Errorf("Revoked() = %v, want %v", p.Revoked(), !tt.revoked.IsZero())
+			}
+		})
+	}
+}

@@ -17,12 +17,16 @@ import (
 // what many keys share (the team, an allow-list, simple limits) held once
 // and pointed to. It is immutable once in a table.
 type keyRec struct {
-	hash             [32]byte
-	id, prefix, name string           // one allocation between them (pack)
+	hash [32]byte
+	// names is the key's id, prefix and name one after the other (one
+	// allocation, one string header); idEnd and prefixEnd end the first
+	// two. See setNames.
+	names            string
+	idEnd, prefixEnd uint32
 	team             string           // interned
 	models           *models          // nil: unrestricted at key level
 	limits           *policies.Limits // nil: no limits of its own
-	expires, revoked time.Time
+	times            keyTimes
 	// rev is the store revision of a stored key plus one; 0 for a
 	// declared key.
 	rev int64
@@ -30,12 +34,31 @@ type keyRec struct {
 
 func (k *keyRec) declared() bool { return k.rev == 0 }
 
-// pack gives id, prefix and name one backing array.
-func pack(id, prefix, name string) (string, string, string) {
-	s := id + prefix + name
-	a, b := len(id), len(id)+len(prefix)
-	return s[:a], s[a:b], s[b:]
+func (k *keyRec) id() string     { return k.names[:k.idEnd] }
+func (k *keyRec) prefix() string { return k.names[k.idEnd:k.prefixEnd] }
+func (k *keyRec) name() string   { return k.names[k.prefixEnd:] }
+
+// setNames gives id, prefix and name one backing array.
+func (k *keyRec) setNames(id, prefix, name string) {
+	k.names = id + prefix + name
+	k.idEnd, k.prefixEnd = uint32(len(id)), uint32(len(id)+len(prefix))
 }
+
+// keyTimes are a key's expiry and revocation instants in 24 bytes, where
+// two time.Time take 48: seconds and nanoseconds since the Unix epoch.
+// They read back in UTC, which is how they are shown; the zero time reads
+// back as the zero time.
+type keyTimes struct {
+	expSec, revSec   int64
+	expNsec, revNsec int32
+}
+
+func newKeyTimes(expires, revoked time.Time) keyTimes {
+	return keyTimes{expires.Unix(), revoked.Unix(), int32(expires.Nanosecond()), int32(revoked.Nanosecond())}
+}
+
+func (t keyTimes) expires() time.Time { return time.Unix(t.expSec, int64(t.expNsec)).UTC() }
+func (t keyTimes) revoked() time.Time { return time.Unix(t.revSec, int64(t.revNsec)).UTC() }
 
 // models is a compiled allow-list and its metadata value, shared by every
 // key with the same patterns.
@@ -89,7 +112,7 @@ func newTable(recs []keyRec, dup func(r *keyRec, by *keyRec)) *table {
 			dup(r, &kept[j])
 			continue
 		}
-		if j := t.findID(r.id); j >= 0 {
+		if j := t.findID(r.id()); j >= 0 {
 			dup(r, &kept[j])
 			continue
 		}
@@ -109,7 +132,7 @@ func (t *table) insert(slot int32) {
 			break
 		}
 	}
-	for i := maphash.String(t.seed, r.id) & m; ; i = (i + 1) & m {
+	for i := maphash.String(t.seed, r.id()) & m; ; i = (i + 1) & m {
 		if t.byID[i] == 0 {
 			t.byID[i] = slot
 			break
@@ -141,7 +164,7 @@ func (t *table) findID(id string) int {
 		if s == 0 {
 			return -1
 		}
-		if t.recs[s-1].id == id {
+		if t.recs[s-1].id() == id {
 			return int(s - 1)
 		}
 	}
@@ -175,7 +198,7 @@ func (v *view) resolve(h [32]byte) *Principal {
 		return nil
 	}
 	r := &v.base.recs[i]
-	if _, changed := v.byID[r.id]; changed {
+	if _, changed := v.byID[r.id()]; changed {
 		return nil // its newer record has another hash
 	}
 	return v.principal(r, &v.cache[i])
@@ -208,8 +231,8 @@ func (v *view) principal(r *keyRec, slot *atomic.Pointer[Principal]) *Principal 
 // neither in the config nor in the store).
 func newPrincipal(r *keyRec, t *teamInfo) *Principal {
 	p := &Principal{
-		KeyID: r.id, KeyName: r.name, KeyPrefix: r.prefix, Team: r.team,
-		ExpiresAt: r.expires, RevokedAt: r.revoked,
+		KeyID: r.id(), KeyName: r.name(), KeyPrefix: r.prefix(), Team: r.team,
+		ExpiresAt: r.times.expires(), RevokedAt: r.times.revoked(),
 		team: t,
 	}
 	if r.models != nil {
