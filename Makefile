@@ -46,6 +46,7 @@ ALLOC_TESTS := ^TestNoAllocationWhenNothingIsHeld$$
 test: check-go lint jsclients
 	$(GO) test $(GOTAGS) -race -count=1 $(PKGS)
 	$(GO) test $(GOTAGS) -count=1 -run='$(RACE_FREE_TESTS)' ./e2e/
+	$(GO) test $(GOTAGS) -count=1 -run='^TestHandlingFitsTheFirstStack$$' ./extproc/
 	$(GO) test $(GOTAGS) -count=1 -run='$(ALLOC_TESTS)' ./internal/ssefilter/
 	$(GO) test -count=1 -run='Codec' ./extproc/
 	$(GO) test $(GOTAGS) -run='^$$' -bench=. -benchtime=1x $(PKGS)

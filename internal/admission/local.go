@@ -138,13 +138,23 @@ const maxScopes = 6
 
 // addScope appends the scope of kind and id, when there is one, and its
 // limits for model, when it has some.
+//
+// Each scope is written in place: a scope literal appended would be a
+// temporary copy on the caller's stack, and Admit's frames must stay small
+// (see admitScratch); for the same reason it is not inlined.
+//
+//go:noinline
 func addScope(out []scope, kind, id string, l *policies.Limits, model string) []scope {
 	if id == "" {
 		return out
 	}
-	out = append(out, scope{kind: kind, id: id, l: *l})
+	out = append(out, scope{})
+	s := &out[len(out)-1]
+	s.kind, s.id, s.l = kind, id, *l
 	if ml, ok := l.Models[model]; ok {
-		out = append(out, scope{kind: kind, id: id, l: ml, model: model})
+		out = append(out, scope{})
+		s := &out[len(out)-1]
+		s.kind, s.id, s.l, s.model = kind, id, ml, model
 	}
 	return out
 }
@@ -156,7 +166,7 @@ func addScope(out []scope, kind, id string, l *policies.Limits, model string) []
 // "/": "key/key_a/requests/1m", "team/t/model/gpt-4o/tokens/input/1h",
 // "org/o/budget/rolling/1h0m0s". Every key of a scope is built here; the
 // principal's own request limits come keyed from keyring.
-func counterKey(s scope, parts ...string) string {
+func counterKey(s *scope, parts ...string) string {
 	n := len(s.kind) + 1 + len(s.id)
 	if s.model != "" {
 		n += len("/model/") + len(s.model)
@@ -232,39 +242,41 @@ type reservation struct {
 // they are checked with amount 0, for the remaining headers), then per
 // scope its request limits that ext_authz cannot count (an org's, and
 // per-model ones), its token windows and its rolling budgets.
+//
+// Like addScope, it writes each reservation in place (add), not as a
+// literal copied onto the stack.
 func reservations(rs []reservation, c Claim, scs []scope, amount [4]int64) []reservation {
+	add := func(d limits.Demand, who scopeName, what string, kind tokenKind, req bool, budgetMicros int64) {
+		rs = append(rs, reservation{})
+		r := &rs[len(rs)-1]
+		r.demand, r.who, r.what, r.kind, r.req, r.budgetMicros = d, who, what, kind, req, budgetMicros
+	}
 	for _, d := range c.Principal.Requests {
 		if !c.CountRequest {
 			d.Amount = 0
 		}
-		rs = append(rs, reservation{demand: d, what: "requests", req: true, who: scopeName{id: limits.Describe(d.Key)}})
+		add(d, scopeName{id: limits.Describe(d.Key)}, "requests", 0, true, 0)
 	}
-	for _, s := range scs {
+	for i := range scs {
+		s := &scs[i]
 		for _, w := range windows {
 			// Request limits of orgs and per-model ones: ext_authz knows
 			// neither the org's limits nor the model, so they are counted
 			// here.
 			if n := w.get(s.l.Requests); n > 0 && (s.kind == "org" || s.model != "") {
-				rs = append(rs, reservation{
-					demand: limits.Demand{Key: counterKey(s, "requests", w.name), Period: w.period, Limit: n, Amount: 1},
-					who:    s.name(), what: "requests", req: true,
-				})
+				add(limits.Demand{Key: counterKey(s, "requests", w.name), Period: w.period, Limit: n, Amount: 1},
+					s.name(), "requests", 0, true, 0)
 			}
 			for _, t := range tokenLimits {
 				if n := w.get(t.get(s.l.Tokens)); n > 0 {
-					rs = append(rs, reservation{
-						demand: limits.Demand{Key: counterKey(s, "tokens", t.name, w.name), Period: w.period, Limit: n, Amount: amount[t.kind]},
-						who:    s.name(), what: t.name + " tokens", kind: t.kind,
-					})
+					add(limits.Demand{Key: counterKey(s, "tokens", t.name, w.name), Period: w.period, Limit: n, Amount: amount[t.kind]},
+						s.name(), t.name+" tokens", t.kind, false, 0)
 				}
 			}
 		}
 		for _, b := range s.l.Budgets {
 			if b.Period == policies.PeriodRolling {
-				rs = append(rs, reservation{
-					demand: rollingDemand(s, b, amount[costPico]),
-					who:    s.name(), what: "rolling " + b.Window.String() + " budget", kind: costPico, budgetMicros: b.MicroUSD,
-				})
+				add(rollingDemand(s, b, amount[costPico]), s.name(), "rolling "+b.Window.String()+" budget", costPico, false, b.MicroUSD)
 			}
 		}
 	}
@@ -276,7 +288,7 @@ func reservations(rs []reservation, c Claim, scs []scope, amount [4]int64) []res
 // so the limit is the budget × 10⁶ capped one below math.MaxInt64 (a
 // rolling budget above $9,223,372.036854 per window counts as that much),
 // and a saturated cost, math.MaxInt64, never fits at all.
-func rollingDemand(s scope, b policies.Budget, amount int64) limits.Demand {
+func rollingDemand(s *scope, b policies.Budget, amount int64) limits.Demand {
 	limit := min(sat.Mul(b.MicroUSD, money.PicoPerMicro), sat.Max-1)
 	return limits.Demand{Key: counterKey(s, "budget", "rolling", b.Window.String()), Period: b.Window, Limit: limit, Amount: amount}
 }
@@ -324,7 +336,8 @@ func (l *Local) Admit(_ context.Context, c Claim) (Grant, error) {
 	// everything is known to fit.
 	var bh []*budgetState
 	var rem Remaining
-	for _, s := range scs {
+	for i := range scs {
+		s := &scs[i]
 		for _, b := range s.l.Budgets {
 			if b.Period == policies.PeriodRolling {
 				continue
@@ -412,7 +425,7 @@ func (l *Local) uncount(c Claim) {
 
 // budget returns the state of budget b of scope s for the period that
 // holds at, starting a new period when the last one has ended.
-func (l *Local) budget(s scope, b policies.Budget, at time.Time) *budgetState {
+func (l *Local) budget(s *scope, b policies.Budget, at time.Time) *budgetState {
 	bs := budgetScope{s.kind, s.id, s.model}
 	periods := l.budgets[bs]
 	st := periods[b.Period]
@@ -719,7 +732,7 @@ func denial(r reservation, dec limits.Decision) *apierr.Error {
 	return e
 }
 
-func (l *Local) budgetDenial(s scope, b policies.Budget, st *budgetState, at time.Time, left, cost money.Sum) *apierr.Error {
+func (l *Local) budgetDenial(s *scope, b policies.Budget, st *budgetState, at time.Time, left, cost money.Sum) *apierr.Error {
 	what := map[string]string{policies.PeriodDay: "daily", policies.PeriodWeek: "weekly", policies.PeriodMonth: "monthly", policies.PeriodLifetime: "lifetime"}[b.Period]
 	budget := money.FromMicros(b.MicroUSD)
 	if cost.Cmp(budget) > 0 {
@@ -783,7 +796,8 @@ func (l *Local) Budgets(p *keyring.Principal, at time.Time) []BudgetStatus {
 	add("org", p.Org, p.OrgLimits)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, s := range scs {
+	for i := range scs {
+		s := &scs[i]
 		for _, b := range s.l.Budgets {
 			bs := BudgetStatus{Scope: s.kind, ID: s.id, Model: s.model, Period: b.Period, Window: b.Window, Limit: b.MicroUSD}
 			if b.Period == policies.PeriodRolling {

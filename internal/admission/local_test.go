@@ -493,7 +493,7 @@ func TestCounterKey(t *testing.T) {
 		{model, []string{"tokens", "input", "1h"}, "team/t/model/gpt-4o/tokens/input/1h"},
 		{scope{kind: "org", id: "o"}, []string{"budget", "rolling", (90 * time.Minute).String()}, "org/o/budget/rolling/1h30m0s"},
 	} {
-		if got := counterKey(tt.s, tt.parts...); got != tt.want {
+		if got := counterKey(&tt.s, tt.parts...); got != tt.want {
 			t.Errorf("counterKey(%+v, %q) = %q, want %q", tt.s, tt.parts, got, tt.want)
 		}
 	}

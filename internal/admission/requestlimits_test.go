@@ -63,7 +63,7 @@ func TestRequestLimitsCountedHere(t *testing.T) {
 // limit of every admission).
 func TestCounterKeyAllocatesOnce(t *testing.T) {
 	for _, s := range []scope{{kind: "key", id: "key_a"}, {kind: "team", id: "t", model: "gpt-4o-mini-2024-07-18"}} {
-		if n := testing.AllocsPerRun(100, func() { _ = counterKey(s, "tokens", "input", "1h") }); n != 1 {
+		if n := testing.AllocsPerRun(100, func() { _ = counterKey(&s, "tokens", "input", "1h") }); n != 1 {
 			t.Errorf("counterKey(%+v) allocates %v times, want 1", s, n)
 		}
 	}
