@@ -21,6 +21,8 @@
 #   RUN_FLAGS="..."   more `extprocload run` flags for every scenario
 #                     (e.g. "--interval 250ms": streams-2000 paced so that
 #                     2,000 streams stay open without overloading the machine)
+#   SERVER_ENV="..."  environment for the server alone (e.g.
+#                     "GOMEMLIMIT=75MiB"; the driver keeps its own)
 #   STORE_FROM=FILE   start Sluice on a copy of this key store (e.g. the
 #                     store.db `go run ./bench/keyscale --keys 100000
 #                     --mode store --runs 1 --dir D` leaves in
@@ -70,10 +72,12 @@ for server in $servers; do
       # sync: the copy's dirty pages must not be written back during the run
       if [ -n "${LEDGER_FROM:-}" ]; then cp "$LEDGER_FROM" "$tmp/bench-ledger.db"; sync; fi
       if [ -n "${STORE_FROM:-}" ]; then cp "$STORE_FROM" "$tmp/bench.db"; sync; fi
-      "${server_pin[@]}" "$sluice" serve --config "$tmp/bench.yaml" --ready-file "$tmp/ready.json" --log-level warn >"$tmp/server.log" 2>&1 &
+      # shellcheck disable=SC2086 # SERVER_ENV is split into words on purpose
+      env ${SERVER_ENV:-} "${server_pin[@]}" "$sluice" serve --config "$tmp/bench.yaml" --ready-file "$tmp/ready.json" --log-level warn >"$tmp/server.log" 2>&1 &
       ;;
     floor)
-      "${server_pin[@]}" "$driver" floor --addr 127.0.0.1:0 --ready-file "$tmp/ready.json" >"$tmp/server.log" 2>&1 &
+      # shellcheck disable=SC2086 # as above
+      env ${SERVER_ENV:-} "${server_pin[@]}" "$driver" floor --addr 127.0.0.1:0 --ready-file "$tmp/ready.json" >"$tmp/server.log" 2>&1 &
       ;;
     *) echo "bench-service: unknown server $server" >&2; exit 2 ;;
   esac
