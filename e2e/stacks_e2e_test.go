@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -59,7 +58,10 @@ func TestOpenStreamsKeepSmallStacks(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	before := s.gauge(t, "go_memstats_stack_inuse_bytes")
+	before := metricValue(s.metrics(t), "go_memstats_stack_inuse_bytes")
+	if before <= 0 {
+		t.Fatalf("/metrics has no go_memstats_stack_inuse_bytes")
+	}
 
 	const open = 128
 	var wg sync.WaitGroup
@@ -78,13 +80,13 @@ func TestOpenStreamsKeepSmallStacks(t *testing.T) {
 		})
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for s.gauge(t, "sluice_extproc_streams") < open {
+	for metricValue(s.metrics(t), "sluice_extproc_streams") < open {
 		if time.Now().After(deadline) {
-			t.Fatalf("%v of %d streams open after 20 s", s.gauge(t, "sluice_extproc_streams"), open)
+			t.Fatalf("%v of %d streams open after 20 s", metricValue(s.metrics(t), "sluice_extproc_streams"), open)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	during := s.gauge(t, "go_memstats_stack_inuse_bytes")
+	during := metricValue(s.metrics(t), "go_memstats_stack_inuse_bytes")
 	perStream := (during - before) / open
 	t.Logf("stacks: %.0f KiB before, %.0f KiB with %d streams open: %.1f KiB a stream", before/1024, during/1024, open, perStream/1024)
 	// 8 KiB a stream, and a little for the server's own goroutines; a
@@ -97,21 +99,4 @@ func TestOpenStreamsKeepSmallStacks(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-}
-
-// gauge is the value of an unlabelled metric on the admin server's
-// /metrics page.
-func (p *sluiceProcess) gauge(t *testing.T, name string) float64 {
-	t.Helper()
-	for _, line := range strings.Split(p.metrics(t), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("/metrics has no %s", name)
-	return 0
 }
