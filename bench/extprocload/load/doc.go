@@ -14,7 +14,11 @@
 // upstream filter chain (see attempt). Every ext_proc message carries
 // metadata_context with the namespaces Envoy forwards; every reply is
 // checked for its type, and Envoy's message timer (chain.ExtProcTimeout)
-// is run as Envoy runs it.
+// is run as Envoy runs it. What does not change between messages is
+// encoded once and sent as bytes, and a reply is decoded only as far as
+// the driver must read it (wire.go), so that the driver's own core does
+// not cap the rate it offers; TestWireMessagesAreEnvoys holds the bytes
+// to the messages built field by field.
 //
 // Runs are closed loop, open loop (capped in flight) or a ramp of open
 // loop steps (RunRamp). Measurement reads the server's CPU time

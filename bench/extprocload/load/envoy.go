@@ -15,6 +15,7 @@ import (
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -34,16 +35,25 @@ const bufferLimit = chain.MaxRequestBodySize + 64<<10
 // timeout, minutes; the driver gives up sooner and counts an error.
 const stallLimit = 10 * chain.ExtProcTimeout
 
-// exchange is what one request needs: the clients, the bodies, the key.
+// exchange is what one request needs: the connections, the bodies, the
+// key, and the messages every request sends alike, encoded once (see
+// wire.go).
 type exchange struct {
-	// One client pair per gRPC connection: Envoy's workers each have their
-	// own connection to the cluster, and a request's Check, its ext_proc
-	// stream and its attempt's ext_proc stream all run on its worker's.
-	authz   []authv3.AuthorizationClient
-	extproc []extprocsvc.ExternalProcessorClient
-	key     string
-	bodies  Bodies
-	stream  bool
+	// One gRPC connection per Envoy worker: each has its own connection
+	// to the cluster, and a request's Check, its ext_proc stream and its
+	// attempt's ext_proc stream all run on its worker's.
+	conns  []grpc.ClientConnInterface
+	opts   []grpc.CallOption
+	key    string
+	bodies Bodies
+	stream bool
+	check0 checkTemplate
+	// The encoded ProcessingRequests that do not change between requests
+	// (without their metadata_context): the buffered request body, the
+	// response headers and the response body messages.
+	requestBody     []byte
+	responseHeaders []byte
+	responseBody    [][]byte
 	// interval is the time between two response chunks (the upstream's
 	// pace); the first chunk follows the response headers' reply at once.
 	interval time.Duration
@@ -53,13 +63,64 @@ type exchange struct {
 	ids          atomic.Uint64
 }
 
-func newExchange(conns []grpc.ClientConnInterface, key string, b Bodies, stream bool, interval time.Duration, hostProvider string) *exchange {
-	x := &exchange{key: key, bodies: b, stream: stream, interval: interval, hostProvider: hostProvider}
-	for _, c := range conns {
-		x.authz = append(x.authz, authv3.NewAuthorizationClient(c))
-		x.extproc = append(x.extproc, extprocsvc.NewExternalProcessorClient(c))
+func newExchange(conns []grpc.ClientConnInterface, key string, b Bodies, stream bool, interval time.Duration, hostProvider string) (*exchange, error) {
+	x := &exchange{conns: conns, opts: []grpc.CallOption{grpc.ForceCodecV2(codec{})},
+		key: key, bodies: b, stream: stream, interval: interval, hostProvider: hostProvider}
+	var err error
+	if x.check0, err = newCheckTemplate(x.checkRequest("")); err != nil {
+		return nil, err
 	}
-	return x
+	if x.requestBody, err = proto.Marshal(requestBodyMsg(b.Request)); err != nil {
+		return nil, err
+	}
+	if x.responseHeaders, err = proto.Marshal(responseHeadersMsg(x.responseHeaderMap())); err != nil {
+		return nil, err
+	}
+	for i, c := range x.chunks() {
+		m, err := proto.Marshal(responseBodyMsg(c, i == len(x.chunks())-1))
+		if err != nil {
+			return nil, err
+		}
+		x.responseBody = append(x.responseBody, m)
+	}
+	return x, nil
+}
+
+// chunks is the response body as the upstream delivers it: one chunk for
+// a JSON response, the SSE chunks of a stream.
+func (x *exchange) chunks() [][]byte {
+	if x.stream {
+		return x.bodies.Chunks
+	}
+	return [][]byte{x.bodies.Response}
+}
+
+func requestBodyMsg(body []byte) *extprocsvc.ProcessingRequest {
+	return &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_RequestBody{
+		RequestBody: &extprocsvc.HttpBody{Body: body, EndOfStream: true},
+	}}
+}
+
+func responseHeadersMsg(h *corev3.HeaderMap) *extprocsvc.ProcessingRequest {
+	return &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocsvc.HttpHeaders{Headers: h},
+	}}
+}
+
+func responseBodyMsg(chunk []byte, last bool) *extprocsvc.ProcessingRequest {
+	return &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocsvc.HttpBody{Body: chunk, EndOfStream: last},
+	}}
+}
+
+// responseHeaderMap is the upstream's response headers.
+func (x *exchange) responseHeaderMap() *corev3.HeaderMap {
+	if x.stream {
+		return headers(":status", "200", "content-type", "text/event-stream; charset=utf-8", "openai-processing-ms", "210",
+			"x-request-id", "req_bench", "date", "Tue, 01 Dec 2026 00:00:00 GMT")
+	}
+	return headers(":status", "200", "content-type", "application/json", "content-length", strconv.Itoa(len(x.bodies.Response)),
+		"openai-processing-ms", "480", "x-request-id", "req_bench", "date", "Tue, 01 Dec 2026 00:00:00 GMT")
 }
 
 // errTimeout marks a reply that did not come within the message timeout:
@@ -96,7 +157,7 @@ type timing struct {
 func (x *exchange) do(ctx context.Context, start time.Time) (timing, error) {
 	n := x.ids.Add(1)
 	id := strconv.FormatUint(n, 10)
-	w := int(n % uint64(len(x.authz)))
+	w := int(n % uint64(len(x.conns)))
 	checked := time.Now()
 	md, err := x.check(ctx, w, id)
 	if err != nil {
@@ -104,48 +165,54 @@ func (x *exchange) do(ctx context.Context, start time.Time) (timing, error) {
 	}
 	// On an OK response Envoy adds ext_authz_duration (ms) to the
 	// filter's metadata (ext_authz.cc, Filter::onComplete).
-	if md == nil {
-		md = &structpb.Struct{}
-	}
-	if md.Fields == nil {
-		md.Fields = map[string]*structpb.Value{}
-	}
-	md.Fields["ext_authz_duration"] = structpb.NewNumberValue(float64(time.Since(checked).Milliseconds()))
+	md = appendNumberField(md, "ext_authz_duration", float64(time.Since(checked).Milliseconds()))
 	return x.process(ctx, w, id, start, md)
 }
 
 // check sends the CheckRequest Envoy builds (check_request_utils.cc,
 // CheckRequestUtils::createHttpCheck; no body: Sluice's filter sets no
 // with_request_body) under the filter's timeout, and requires an OK.
-// It returns the dynamic metadata Envoy would store: ok_response's when
-// set, else the top-level one (ext_authz.cc, Filter::onComplete).
-func (x *exchange) check(ctx context.Context, w int, id string) (*structpb.Struct, error) {
+// It returns the encoding of the dynamic metadata Envoy would store:
+// ok_response's when set, else the top-level one (ext_authz.cc,
+// Filter::onComplete; see checkReply).
+func (x *exchange) check(ctx context.Context, w int, id string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, chain.AuthzTimeout)
 	defer cancel()
-	resp, err := x.authz[w].Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+	var out rawReply
+	if err := x.conns[w].Invoke(ctx, authv3.Authorization_Check_FullMethodName, x.check0.with(id), &out, x.opts...); err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	code, md, err := checkReply(out.b)
+	if err != nil {
+		return nil, fmt.Errorf("check: malformed reply: %w", err)
+	}
+	if code != 0 {
+		resp := &authv3.CheckResponse{}
+		_ = proto.Unmarshal(out.b, resp) // it parsed above
+		return nil, fmt.Errorf("check: denied (code %d, http %d)", code, resp.GetDeniedResponse().GetStatus().GetCode())
+	}
+	return md, nil
+}
+
+// checkRequest is the CheckRequest Envoy builds for the request with this
+// id; with no id, the part every request shares (see checkTemplate).
+func (x *exchange) checkRequest(id string) *authv3.CheckRequest {
+	h := map[string]string{
+		":method": "POST", ":path": "/v1/chat/completions", ":authority": "gateway.local", ":scheme": "http",
+		"authorization": "Bearer " + x.key, "content-type": "application/json",
+		"content-length": strconv.Itoa(len(x.bodies.Request)), "user-agent": "OpenAI/Go 3.0",
+	}
+	if id != "" {
+		h["x-request-id"] = id
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 		Source:      &authv3.AttributeContext_Peer{Address: sockAddr("127.0.0.1", 40000)},
 		Destination: &authv3.AttributeContext_Peer{Address: sockAddr("127.0.0.1", 10000)},
 		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
 			Id: id, Method: "POST", Path: "/v1/chat/completions", Host: "gateway.local", Scheme: "http", Protocol: "HTTP/1.1",
-			Size: int64(len(x.bodies.Request)),
-			Headers: map[string]string{
-				":method": "POST", ":path": "/v1/chat/completions", ":authority": "gateway.local", ":scheme": "http",
-				"authorization": "Bearer " + x.key, "content-type": "application/json",
-				"content-length": strconv.Itoa(len(x.bodies.Request)), "user-agent": "OpenAI/Go 3.0", "x-request-id": id,
-			},
+			Size: int64(len(x.bodies.Request)), Headers: h,
 		}},
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("check: %w", err)
-	}
-	if c := resp.GetStatus().GetCode(); c != 0 {
-		return nil, fmt.Errorf("check: denied (code %d, http %d)", c, resp.GetDeniedResponse().GetStatus().GetCode())
-	}
-	md := resp.GetDynamicMetadata()
-	if ok := resp.GetOkResponse(); ok.GetDynamicMetadata() != nil { //nolint:staticcheck // Envoy still honours it
-		md = ok.GetDynamicMetadata() //nolint:staticcheck // as above
-	}
-	return md, nil
+	}}
 }
 
 func sockAddr(ip string, port uint32) *corev3.Address {
@@ -163,24 +230,24 @@ func sockAddr(ip string, port uint32) *corev3.Address {
 // STREAMED mode a reply stops it even while older chunks are still
 // unanswered, and they are not timed again).
 type procStream struct {
-	s       extprocsvc.ExternalProcessor_ProcessClient
+	s       grpc.ClientStream
 	replies chan reply
-	md      func() *corev3.Metadata
+	md      func() ([]byte, error) // the encoded metadata_context field
 	timer   *time.Timer
 	armed   bool
 	cancel  context.CancelFunc
 }
 
 type reply struct {
-	resp *extprocsvc.ProcessingResponse
+	resp *rawReply
 	err  error
 }
 
 // open opens a Process stream on worker w; ctx carries any initial
 // metadata. depth is how many replies may be outstanding.
-func (x *exchange) open(ctx context.Context, w, depth int, md func() *corev3.Metadata) (*procStream, error) {
+func (x *exchange) open(ctx context.Context, w, depth int, md func() ([]byte, error)) (*procStream, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	s, err := x.extproc[w].Process(ctx)
+	s, err := x.conns[w].NewStream(ctx, &extprocsvc.ExternalProcessor_ServiceDesc.Streams[0], extprocsvc.ExternalProcessor_Process_FullMethodName, x.opts...)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -189,7 +256,8 @@ func (x *exchange) open(ctx context.Context, w, depth int, md func() *corev3.Met
 	p.timer.Stop()
 	go func() {
 		for {
-			r, err := s.Recv()
+			r := &rawReply{}
+			err := s.RecvMsg(r)
 			select {
 			case p.replies <- reply{r, err}:
 			case <-ctx.Done():
@@ -211,9 +279,14 @@ func (p *procStream) close() {
 	p.timer.Stop()
 }
 
-func (p *procStream) send(name string, req *extprocsvc.ProcessingRequest) error {
-	req.MetadataContext = p.md()
-	if err := p.s.Send(req); err != nil {
+// send sends a message: req, or when req is nil the encoded enc; either
+// way with the stream's metadata_context.
+func (p *procStream) send(name string, req *extprocsvc.ProcessingRequest, enc []byte) error {
+	md, err := p.md()
+	if err != nil {
+		return fmt.Errorf("process: send %s: %w", name, err)
+	}
+	if err := p.s.SendMsg(&outMsg{req: req, enc: enc, md: md}); err != nil {
 		return fmt.Errorf("process: send %s: %w", name, err)
 	}
 	p.timer.Reset(chain.ExtProcTimeout)
@@ -221,18 +294,24 @@ func (p *procStream) send(name string, req *extprocsvc.ProcessingRequest) error 
 	return nil
 }
 
-// check turns a reply into an error unless it is of the type ok accepts.
-func check(name string, r reply, ok func(*extprocsvc.ProcessingResponse) bool) error {
+// check turns a reply into an error unless its response is of the type
+// want (a ProcessingResponse field number, replyRequestHeaders...).
+func check(name string, r reply, want protowire.Number) error {
 	if r.err != nil {
 		return fmt.Errorf("process: %s: %w", name, r.err)
 	}
-	if ir := r.resp.GetImmediateResponse(); ir != nil {
+	k, err := r.resp.kind()
+	if err == nil && k == want {
+		return nil
+	}
+	resp, err := r.resp.full()
+	if err != nil {
+		return fmt.Errorf("process: %s: malformed reply: %w", name, err)
+	}
+	if ir := resp.GetImmediateResponse(); ir != nil {
 		return fmt.Errorf("process: %s: immediate response %d: %.200s", name, ir.GetStatus().GetCode(), ir.GetBody())
 	}
-	if !ok(r.resp) {
-		return fmt.Errorf("process: %s: spurious reply %T", name, r.resp.GetResponse())
-	}
-	return nil
+	return fmt.Errorf("process: %s: spurious reply %T", name, resp.GetResponse())
 }
 
 // answered stops the message timer: a reply was processed.
@@ -241,17 +320,17 @@ func (p *procStream) answered() {
 	p.armed = false
 }
 
-// call sends req and waits for its reply, of the type ok accepts: the
-// headers and buffered-body messages, each of which Envoy holds the
-// stream on until it is answered.
-func (p *procStream) call(ctx context.Context, name string, req *extprocsvc.ProcessingRequest, ok func(*extprocsvc.ProcessingResponse) bool) (*extprocsvc.ProcessingResponse, error) {
-	if err := p.send(name, req); err != nil {
+// call sends req (or enc, see send) and waits for its reply, of the
+// type want: the headers and buffered-body messages, each of which Envoy
+// holds the stream on until it is answered.
+func (p *procStream) call(ctx context.Context, name string, req *extprocsvc.ProcessingRequest, enc []byte, want protowire.Number) (*rawReply, error) {
+	if err := p.send(name, req, enc); err != nil {
 		return nil, err
 	}
 	select {
 	case r := <-p.replies:
 		p.answered()
-		if err := check(name, r, ok); err != nil {
+		if err := check(name, r, want); err != nil {
 			return nil, err
 		}
 		return r.resp, nil
@@ -293,13 +372,9 @@ func (r *request) received(resp *extprocsvc.ProcessingResponse) {
 // each of those messages waits for the previous reply; the response
 // chunks go one per upstream chunk, without waiting (see streamBody).
 // Envoy closes the stream after the last expected reply.
-func (x *exchange) process(ctx context.Context, w int, id string, start time.Time, authz *structpb.Struct) (timing, error) {
-	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{chain.AuthzNamespace: authz}}
-	chunks := [][]byte{x.bodies.Response}
-	if x.stream {
-		chunks = x.bodies.Chunks
-	}
-	p, err := x.open(ctx, w, len(chunks), func() *corev3.Metadata { return md })
+func (x *exchange) process(ctx context.Context, w int, id string, start time.Time, authz []byte) (timing, error) {
+	md := encodeMetadataContext(chain.AuthzNamespace, authz)
+	p, err := x.open(ctx, w, len(x.responseBody), func() ([]byte, error) { return md, nil })
 	if err != nil {
 		return timing{}, fmt.Errorf("process: open: %w", err)
 	}
@@ -310,51 +385,58 @@ func (x *exchange) process(ctx context.Context, w int, id string, start time.Tim
 		"authorization", "Bearer "+x.key, "content-type", "application/json", "content-length", strconv.Itoa(len(x.bodies.Request)),
 		"user-agent", "OpenAI/Go 3.0", "x-forwarded-proto", "http", "x-request-id", id,
 	)}
+	// SendMsg encodes the message before it returns, so req.headers may
+	// be mutated by the reply afterwards.
 	first := &extprocsvc.ProcessingRequest{
-		Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{Headers: cloneHeaders(req.headers)}},
+		Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{Headers: req.headers}},
 		ProtocolConfig: &extprocsvc.ProtocolConfiguration{
 			RequestBodyMode:  extprocfilterv3.ProcessingMode_BUFFERED,
 			ResponseBodyMode: extprocfilterv3.ProcessingMode_STREAMED,
 		},
 	}
-	resp, err := p.call(ctx, "request_headers", first, func(r *extprocsvc.ProcessingResponse) bool { return r.GetRequestHeaders() != nil })
+	// The replies' mutations and metadata are read only where a later
+	// message carries them: the fallback attempt's stream.
+	fallback := x.hostProvider != ""
+	raw, err := p.call(ctx, "request_headers", first, nil, replyRequestHeaders)
 	if err != nil {
 		return timing{}, err
 	}
-	req.received(resp)
-	applyHeaderMutation(req.headers, resp.GetRequestHeaders().GetResponse().GetHeaderMutation())
-	resp, err = p.call(ctx, "request_body", &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_RequestBody{
-		RequestBody: &extprocsvc.HttpBody{Body: req.body, EndOfStream: true},
-	}}, func(r *extprocsvc.ProcessingResponse) bool { return r.GetRequestBody() != nil })
-	if err != nil {
+	if fallback {
+		resp, err := raw.full()
+		if err != nil {
+			return timing{}, fmt.Errorf("process: request_headers: %w", err)
+		}
+		req.received(resp)
+		applyHeaderMutation(req.headers, resp.GetRequestHeaders().GetResponse().GetHeaderMutation())
+	}
+	if raw, err = p.call(ctx, "request_body", nil, x.requestBody, replyRequestBody); err != nil {
 		return timing{}, err
 	}
-	// A BUFFERED body reply mutates the held headers and the body
-	// (processor_state.cc, ProcessorState::handleBodyResponse).
-	req.received(resp)
-	cr := resp.GetRequestBody().GetResponse()
-	applyHeaderMutation(req.headers, cr.GetHeaderMutation())
-	req.body = applyBodyMutation(req.body, cr.GetBodyMutation())
+	if fallback {
+		// A BUFFERED body reply mutates the held headers and the body
+		// (processor_state.cc, ProcessorState::handleBodyResponse).
+		resp, err := raw.full()
+		if err != nil {
+			return timing{}, fmt.Errorf("process: request_body: %w", err)
+		}
+		req.received(resp)
+		cr := resp.GetRequestBody().GetResponse()
+		applyHeaderMutation(req.headers, cr.GetHeaderMutation())
+		req.body = applyBodyMutation(req.body, cr.GetBodyMutation())
 
-	var rh *corev3.HeaderMap
-	if x.stream {
-		rh = headers(":status", "200", "content-type", "text/event-stream; charset=utf-8", "openai-processing-ms", "210",
-			"x-request-id", "req_bench", "date", "Tue, 01 Dec 2026 00:00:00 GMT")
-	} else {
-		rh = headers(":status", "200", "content-type", "application/json", "content-length", strconv.Itoa(len(x.bodies.Response)),
-			"openai-processing-ms", "480", "x-request-id", "req_bench", "date", "Tue, 01 Dec 2026 00:00:00 GMT")
-	}
-	if x.hostProvider != "" {
+		// The attempt's reply to the response headers mutates what the
+		// downstream ext_proc then sees.
+		rh := x.responseHeaderMap()
 		if err := x.attempt(ctx, w, req, rh); err != nil {
 			return timing{}, err
 		}
-	}
-	if _, err := p.call(ctx, "response_headers", &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocsvc.HttpHeaders{Headers: rh},
-	}}, func(r *extprocsvc.ProcessingResponse) bool { return r.GetResponseHeaders() != nil }); err != nil {
+		if _, err := p.call(ctx, "response_headers", responseHeadersMsg(rh), nil, replyResponseHeaders); err != nil {
+			return timing{}, err
+		}
+	} else if _, err := p.call(ctx, "response_headers", nil, x.responseHeaders, replyResponseHeaders); err != nil {
 		return timing{}, err
 	}
-	return x.streamBody(ctx, p, start, chunks)
+	return x.streamBody(ctx, p, start, x.responseBody)
 }
 
 // streamBody sends the response body in STREAMED mode as Envoy does: it
@@ -372,8 +454,9 @@ func (x *exchange) process(ctx context.Context, w int, id string, start time.Tim
 // reply that brings it below half the limit clears it (queueOverHighLimit
 // / queueBelowLowLimit in processor_state.h). So chunk N+1 goes to the
 // server when the upstream delivers it, whether or not chunk N has been
-// answered, unless bufferLimit bytes are unanswered.
-func (x *exchange) streamBody(ctx context.Context, p *procStream, start time.Time, chunks [][]byte) (timing, error) {
+// answered, unless bufferLimit bytes are unanswered. msgs are the
+// encoded messages, one for each of x.chunks().
+func (x *exchange) streamBody(ctx context.Context, p *procStream, start time.Time, msgs [][]byte) (timing, error) {
 	var (
 		t        timing
 		sent     int
@@ -387,15 +470,12 @@ func (x *exchange) streamBody(ctx context.Context, p *procStream, start time.Tim
 	defer tick.Stop()
 	stall := time.NewTimer(time.Hour)
 	defer stall.Stop()
-	isBody := func(r *extprocsvc.ProcessingResponse) bool { return r.GetResponseBody() != nil }
-	for answered < len(chunks) {
-		if sent < len(chunks) && !paused && !time.Now().Before(due) {
-			c := chunks[sent]
-			if err := p.send("response_body", &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_ResponseBody{
-				ResponseBody: &extprocsvc.HttpBody{Body: c, EndOfStream: sent == len(chunks)-1},
-			}}); err != nil {
+	for answered < len(msgs) {
+		if sent < len(msgs) && !paused && !time.Now().Before(due) {
+			if err := p.send("response_body", nil, msgs[sent]); err != nil {
 				return t, err
 			}
+			c := x.chunks()[sent]
 			sent++
 			sizes = append(sizes, len(c))
 			if queued += len(c); queued > bufferLimit {
@@ -407,7 +487,7 @@ func (x *exchange) streamBody(ctx context.Context, p *procStream, start time.Tim
 			continue
 		}
 		var tickC, stallC <-chan time.Time
-		if sent < len(chunks) && !paused {
+		if sent < len(msgs) && !paused {
 			tick.Reset(time.Until(due))
 			tickC = tick.C
 		}
@@ -418,7 +498,7 @@ func (x *exchange) streamBody(ctx context.Context, p *procStream, start time.Tim
 		select {
 		case r := <-p.replies:
 			p.answered()
-			if err := check("response_body", r, isBody); err != nil {
+			if err := check("response_body", r, replyResponseBody); err != nil {
 				return t, err
 			}
 			if answered == 0 {
@@ -475,12 +555,12 @@ func (x *exchange) streamBody(ctx context.Context, p *procStream, start time.Tim
 //     expected reply (ext_proc.cc, Filter::onReceiveMessage and the
 //     stream close optimization; at the latest in onDestroy).
 func (x *exchange) attempt(ctx context.Context, w int, req *request, rh *corev3.HeaderMap) error {
-	md := func() *corev3.Metadata {
+	md := func() ([]byte, error) {
 		m := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
 		if req.usage != nil {
 			m.FilterMetadata[chain.UsageNamespace] = req.usage
 		}
-		return m
+		return metadataContext(m)
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx, chain.UpstreamMetadataKey, chain.UpstreamMetadataValue)
 	p, err := x.open(ctx, w, 3, md)
@@ -502,19 +582,19 @@ func (x *exchange) attempt(ctx context.Context, w int, req *request, rh *corev3.
 			chain.UpstreamHostProviderAttribute: structpb.NewStringValue(x.hostProvider),
 		}}},
 	}
-	if _, err := p.call(ctx, "attempt request_headers", first, func(r *extprocsvc.ProcessingResponse) bool { return r.GetRequestHeaders() != nil }); err != nil {
+	if _, err := p.call(ctx, "attempt request_headers", first, nil, replyRequestHeaders); err != nil {
 		return err
 	}
-	if _, err := p.call(ctx, "attempt request_body", &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_RequestBody{
-		RequestBody: &extprocsvc.HttpBody{Body: req.body, EndOfStream: true},
-	}}, func(r *extprocsvc.ProcessingResponse) bool { return r.GetRequestBody() != nil }); err != nil {
+	if _, err := p.call(ctx, "attempt request_body", requestBodyMsg(req.body), nil, replyRequestBody); err != nil {
 		return err
 	}
-	resp, err := p.call(ctx, "attempt response_headers", &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocsvc.HttpHeaders{Headers: cloneHeaders(rh)},
-	}}, func(r *extprocsvc.ProcessingResponse) bool { return r.GetResponseHeaders() != nil })
+	raw, err := p.call(ctx, "attempt response_headers", responseHeadersMsg(rh), nil, replyResponseHeaders)
 	if err != nil {
 		return err
+	}
+	resp, err := raw.full()
+	if err != nil {
+		return fmt.Errorf("process: attempt response_headers: %w", err)
 	}
 	applyHeaderMutation(rh, resp.GetResponseHeaders().GetResponse().GetHeaderMutation())
 	return nil

@@ -170,7 +170,10 @@ func dial(ctx context.Context, cfg Config) (*driver, error) {
 		d.conns = append(d.conns, c)
 		ifaces = append(ifaces, c)
 	}
-	d.x = newExchange(ifaces, cfg.Key, bodies, cfg.Stream, cfg.Interval, cfg.HostProvider)
+	if d.x, err = newExchange(ifaces, cfg.Key, bodies, cfg.Stream, cfg.Interval, cfg.HostProvider); err != nil {
+		d.close()
+		return nil, err
+	}
 	for range d.conns { // one request per connection
 		if _, err := d.x.do(ctx, time.Now()); err != nil {
 			d.close()
