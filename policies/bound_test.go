@@ -221,7 +221,9 @@ func TestCycles(t *testing.T) {
 }
 
 // FuzzParse: no document, however malformed or self-referring, panics,
-// crashes or hangs Parse; one that parses is valid by Validate's rules.
+// crashes or hangs Parse; one that parses is valid by Validate's rules;
+// and a document the streamed parse accepts is what the tree parse makes
+// of it.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(base))
 	f.Fuzz(func(t *testing.T, doc []byte) {
@@ -231,5 +233,6 @@ func FuzzParse(f *testing.F) {
 				t.Errorf("Parse accepted a document Validate refuses: %v", ps)
 			}
 		}
+		sameAsTree(t, doc, nil, false)
 	})
 }

@@ -10,6 +10,12 @@
 // provider's kind once into Provider.Impl, so an unknown kind never reaches
 // the request path.
 //
+// A file in the block subset of YAML (internal/blockyaml) is parsed
+// there, several times faster than by yaml.v3, with its declared keys
+// decoded one at a time as they are parsed; a file outside it, or one
+// with problems, is parsed whole, yaml.v3 reading what the subset does
+// not, and the problems come from that parse. Both give the same Config.
+//
 // It must not touch stores, databases or the network, and never reads the
 // environment itself: the caller passes a LookupEnv. Keys, teams and orgs
 // managed at runtime live in the stores; only the ones declared in the file

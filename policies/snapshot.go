@@ -25,7 +25,7 @@ import (
 // needs, looked up by name without parsing. It is safe for concurrent use.
 // Nothing returned by its methods may be modified.
 type Snapshot struct {
-	version    string
+	version    func() string // waits for the hash, made beside the rest
 	cfg        *Config
 	sqlitePath string
 	ledgerPath string
@@ -188,8 +188,14 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile policies: ledger.sqlite: %w", err)
 	}
+	// The version hashes every value of the config, a large part of the
+	// work for a config of many keys: it is made on another goroutine,
+	// beside whatever the caller does next, and Version waits for it.
+	// Nothing changes c once it is the snapshot's.
+	version := make(chan string, 1)
+	go func() { version <- configVersion(c) }()
 	s := &Snapshot{
-		version:    configVersion(c),
+		version:    sync.OnceValue(func() string { return <-version }),
 		cfg:        c,
 		sqlitePath: sqlitePath,
 		ledgerPath: ledgerPath,
@@ -287,7 +293,7 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 // Version is a stable hash of the configuration's content (16 hex
 // characters): equal configurations have equal versions, and any change,
 // a rotated credential included, changes it.
-func (s *Snapshot) Version() string { return s.version }
+func (s *Snapshot) Version() string { return s.version() }
 
 // Config returns the configuration the snapshot was compiled from. It must
 // not be modified.
@@ -377,6 +383,9 @@ func (s *Snapshot) Team(name string) (TeamPolicy, bool) {
 // Teams returns every team's policy, in config order.
 func (s *Snapshot) Teams() []TeamPolicy { return slices.Clone(s.teams) }
 
+// DeclaredKeyCount is how many keys the config declares.
+func (s *Snapshot) DeclaredKeyCount() int { return len(s.cfg.Keys) }
+
 // DeclaredKeys returns the keys declared in the config, in config order,
 // made anew for each call.
 func (s *Snapshot) DeclaredKeys() []KeyPolicy {
@@ -385,6 +394,32 @@ func (s *Snapshot) DeclaredKeys() []KeyPolicy {
 		ks[i], _ = keyPolicy(&s.cfg.Keys[i]) // compile checked that none fails
 	}
 	return ks
+}
+
+// EachDeclaredKey calls f with each key declared in the config, in config
+// order: DeclaredKeys without the slice. The KeyPolicy f gets is reused
+// for the next key, so f must copy what it keeps; keys with the same
+// allow-list share one ModelSet, which no one changes.
+func (s *Snapshot) EachDeclaredKey(f func(*KeyPolicy)) {
+	var kp KeyPolicy
+	var sets map[string]ModelSet
+	for i := range s.cfg.Keys {
+		k := &s.cfg.Keys[i]
+		var set ModelSet
+		if len(k.Models) > 0 {
+			if sets == nil {
+				sets = make(map[string]ModelSet)
+			}
+			joined := strings.Join(k.Models, "\x00")
+			var ok bool
+			if set, ok = sets[joined]; !ok {
+				set, _ = NewModelSet(k.Models) // compile checked that none fails
+				sets[joined] = set
+			}
+		}
+		kp, _ = keyPolicyWith(k, set) // compile checked that none fails
+		f(&kp)
+	}
 }
 
 // DeclaredKey returns the declared key whose ID is id ("config:<name>"),
@@ -409,6 +444,11 @@ func keyPolicy(k *DeclaredKey) (KeyPolicy, error) {
 	if err != nil {
 		return KeyPolicy{}, fmt.Errorf("models: %w", err)
 	}
+	return keyPolicyWith(k, set)
+}
+
+// keyPolicyWith is keyPolicy with the key's allow-list already made.
+func keyPolicyWith(k *DeclaredKey, set ModelSet) (KeyPolicy, error) {
 	kp := KeyPolicy{ID: "config:" + k.Name, Name: k.Name, Team: k.Team, Prefix: k.Prefix, Models: set, Limits: k.Limits}
 	if _, err := hex.Decode(kp.Hash[:], []byte(k.SHA256)); err != nil {
 		return KeyPolicy{}, fmt.Errorf("sha256: %w", err)
@@ -500,6 +540,85 @@ func configVersion(c *Config) string {
 type hasher struct {
 	h   hash.Hash
 	buf []byte
+	// reflective leaves out the hand-written encoders of the types every
+	// declared key holds (which write the same bytes): for tests.
+	reflective bool
+}
+
+var (
+	limitsType     = reflect.TypeFor[Limits]()
+	rateLimitsType = reflect.TypeFor[RateLimits]()
+)
+
+// limits is value for a Limits, without reflection for its windows: a
+// config of many keys hashes one per key.
+func (h *hasher) limits(l *Limits) {
+	if l.Requests == (RateLimits{}) && l.Tokens == (TokenLimits{}) && l.Budgets == nil && l.Models == nil {
+		zero, _ := zeroEncodings()
+		h.raw(zero)
+		return
+	}
+	h.string("Requests")
+	h.rateLimits(&l.Requests)
+	h.string("Tokens")
+	h.string("Input")
+	h.rateLimits(&l.Tokens.Input)
+	h.string("Output")
+	h.rateLimits(&l.Tokens.Output)
+	h.string("Total")
+	h.rateLimits(&l.Tokens.Total)
+	h.string("Budgets")
+	h.value(reflect.ValueOf(&l.Budgets).Elem())
+	h.string("Models")
+	h.value(reflect.ValueOf(&l.Models).Elem())
+}
+
+// zeroEncodings are what limits and rateLimits write for a zero value,
+// most keys' limits, so that it is written at once.
+var zeroEncodings = sync.OnceValues(func() ([]byte, []byte) {
+	h := &hasher{h: sha256.New(), buf: make([]byte, 0, 1024)}
+	rate := func() {
+		for _, name := range []string{"PerMinute", "PerHour", "PerDay"} {
+			h.string(name)
+			h.int(0)
+		}
+	}
+	rate()
+	r := slices.Clone(h.buf)
+	h.buf = h.buf[:0]
+	h.string("Requests")
+	rate()
+	h.string("Tokens")
+	for _, name := range []string{"Input", "Output", "Total"} {
+		h.string(name)
+		rate()
+	}
+	h.string("Budgets")
+	h.int(0)
+	h.string("Models")
+	h.int(0)
+	return h.buf, r
+})
+
+func (h *hasher) raw(b []byte) {
+	if len(b) > cap(h.buf)-len(h.buf) {
+		h.flush()
+	}
+	h.buf = append(h.buf, b...)
+}
+
+func (h *hasher) rateLimits(r *RateLimits) {
+	if *r == (RateLimits{}) {
+		_, zero := zeroEncodings()
+		h.raw(zero)
+		return
+	}
+	h.string("PerMinute")
+	h.int(r.PerMinute)
+	h.string("PerHour")
+	h.int(r.PerHour)
+	h.string("PerDay")
+	h.int(r.PerDay)
 }
 
 func (h *hasher) flush() {
@@ -525,6 +644,16 @@ func (h *hasher) string(s string) {
 }
 
 func (h *hasher) value(v reflect.Value) {
+	if !h.reflective && v.CanAddr() {
+		switch v.Type() {
+		case limitsType:
+			h.limits(v.Addr().Interface().(*Limits))
+			return
+		case rateLimitsType:
+			h.rateLimits(v.Addr().Interface().(*RateLimits))
+			return
+		}
+	}
 	if v.Type() == timeType {
 		h.string(v.Interface().(time.Time).UTC().Format(time.RFC3339Nano))
 		return

@@ -1,12 +1,15 @@
 package policies
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,6 +147,11 @@ func TestCompile(t *testing.T) {
 	if diff := cmp.Diff(wantKeys, s.DeclaredKeys(), cmpSets); diff != "" {
 		t.Errorf("DeclaredKeys (-want +got):\n%s", diff)
 	}
+	var each []KeyPolicy
+	s.EachDeclaredKey(func(k *KeyPolicy) { each = append(each, *k) })
+	if diff := cmp.Diff(wantKeys, each, cmpSets); diff != "" {
+		t.Errorf("EachDeclaredKey (-want +got):\n%s", diff)
+	}
 	for _, want := range wantKeys {
 		if got, ok := s.DeclaredKey(want.ID); !ok || !cmp.Equal(want, got, cmpSets) {
 			t.Errorf("DeclaredKey(%q) = %+v, %v; want %+v", want.ID, got, ok, want)
@@ -152,6 +160,45 @@ func TestCompile(t *testing.T) {
 	for _, id := range []string{"config:nope", "ci-bot", "", "config:"} {
 		if k, ok := s.DeclaredKey(id); ok {
 			t.Errorf("DeclaredKey(%q) found %+v", id, k)
+		}
+	}
+}
+
+// TestEachDeclaredKeySharesEqualSets checks that keys with the same
+// allow-list get one set between them, which allows what each key's own
+// would, and that every key is what DeclaredKeys makes.
+func TestEachDeclaredKeySharesEqualSets(t *testing.T) {
+	c := validConfig()
+	c.Keys = []DeclaredKey{
+		{Name: "a", Team: "platform", SHA256: hashFoo, Models: []string{"gpt-4o", "sonnet"}},
+		{Name: "b", Team: "platform", SHA256: hashBar, Models: []string{"gpt-4o*"}},
+		{Name: "c", Team: "platform", SHA256: strings.Repeat("a", 64), Models: []string{"gpt-4o", "sonnet"}},
+		{Name: "d", Team: "platform", SHA256: strings.Repeat("b", 64)},
+	}
+	s, err := Compile(c, "sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var each []KeyPolicy
+	s.EachDeclaredKey(func(k *KeyPolicy) { each = append(each, *k) })
+	want := s.DeclaredKeys()
+	if len(each) != len(want) {
+		t.Fatalf("EachDeclaredKey gave %d keys, DeclaredKeys %d", len(each), len(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(want[i], each[i]) {
+			t.Errorf("key %d: EachDeclaredKey gave %+v, DeclaredKeys %+v", i, each[i], want[i])
+		}
+	}
+	if &each[0].Models.patterns[0] != &each[2].Models.patterns[0] {
+		t.Error("keys a and c have the same allow-list but not one set")
+	}
+	for _, m := range []string{"gpt-4o", "sonnet", "gpt-4o-2024", "o3"} {
+		if each[0].Models.Allows(m) != each[2].Models.Allows(m) || each[0].Models.Allows(m) != (m == "gpt-4o" || m == "sonnet") {
+			t.Errorf("a and c disagree on %s, or allow it wrongly", m)
+		}
+		if got := each[1].Models.Allows(m); got != strings.HasPrefix(m, "gpt-4o") {
+			t.Errorf("b allows %s: %v", m, got)
 		}
 	}
 }
@@ -368,5 +415,42 @@ models:
 	}
 	if got := len(s.Models()); got != 3 {
 		t.Errorf("Models() has %d routes, want 3", got)
+	}
+}
+
+// TestVersionEncodersAreReflections checks that the hand-written encoders
+// of the version hash write what the reflective one does, field for
+// field, on configs that set every limit.
+func TestVersionEncodersAreReflections(t *testing.T) {
+	digest := func(c *Config, reflective bool) string {
+		h := &hasher{h: sha256.New(), buf: make([]byte, 0, 64), reflective: reflective}
+		h.value(reflect.ValueOf(c).Elem())
+		h.flush()
+		return hex.EncodeToString(h.h.Sum(nil))
+	}
+	full, err := Load("testdata/good/full.yaml", lookupTestEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := validConfig()
+	all := RateLimits{PerMinute: 1, PerHour: -2, PerDay: 1 << 62}
+	c.Keys[0].Limits = Limits{Requests: all, Tokens: TokenLimits{Input: RateLimits{PerMinute: 4}, Output: RateLimits{PerHour: 5}, Total: RateLimits{PerDay: 6}},
+		Budgets: []Budget{{MicroUSD: 7, Period: PeriodRolling, Window: time.Hour}},
+		Models:  map[string]Limits{"gpt-4o": {Requests: all, Budgets: []Budget{{MicroUSD: 8, Period: "day"}}}}}
+	c.Teams[0].Limits = c.Keys[0].Limits
+	many, err := Parse(manyKeys(30), "sluice.yaml", func(string) (string, bool) { return "sk-sluice-env", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []*Config{full, c, Default(), many} {
+		if fast, slow := digest(cfg, false), digest(cfg, true); fast != slow {
+			t.Errorf("the hand-written encoders hash to %s, the reflective one to %s", fast, slow)
+		}
+	}
+	// A field added to these types must be added to their encoders.
+	for typ, n := range map[reflect.Type]int{limitsType: 4, rateLimitsType: 3, reflect.TypeFor[TokenLimits](): 3} {
+		if typ.NumField() != n {
+			t.Errorf("%s has %d fields; hasher.limits and hasher.rateLimits write %d", typ, typ.NumField(), n)
+		}
 	}
 }

@@ -555,6 +555,13 @@ func (v *validator) nonNegative(path string, n int64) {
 	}
 }
 
+// mayBeWrong reports whether limits could hold anything limits reports:
+// a negative window, a budget, or per-model limits.
+func (l Limits) mayBeWrong() bool {
+	neg := func(r RateLimits) bool { return r.PerMinute < 0 || r.PerHour < 0 || r.PerDay < 0 }
+	return neg(l.Requests) || neg(l.Tokens.Input) || neg(l.Tokens.Output) || neg(l.Tokens.Total) || len(l.Budgets) > 0 || len(l.Models) > 0
+}
+
 func (v *validator) limits(path string, l Limits) {
 	v.limitsAt(path, l, false)
 }
@@ -575,7 +582,10 @@ func (v *validator) limitsAt(path string, l Limits, nested bool) {
 	rate(".tokens.input", l.Tokens.Input)
 	rate(".tokens.output", l.Tokens.Output)
 	rate(".tokens.total", l.Tokens.Total)
-	seen := make(map[string]int, len(l.Budgets))
+	var seen map[string]int
+	if len(l.Budgets) > 0 {
+		seen = make(map[string]int, len(l.Budgets))
+	}
 	for i, b := range l.Budgets {
 		bp := indexPath(path+".budgets", i)
 		if b.MicroUSD <= 0 {
@@ -599,6 +609,9 @@ func (v *validator) limitsAt(path string, l Limits, nested bool) {
 	}
 	if len(l.Models) > 0 && nested {
 		v.add(path+".models", "per-model limits cannot nest")
+		return
+	}
+	if len(l.Models) == 0 {
 		return
 	}
 	for _, name := range slices.Sorted(maps.Keys(l.Models)) {
@@ -649,44 +662,51 @@ func (v *validator) keys(c *Config, teams, owners map[string]int, known []string
 	v.names("keys", len(c.Keys), func(i int) string { return c.Keys[i].Name })
 	teamNames := sortedByIndex(teams)
 	hashes := make(map[string]int)
-	for i, k := range c.Keys {
-		path := indexPath("keys", i)
+	for i := range c.Keys {
+		k := &c.Keys[i]
+		// The key's path is made only for a problem: a config may declare
+		// a great many keys.
+		path := func(sub string) string { return indexPath("keys", i) + sub }
 		switch {
 		case k.Team == "":
-			v.add(path+".team", "required")
+			v.add(path(".team"), "required")
 		case !hasKey(teams, k.Team):
-			v.addRef("teams", path+".team", "unknown team %q%s", k.Team, didYouMean(k.Team, teamNames))
+			v.addRef("teams", path(".team"), "unknown team %q%s", k.Team, didYouMean(k.Team, teamNames))
 		}
 		// Neither the hash field nor the prefix is ever echoed: an operator
 		// who pastes the key itself in the wrong place must not see it
 		// printed and logged.
 		switch {
 		case k.SHA256 == "":
-			v.add(path+".sha256", `required (printf %%s "$KEY" | sha256sum)`)
+			v.add(path(".sha256"), `required (printf %%s "$KEY" | sha256sum)`)
 		case strings.HasPrefix(k.SHA256, keyPrefix):
-			v.add(path+".sha256", `looks like a key, not its SHA-256 (printf %%s "$KEY" | sha256sum)`)
+			v.add(path(".sha256"), `looks like a key, not its SHA-256 (printf %%s "$KEY" | sha256sum)`)
 		case len(k.SHA256) != 64:
-			v.add(path+".sha256", "must be 64 lower-case hex characters, got %d characters", len(k.SHA256))
-		case !isSHA256Hex(k.SHA256) && isSHA256Hex(strings.ToLower(k.SHA256)):
-			v.add(path+".sha256", "must be lower-case")
+			v.add(path(".sha256"), "must be 64 lower-case hex characters, got %d characters", len(k.SHA256))
 		case !isSHA256Hex(k.SHA256):
-			v.add(path+".sha256", "must be 64 lower-case hex characters (0-9, a-f)")
+			if isSHA256Hex(strings.ToLower(k.SHA256)) {
+				v.add(path(".sha256"), "must be lower-case")
+			} else {
+				v.add(path(".sha256"), "must be 64 lower-case hex characters (0-9, a-f)")
+			}
 		case hasKey(hashes, k.SHA256):
-			v.add(path+".sha256", "same hash as %s", indexPath("keys", hashes[k.SHA256]))
+			v.add(path(".sha256"), "same hash as %s", indexPath("keys", hashes[k.SHA256]))
 		default:
 			hashes[k.SHA256] = i
 		}
 		switch {
 		case k.Prefix == "":
 		case !strings.HasPrefix(k.Prefix, keyPrefix):
-			v.add(path+".prefix", "must start with %q", keyPrefix)
+			v.add(path(".prefix"), "must start with %q", keyPrefix)
 		case prefixIsKey(k.Prefix, k.SHA256):
-			v.add(path+".prefix", "is the whole key; keep only its first characters")
+			v.add(path(".prefix"), "is the whole key; keep only its first characters")
 		}
 		if len(k.Models) > 0 {
-			v.allowList(path+".models", k.Models, owners, known)
+			v.allowList(path(".models"), k.Models, owners, known)
 		}
-		v.limits(path+".limits", k.Limits)
+		if k.Limits.mayBeWrong() {
+			v.limits(path(".limits"), k.Limits)
+		}
 	}
 }
 

@@ -91,7 +91,9 @@ func (w *Watcher) Load() (*Snapshot, error) {
 		return nil, err
 	}
 	w.cur.Store(s)
-	w.log.Info("policies loaded", "file", w.path, "version", s.Version())
+	// Not the version: Load's caller starts up while it is made (see
+	// newSnapshot), and logs it once serving.
+	w.log.Info("policies loaded", "file", w.path)
 	return s, nil
 }
 

@@ -73,7 +73,7 @@ type Stream struct {
 func Parse(data []byte) (doc *yaml.Node, ok bool) { return ParseStream(data, Stream{}) }
 
 // ParseStream is Parse, handing over the items of the list s names one at
-// a time (see Stream). The first value of s.Key is streamed, if it is a
+// a time (see Stream). Only the first value of s.Key is streamed, if it is a
 // block list; a zero Stream streams nothing.
 func ParseStream(data []byte, s Stream) (doc *yaml.Node, ok bool) {
 	p := &parser{data: data, keys: make(map[string]string), stream: s}
@@ -280,15 +280,15 @@ func (p *parser) mapping(ind int) *yaml.Node {
 				p.depth++
 				value = p.sequence(p.ind, stream)
 				p.depth--
-				if stream {
-					p.stream.Item = nil // only the first value of the key
-				}
 			default:
 				// An empty value sits just after its colon.
 				value = p.node(yaml.ScalarNode, "!!null", line, col+1)
 			}
 		} else {
 			value = p.inline(v, ind)
+		}
+		if stream {
+			p.stream.Item = nil // only the key's first value, list or not
 		}
 		if p.bad {
 			break
