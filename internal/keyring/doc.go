@@ -15,6 +15,8 @@
 // one at a time as the store reads them, each made into its record at
 // once, apart from the ring until the read succeeds: no batch of every key
 // is held beside the table, and a failed read leaves the ring as it was.
+// The declared keys' records are copied from the table the policy made,
+// not made again.
 //
 // Writes are copy-on-write: the first load and a policy change build a new
 // table; stored-key changes after that go to a small overlay beside the

@@ -358,11 +358,19 @@ type loader struct {
 	policy *policies.Snapshot
 	lead   int
 	recs   []keyRec
+	// declared is the ring's records of policy's declared keys, when its
+	// table holds them: copied, they need not be made again.
+	declared []keyRec
 }
 
 // size makes recs, with room for n stored keys.
 func (l *loader) size(n int) {
-	if l.recs == nil {
+	switch {
+	case l.recs != nil:
+	case l.policy != nil && len(l.declared) == l.policy.DeclaredKeyCount():
+		l.recs = append(make([]keyRec, 0, len(l.declared)+n), l.declared...)
+		l.lead = len(l.recs)
+	default:
 		l.recs = l.declaredRecs(l.policy, n)
 		l.lead = len(l.recs)
 	}
@@ -381,7 +389,7 @@ func (l *loader) add(k store.Key) error {
 // another Sync loaded the ring meanwhile.
 func (r *Ring) load(ctx context.Context, src store.KeyStreamer) (bool, error) {
 	r.mu.Lock()
-	l := &loader{interner: r.interner.clone(), log: r.log, policy: r.policy}
+	l := &loader{interner: r.interner.clone(), log: r.log, policy: r.policy, declared: r.view.Load().base.declared()}
 	r.mu.Unlock()
 	ch, err := src.EachKey(ctx, l.size, l.add)
 	if err != nil {
@@ -510,19 +518,17 @@ func (r *Ring) declaredRecs(more int) []keyRec { return r.interner.declaredRecs(
 // declaredRecs are pol's declared keys (none for a nil pol) as records,
 // with room for more.
 func (in *interner) declaredRecs(pol *policies.Snapshot, more int) []keyRec {
-	var ks []policies.KeyPolicy
-	if pol != nil {
-		ks = pol.DeclaredKeys()
+	if pol == nil {
+		return make([]keyRec, 0, more)
 	}
-	recs := make([]keyRec, 0, len(ks)+more)
-	for i := range ks {
-		k := &ks[i]
+	recs := make([]keyRec, 0, pol.DeclaredKeyCount()+more)
+	pol.EachDeclaredKey(func(k *policies.KeyPolicy) {
 		rec := keyRec{hash: k.Hash, team: in.intern(k.Team), times: newKeyTimes(k.ExpiresAt, time.Time{})}
 		rec.setNames(k.ID, k.Prefix, k.Name)
 		rec.models = in.internModels(k.Models)
 		rec.limits = in.internLimits(k.Limits)
 		recs = append(recs, rec)
-	}
+	})
 	return recs
 }
 

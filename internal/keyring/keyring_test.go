@@ -371,3 +371,38 @@ func TestKeyTimesKeepTheirInstant(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstLoadTakesTheCurrentPolicysKeys checks that the first load from
+// the store indexes the declared keys of the policy in force, however
+// often it changed before, beside the stored keys.
+func TestFirstLoadTakesTheCurrentPolicysKeys(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	if err := st.CreateKey(ctx, store.Key{ID: "key_c", Prefix: apikey.PublicPrefix(secretC), Hash: apikey.Hash(secretC), Team: "red", CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	ring := keyring.New(quiet())
+	ring.SetPolicy(snapshot(t, base+`
+keys:
+  - {name: first, team: red, sha256: `+apikey.HashHex(secretA)+`}
+`))
+	ring.SetPolicy(snapshot(t, base+`
+keys:
+  - {name: second, team: red, sha256: `+apikey.HashHex(secretB)+`, models: [m2]}
+`))
+	if err := ring.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if ring.Len() != 2 {
+		t.Errorf("Len = %d, want 2", ring.Len())
+	}
+	if p := ring.Resolve(apikey.Hash(secretA)); p != nil {
+		t.Errorf("a key of the replaced policy resolved to %+v", p)
+	}
+	if p := ring.Resolve(apikey.Hash(secretB)); p == nil || p.KeyID != "config:second" || !p.KeyModels.Allows("m2") || p.KeyModels.Allows("m1") {
+		t.Errorf("the declared key resolved to %+v", p)
+	}
+	if p := ring.Resolve(apikey.Hash(secretC)); p == nil || p.KeyID != "key_c" {
+		t.Errorf("the stored key resolved to %+v", p)
+	}
+}

@@ -123,6 +123,17 @@ func newTable(recs []keyRec, dup func(r *keyRec, by *keyRec)) *table {
 	return t
 }
 
+// declared is the table's records of declared keys, which come first:
+// publishTable indexes the ring's policy's declared keys before any
+// other, and the policy refuses two with one hash or name.
+func (t *table) declared() []keyRec {
+	n := 0
+	for n < len(t.recs) && t.recs[n].declared() {
+		n++
+	}
+	return t.recs[:n:n]
+}
+
 func (t *table) insert(slot int32) {
 	r := &t.recs[slot-1]
 	m := uint64(len(t.byHash) - 1)
