@@ -661,7 +661,7 @@ func (v *validator) teams(c *Config, orgs, owners map[string]int, known []string
 func (v *validator) keys(c *Config, teams, owners map[string]int, known []string) {
 	v.names("keys", len(c.Keys), func(i int) string { return c.Keys[i].Name })
 	teamNames := sortedByIndex(teams)
-	hashes := make(map[string]int)
+	hashes := make(map[string]int, len(c.Keys))
 	for i := range c.Keys {
 		k := &c.Keys[i]
 		// The key's path is made only for a problem: a config may declare
