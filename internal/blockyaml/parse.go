@@ -12,8 +12,8 @@ const (
 	// maxDepth bounds the nesting Parse follows; deeper documents are
 	// declined (yaml.v3 has its own, larger, bound).
 	maxDepth = 64
-	// maxKeyLen bounds a mapping key: yaml.v3 refuses a simple key longer
-	// than 1024 characters.
+	// maxKeyLen bounds a mapping key, in a block or a flow mapping:
+	// yaml.v3 refuses a simple key longer than 1024 characters.
 	maxKeyLen = 1000
 	// maxInterned bounds the distinct mapping keys shared between nodes.
 	maxInterned = 4096
@@ -481,7 +481,7 @@ func (p *parser) flow(v, depth int) (*yaml.Node, int) {
 			if p.bad {
 				break
 			}
-			if end+1 >= p.le || p.data[end] != ':' || p.data[end+1] != ' ' {
+			if end-i > maxKeyLen || end+1 >= p.le || p.data[end] != ':' || p.data[end+1] != ' ' {
 				p.fail()
 				break
 			}

@@ -269,6 +269,9 @@ var declined = []string{
 	"a: [" + strings.Repeat("[", 100) + strings.Repeat("]", 100) + "]\n",
 	"a:\n" + strings.Repeat(" ", 2) + "b: " + strings.Repeat("x", 10) + "\n\tc: d\n",
 	strings.Repeat("x", 1100) + ": 1\n",
+	"a: {" + strings.Repeat("x", 1100) + ": 1}\n",
+	"- " + strings.Repeat("x", 1100) + ": 1\n",
+	"\"" + strings.Repeat("x", 1100) + "\": 1\n",
 }
 
 func TestDeclined(t *testing.T) {
