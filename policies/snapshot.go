@@ -540,85 +540,29 @@ func configVersion(c *Config) string {
 type hasher struct {
 	h   hash.Hash
 	buf []byte
-	// reflective leaves out the hand-written encoders of the types every
-	// declared key holds (which write the same bytes): for tests.
+	// reflective leaves out the shortcut for zero structs (which writes
+	// the same bytes): for tests.
 	reflective bool
 }
 
-var (
-	limitsType     = reflect.TypeFor[Limits]()
-	rateLimitsType = reflect.TypeFor[RateLimits]()
-)
+// zeroStructs caches, by struct type, what value writes for the type's
+// zero value: most of a declared key's limits are zero, and a config of
+// many keys writes them once per key.
+var zeroStructs sync.Map // reflect.Type → []byte
 
-// limits is value for a Limits, without reflection for its windows: a
-// config of many keys hashes one per key.
-func (h *hasher) limits(l *Limits) {
-	if l.Requests == (RateLimits{}) && l.Tokens == (TokenLimits{}) && l.Budgets == nil && l.Models == nil {
-		zero, _ := zeroEncodings()
-		h.raw(zero)
-		return
+// zeroStruct writes the zero value of the struct type t, encoded once.
+func (h *hasher) zeroStruct(t reflect.Type) {
+	enc, ok := zeroStructs.Load(t)
+	if !ok {
+		z := &hasher{h: sha256.New(), buf: make([]byte, 0, 1024), reflective: true}
+		z.value(reflect.New(t).Elem())
+		enc, _ = zeroStructs.LoadOrStore(t, slices.Clone(z.buf))
 	}
-	h.string("Requests")
-	h.rateLimits(&l.Requests)
-	h.string("Tokens")
-	h.string("Input")
-	h.rateLimits(&l.Tokens.Input)
-	h.string("Output")
-	h.rateLimits(&l.Tokens.Output)
-	h.string("Total")
-	h.rateLimits(&l.Tokens.Total)
-	h.string("Budgets")
-	h.value(reflect.ValueOf(&l.Budgets).Elem())
-	h.string("Models")
-	h.value(reflect.ValueOf(&l.Models).Elem())
-}
-
-// zeroEncodings are what limits and rateLimits write for a zero value,
-// most keys' limits, so that it is written at once.
-var zeroEncodings = sync.OnceValues(func() ([]byte, []byte) {
-	h := &hasher{h: sha256.New(), buf: make([]byte, 0, 1024)}
-	rate := func() {
-		for _, name := range []string{"PerMinute", "PerHour", "PerDay"} {
-			h.string(name)
-			h.int(0)
-		}
-	}
-	rate()
-	r := slices.Clone(h.buf)
-	h.buf = h.buf[:0]
-	h.string("Requests")
-	rate()
-	h.string("Tokens")
-	for _, name := range []string{"Input", "Output", "Total"} {
-		h.string(name)
-		rate()
-	}
-	h.string("Budgets")
-	h.int(0)
-	h.string("Models")
-	h.int(0)
-	return h.buf, r
-})
-
-func (h *hasher) raw(b []byte) {
+	b := enc.([]byte)
 	if len(b) > cap(h.buf)-len(h.buf) {
 		h.flush()
 	}
 	h.buf = append(h.buf, b...)
-}
-
-func (h *hasher) rateLimits(r *RateLimits) {
-	if *r == (RateLimits{}) {
-		_, zero := zeroEncodings()
-		h.raw(zero)
-		return
-	}
-	h.string("PerMinute")
-	h.int(r.PerMinute)
-	h.string("PerHour")
-	h.int(r.PerHour)
-	h.string("PerDay")
-	h.int(r.PerDay)
 }
 
 func (h *hasher) flush() {
@@ -644,15 +588,9 @@ func (h *hasher) string(s string) {
 }
 
 func (h *hasher) value(v reflect.Value) {
-	if !h.reflective && v.CanAddr() {
-		switch v.Type() {
-		case limitsType:
-			h.limits(v.Addr().Interface().(*Limits))
-			return
-		case rateLimitsType:
-			h.rateLimits(v.Addr().Interface().(*RateLimits))
-			return
-		}
+	if !h.reflective && v.Kind() == reflect.Struct && v.IsZero() {
+		h.zeroStruct(v.Type())
+		return
 	}
 	if v.Type() == timeType {
 		h.string(v.Interface().(time.Time).UTC().Format(time.RFC3339Nano))

@@ -418,10 +418,10 @@ models:
 	}
 }
 
-// TestVersionEncodersAreReflections checks that the hand-written encoders
-// of the version hash write what the reflective one does, field for
-// field, on configs that set every limit.
-func TestVersionEncodersAreReflections(t *testing.T) {
+// TestVersionZeroStructsAreReflections checks that the version hash's
+// shortcut for zero structs writes what the field-by-field encoding does,
+// on configs that set every limit and leave many unset.
+func TestVersionZeroStructsAreReflections(t *testing.T) {
 	digest := func(c *Config, reflective bool) string {
 		h := &hasher{h: sha256.New(), buf: make([]byte, 0, 64), reflective: reflective}
 		h.value(reflect.ValueOf(c).Elem())
@@ -444,13 +444,7 @@ func TestVersionEncodersAreReflections(t *testing.T) {
 	}
 	for _, cfg := range []*Config{full, c, Default(), many} {
 		if fast, slow := digest(cfg, false), digest(cfg, true); fast != slow {
-			t.Errorf("the hand-written encoders hash to %s, the reflective one to %s", fast, slow)
-		}
-	}
-	// A field added to these types must be added to their encoders.
-	for typ, n := range map[reflect.Type]int{limitsType: 4, rateLimitsType: 3, reflect.TypeFor[TokenLimits](): 3} {
-		if typ.NumField() != n {
-			t.Errorf("%s has %d fields; hasher.limits and hasher.rateLimits write %d", typ, typ.NumField(), n)
+			t.Errorf("with zero structs written at once the config hashes to %s, written field by field to %s", fast, slow)
 		}
 	}
 }
