@@ -133,10 +133,7 @@ func parseStreamed(data []byte, env LookupEnv, maxSteps int, skipProviderKeys bo
 	}
 	problems := d.problems
 	if skipProviderKeys {
-		for i := range cfg.Providers {
-			cfg.Providers[i].APIKey = ""
-		}
-		problems = slices.DeleteFunc(problems, func(p Problem) bool { return isProviderKey(p.Path) })
+		problems = dropProviderKeys(cfg, problems)
 	}
 	if len(problems) > 0 || d.steps > d.maxSteps {
 		return nil, false
@@ -147,6 +144,15 @@ func parseStreamed(data []byte, env LookupEnv, maxSteps int, skipProviderKeys bo
 		}
 	}
 	return cfg, true
+}
+
+// dropProviderKeys empties the providers' api_key values of cfg and
+// leaves out the problems about them (LoadWithoutProviderKeys).
+func dropProviderKeys(cfg *Config, problems Problems) Problems {
+	for i := range cfg.Providers {
+		cfg.Providers[i].APIKey = ""
+	}
+	return slices.DeleteFunc(problems, func(p Problem) bool { return isProviderKey(p.Path) })
 }
 
 // parseTree is parseDoc on the whole tree of the document.
@@ -166,10 +172,7 @@ func parseTree(data []byte, file string, env LookupEnv, maxSteps int, skipProvid
 	}
 	problems := d.problems
 	if skipProviderKeys {
-		for i := range cfg.Providers {
-			cfg.Providers[i].APIKey = ""
-		}
-		problems = slices.DeleteFunc(problems, func(p Problem) bool { return isProviderKey(p.Path) })
+		problems = dropProviderKeys(cfg, problems)
 	}
 	decoded := make([]string, 0, len(problems))
 	for _, p := range problems {
