@@ -28,7 +28,7 @@ func TestDecodeBoundReportsOnlyItself(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter.decode("", nil, docs[0].Content[0], reflect.ValueOf(Default()).Elem())
+	counter.decode(nil, docs[0].Content[0], reflect.ValueOf(Default()).Elem())
 	values := counter.steps
 	size := 0 // the smallest bound at which the whole document decodes
 	for m := 1; m < 1000; m++ {
@@ -183,7 +183,7 @@ func TestMergeChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter.decode("", nil, docs[0].Content[0], reflect.ValueOf(Default()).Elem())
+	counter.decode(nil, docs[0].Content[0], reflect.ValueOf(Default()).Elem())
 	if counter.steps > 10*depth {
 		t.Errorf("the chain counted %d steps of expansion, want at most %d", counter.steps, 10*depth)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,7 +50,60 @@ type decoder struct {
 	inside   map[*yaml.Node]bool    // the mappings and lists being decoded while copying
 	merging  map[*yaml.Node]bool    // the merge sources whose pairs are being made
 	merged   map[*yaml.Node]mapping // a merge source's pairs, made once
+	// pairStack holds the pairs of the mappings being decoded, the
+	// innermost last (see pairs).
+	pairStack []pair
+	path      []pathSeg // the path of the value being decoded (pathSeg)
 }
+
+// pathSeg is one step of the path of the value being decoded: a struct
+// field, a map key or a list item. The decoder keeps the path as a stack
+// of them (decoder.path), and makes its text ("keys[3].limits.requests")
+// only for a problem, so that a config of many keys decodes without a
+// string per field.
+type pathSeg struct {
+	name  string // a field's name or a map's key
+	index int    // a list item's index
+	kind  pathKind
+}
+
+type pathKind uint8
+
+const (
+	pathField pathKind = iota // a struct field: .name
+	pathKey                   // a free-form map key, quoted where needed (keyPath)
+	pathIndex                 // a list item: [index]
+)
+
+// appendPath appends the text of the path segs to b: what fieldPath,
+// keyPath and indexPath make of them.
+func appendPath(b []byte, segs []pathSeg) []byte {
+	for _, p := range segs {
+		switch {
+		case p.kind == pathIndex:
+			b = append(b, '[')
+			b = strconv.AppendInt(b, int64(p.index), 10)
+			b = append(b, ']')
+			continue
+		case p.kind == pathKey && !plainKey(p.name):
+			b = append(b, '[')
+			b = strconv.AppendQuote(b, p.name)
+			b = append(b, ']')
+			continue
+		case len(b) > 0:
+			b = append(b, '.')
+		}
+		b = append(b, p.name...)
+	}
+	return b
+}
+
+// push enters the segment seg of the path; pop leaves it.
+func (d *decoder) push(seg pathSeg) { d.path = append(d.path, seg) }
+func (d *decoder) pop()             { d.path = d.path[:len(d.path)-1] }
+
+// pathText is the text of the path of the value being decoded.
+func (d *decoder) pathText() string { return string(appendPath(nil, d.path)) }
 
 // mapping is the pairs of a mapping with its merge keys applied, and
 // whether every merge key in it (or in what it merges) was well formed.
@@ -77,12 +131,31 @@ func (d *decoder) step(n int) bool {
 	over := d.steps > d.maxSteps
 	d.steps += n
 	if d.steps > d.maxSteps && !over {
-		d.add("", nil, fmt.Sprintf("document too large: aliases and merge keys expand to more than %d values", d.maxSteps))
+		d.addAt("", nil, fmt.Sprintf("document too large: aliases and merge keys expand to more than %d values", d.maxSteps))
 	}
 	return d.steps <= d.maxSteps
 }
 
-func (d *decoder) add(path string, at *yaml.Node, msg string) {
+// add reports a problem with the value being decoded, at the position of
+// the node at (none for nil).
+func (d *decoder) add(at *yaml.Node, msg string) {
+	p := Problem{Path: d.pathText(), Msg: msg}
+	if at != nil {
+		p.Line, p.Column = at.Line, at.Column
+	}
+	d.problems = append(d.problems, p)
+}
+
+// addIn reports a problem with the value at segment seg of the one being
+// decoded.
+func (d *decoder) addIn(seg pathSeg, at *yaml.Node, msg string) {
+	d.push(seg)
+	d.add(at, msg)
+	d.pop()
+}
+
+// addAt reports a problem at the path whose text is path.
+func (d *decoder) addAt(path string, at *yaml.Node, msg string) {
 	p := Problem{Path: path, Msg: msg}
 	if at != nil {
 		p.Line, p.Column = at.Line, at.Column
@@ -95,10 +168,10 @@ var (
 	durationType = reflect.TypeFor[time.Duration]()
 )
 
-// decode decodes n, found at path under the mapping key node key (nil for a
-// list item or the document), into v. A null value leaves v as it is, so
-// that omitted and empty fields keep their defaults.
-func (d *decoder) decode(path string, key, n *yaml.Node, v reflect.Value) {
+// decode decodes n, found at the decoder's path under the mapping key
+// node key (nil for a list item or the document), into v. A null value
+// leaves v as it is, so that omitted and empty fields keep their defaults.
+func (d *decoder) decode(key, n *yaml.Node, v reflect.Value) {
 	if d.steps > d.maxSteps {
 		return
 	}
@@ -117,7 +190,7 @@ func (d *decoder) decode(path string, key, n *yaml.Node, v reflect.Value) {
 		// cycle. Only a copy can make one: a tree written out has none.
 		if n != nil && (n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode) {
 			if d.inside[n] {
-				d.add(path, at, "an alias or merge key must not bring in a value that holds it")
+				d.add(at, "an alias or merge key must not bring in a value that holds it")
 				return
 			}
 			d.inside[n] = true
@@ -126,10 +199,10 @@ func (d *decoder) decode(path string, key, n *yaml.Node, v reflect.Value) {
 	}
 	switch v.Type() {
 	case timeType:
-		d.decodeTime(path, at, n, v)
+		d.decodeTime(at, n, v)
 		return
 	case durationType:
-		d.decodeDuration(path, at, n, v)
+		d.decodeDuration(at, n, v)
 		return
 	}
 	switch v.Kind() {
@@ -141,46 +214,48 @@ func (d *decoder) decode(path string, key, n *yaml.Node, v reflect.Value) {
 		if !v.IsNil() {
 			elem.Elem().Set(v.Elem())
 		}
-		d.decode(path, key, n, elem.Elem())
+		d.decode(key, n, elem.Elem())
 		v.Set(elem)
 	case reflect.Struct:
-		d.decodeStruct(path, at, n, v)
+		d.decodeStruct(at, n, v)
 	case reflect.Slice:
 		if isNull(n) {
 			return
 		}
 		if n.Kind != yaml.SequenceNode {
-			d.add(path, at, "must be a list, got "+describe(n))
+			d.add(at, "must be a list, got "+describe(n))
 			return
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 		for i, item := range n.Content {
-			d.decode(indexPath(path, i), nil, item, s.Index(i))
+			d.push(pathSeg{index: i, kind: pathIndex})
+			d.decode(nil, item, s.Index(i))
+			d.pop()
 		}
 		v.Set(s)
 	case reflect.Map:
-		d.decodeMap(path, at, n, v)
+		d.decodeMap(at, n, v)
 	case reflect.String:
-		s, ok := d.scalar(path, at, n, "a string")
+		s, ok := d.scalar(at, n, "a string")
 		if ok {
 			v.SetString(s)
 		}
 	case reflect.Bool:
-		d.decodeBool(path, at, n, v)
+		d.decodeBool(at, n, v)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		d.decodeInt(path, at, n, v)
+		d.decodeInt(at, n, v)
 	default:
 		// Programmer error: a Config field of a kind this decoder does not know.
-		d.add(path, at, fmt.Sprintf("internal error: cannot decode into %s", v.Type()))
+		d.add(at, fmt.Sprintf("internal error: cannot decode into %s", v.Type()))
 	}
 }
 
-func (d *decoder) decodeStruct(path string, at, n *yaml.Node, v reflect.Value) {
+func (d *decoder) decodeStruct(at, n *yaml.Node, v reflect.Value) {
 	if isNull(n) {
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		d.add(path, at, "must be a mapping, got "+describe(n))
+		d.add(at, "must be a mapping, got "+describe(n))
 		return
 	}
 	if v.Type() == reflect.TypeFor[Store]() {
@@ -189,78 +264,99 @@ func (d *decoder) decodeStruct(path string, at, n *yaml.Node, v reflect.Value) {
 		v.SetZero()
 	}
 	fields, names := yamlFields(v.Type())
-	for _, p := range d.pairs(path, n, fieldPath) {
+	ps, mark := d.pairs(n, pathField)
+	defer d.releasePairs(mark)
+	for _, p := range ps {
 		if p.key.Kind != yaml.ScalarNode {
-			d.add(path, p.key, "mapping keys must be strings, got "+describe(p.key))
+			d.add(p.key, "mapping keys must be strings, got "+describe(p.key))
 			continue
 		}
 		name := p.key.Value
-		fpath := fieldPath(path, name)
 		i, ok := fields[name]
 		if !ok {
 			hint := didYouMean(name, names)
 			if hint == "" {
 				hint = " (expected one of: " + strings.Join(names, ", ") + ")"
 			}
-			d.add(fpath, p.key, "unknown field"+hint)
+			d.addIn(pathSeg{name: name}, p.key, "unknown field"+hint)
 			continue
 		}
-		d.decodePair(fpath, p, v.Field(i))
+		d.push(pathSeg{name: name})
+		d.decodePair(p, v.Field(i))
+		d.pop()
 	}
 }
 
 // decodePair decodes the value of p into v; a pair a merge key brought
 // in counts as expansion, as an alias does.
-func (d *decoder) decodePair(path string, p pair, v reflect.Value) {
+func (d *decoder) decodePair(p pair, v reflect.Value) {
 	if p.merged {
 		d.copying++
 		defer func() { d.copying-- }()
 	}
-	d.decode(path, p.key, p.value, v)
+	d.decode(p.key, p.value, v)
 }
 
-func (d *decoder) decodeMap(path string, at, n *yaml.Node, v reflect.Value) {
+func (d *decoder) decodeMap(at, n *yaml.Node, v reflect.Value) {
 	if isNull(n) {
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		d.add(path, at, "must be a mapping, got "+describe(n))
+		d.add(at, "must be a mapping, got "+describe(n))
 		return
 	}
 	m := reflect.MakeMap(v.Type())
-	for _, p := range d.pairs(path, n, keyPath) {
+	ps, mark := d.pairs(n, pathKey)
+	defer d.releasePairs(mark)
+	for _, p := range ps {
 		if p.key.Kind != yaml.ScalarNode {
-			d.add(path, p.key, "mapping keys must be strings, got "+describe(p.key))
+			d.add(p.key, "mapping keys must be strings, got "+describe(p.key))
 			continue
 		}
 		elem := reflect.New(v.Type().Elem()).Elem()
-		d.decodePair(keyPath(path, p.key.Value), p, elem)
+		d.push(pathSeg{name: p.key.Value, kind: pathKey})
+		d.decodePair(p, elem)
+		d.pop()
 		m.SetMapIndex(reflect.ValueOf(p.key.Value).Convert(v.Type().Key()), elem)
 	}
 	v.Set(m)
 }
 
 // pairs lists the key/value pairs of mapping n, reporting duplicate keys
-// and malformed merge keys.
-func (d *decoder) pairs(path string, n *yaml.Node, sub func(parent, key string) string) []pair {
-	ps, bad := d.mappingPairs(n, func(first, again *yaml.Node) {
-		d.add(sub(path, again.Value), again, fmt.Sprintf("duplicate key (first at line %d)", first.Line))
-	})
-	for _, b := range bad {
-		d.add(fieldPath(path, "<<"), b, "a merge key must refer to a mapping or a list of mappings, none of which merges the mapping that holds it")
+// (as segments of kind under path) and malformed merge keys. The pairs
+// are on the decoder's stack of them, which they leave with
+// releasePairs(mark) once decoded: a mapping's pairs are needed only while
+// it is decoded, and a config of many keys has a great many mappings.
+func (d *decoder) pairs(n *yaml.Node, kind pathKind) (ps []pair, mark int) {
+	mark = len(d.pairStack)
+	var bad []*yaml.Node
+	var dups []pair
+	d.pairStack, bad = d.mappingPairs(d.pairStack, n, &dups)
+	for _, dup := range dups {
+		first, again := dup.key, dup.value
+		d.addIn(pathSeg{name: again.Value, kind: kind}, again, fmt.Sprintf("duplicate key (first at line %d)", first.Line))
 	}
-	return ps
+	for _, b := range bad {
+		d.addIn(pathSeg{name: "<<"}, b, "a merge key must refer to a mapping or a list of mappings, none of which merges the mapping that holds it")
+	}
+	return d.pairStack[mark:len(d.pairStack):len(d.pairStack)], mark
+}
+
+// releasePairs takes the pairs from mark on off the decoder's stack.
+func (d *decoder) releasePairs(mark int) {
+	clear(d.pairStack[mark:])
+	d.pairStack = d.pairStack[:mark]
 }
 
 // scalar returns the string value of the scalar n after ${ENV} expansion.
 // ok is false when n is null (the field keeps its value) or a problem was
 // reported.
-func (d *decoder) scalar(path string, at, n *yaml.Node, want string) (s string, ok bool) {
+func (d *decoder) scalar(at, n *yaml.Node, want string) (s string, ok bool) {
 	if n.Kind != yaml.ScalarNode {
-		d.add(path, at, "must be "+want+", got "+describe(n))
+		d.add(at, "must be "+want+", got "+describe(n))
 		return "", false
 	}
-	if e := d.expand(path, at, n); e != nil {
+	if e := d.expand(at, n); e != nil {
 		return e.value, !e.failed
 	}
 	if isNull(n) {
@@ -272,7 +368,7 @@ func (d *decoder) scalar(path string, at, n *yaml.Node, want string) (s string, 
 // expand expands the ${ENV} references of the scalar n once (an anchored
 // scalar can be reached through several aliases) and returns what it did,
 // or nil when n has nothing to expand.
-func (d *decoder) expand(path string, at, n *yaml.Node) *expansion {
+func (d *decoder) expand(at, n *yaml.Node) *expansion {
 	if e, ok := d.expanded[n]; ok {
 		return e
 	}
@@ -284,18 +380,18 @@ func (d *decoder) expand(path string, at, n *yaml.Node) *expansion {
 	d.expanded[n] = e
 	d.order = append(d.order, n)
 	for _, msg := range problems {
-		d.add(path, at, msg)
+		d.add(at, msg)
 	}
 	return e
 }
 
-func (d *decoder) decodeInt(path string, at, n *yaml.Node, v reflect.Value) {
+func (d *decoder) decodeInt(at, n *yaml.Node, v reflect.Value) {
 	if n.Kind != yaml.ScalarNode {
-		d.add(path, at, "must be an integer"+intHint(path)+", got "+describe(n))
+		d.add(at, "must be an integer"+intHint(d.pathText())+", got "+describe(n))
 		return
 	}
 	s := n.Value
-	e := d.expand(path, at, n)
+	e := d.expand(at, n)
 	switch {
 	case e != nil && e.failed:
 		return
@@ -304,7 +400,7 @@ func (d *decoder) decodeInt(path string, at, n *yaml.Node, v reflect.Value) {
 	case isNull(n):
 		return
 	case n.ShortTag() != "!!int":
-		d.add(path, at, "must be an integer"+intHint(path)+", got "+literal(n))
+		d.add(at, "must be an integer"+intHint(d.pathText())+", got "+literal(n))
 		return
 	}
 	i, err := strconv.ParseInt(strings.TrimSpace(s), 0, 64)
@@ -316,7 +412,7 @@ func (d *decoder) decodeInt(path string, at, n *yaml.Node, v reflect.Value) {
 		if e != nil {
 			got = "the expansion of " + strconv.Quote(e.orig)
 		}
-		d.add(path, at, "must be an integer"+intHint(path)+", got "+got)
+		d.add(at, "must be an integer"+intHint(d.pathText())+", got "+got)
 		return
 	}
 	v.SetInt(i)
@@ -338,14 +434,14 @@ func intHint(path string) string {
 
 var timeLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02"}
 
-func (d *decoder) decodeTime(path string, at, n *yaml.Node, v reflect.Value) {
+func (d *decoder) decodeTime(at, n *yaml.Node, v reflect.Value) {
 	const want = "a timestamp (RFC 3339 such as 2026-01-02T15:04:05Z, or a date such as 2026-01-02)"
 	if n.Kind != yaml.ScalarNode {
-		d.add(path, at, "must be "+want+", got "+describe(n))
+		d.add(at, "must be "+want+", got "+describe(n))
 		return
 	}
 	s := n.Value
-	e := d.expand(path, at, n)
+	e := d.expand(at, n)
 	switch {
 	case e != nil && e.failed:
 		return
@@ -354,7 +450,7 @@ func (d *decoder) decodeTime(path string, at, n *yaml.Node, v reflect.Value) {
 	case isNull(n):
 		return
 	case n.ShortTag() != "!!timestamp" && n.ShortTag() != "!!str":
-		d.add(path, at, "must be "+want+", got "+literal(n))
+		d.add(at, "must be "+want+", got "+literal(n))
 		return
 	}
 	for _, layout := range timeLayouts {
@@ -367,7 +463,7 @@ func (d *decoder) decodeTime(path string, at, n *yaml.Node, v reflect.Value) {
 	if e != nil {
 		got = "the expansion of " + strconv.Quote(e.orig)
 	}
-	d.add(path, at, "must be "+want+", got "+got)
+	d.add(at, "must be "+want+", got "+got)
 }
 
 // yamlStruct is what yamlFields returns for a struct type; callers only
@@ -421,17 +517,18 @@ type pair struct {
 	merged     bool
 }
 
-// mappingPairs lists the pairs of mapping n with merge keys (<<) applied:
+// mappingPairs appends to dst the pairs of mapping n with merge keys (<<)
+// applied:
 // keys written in n win over merged ones, and among merged mappings the
 // first wins. dup, if not nil, is called for every key written twice in n
 // itself. bad lists the merge keys whose value is not a mapping or a list
 // of mappings, or merges one that holds n (a cycle). The pairs of a merged
 // mapping are made once per document, and every pair a merge copies
 // counts as a step of expansion.
-func (d *decoder) mappingPairs(n *yaml.Node, dup func(first, again *yaml.Node)) (ps []pair, bad []*yaml.Node) {
+func (d *decoder) mappingPairs(dst []pair, n *yaml.Node, dups *[]pair) (ps []pair, bad []*yaml.Node) {
 	var keys pairKeys
 	var merged []pair
-	ps = make([]pair, 0, len(n.Content)/2)
+	ps = slices.Grow(dst, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
@@ -444,8 +541,8 @@ func (d *decoder) mappingPairs(n *yaml.Node, dup func(first, again *yaml.Node)) 
 		}
 		if k.Kind == yaml.ScalarNode {
 			if first := keys.find(k.Value); first != nil {
-				if dup != nil {
-					dup(first, k)
+				if dups != nil {
+					*dups = append(*dups, pair{key: first, value: k})
 				}
 				continue
 			}
@@ -543,7 +640,7 @@ func (d *decoder) source(n, src *yaml.Node) mapping {
 	m, done := d.merged[src]
 	if !done {
 		d.merging[src] = true
-		ps, bad := d.mappingPairs(src, nil)
+		ps, bad := d.mappingPairs(nil, src, nil)
 		delete(d.merging, src)
 		m = mapping{pairs: ps, ok: len(bad) == 0}
 		d.merged[src] = m
@@ -678,7 +775,7 @@ func (d *decoder) find(root *yaml.Node, path string) (n, at *yaml.Node, ok bool)
 		case s.index >= 0 && cur.Kind == yaml.SequenceNode && s.index < len(cur.Content):
 			next = cur.Content[s.index]
 		case s.index < 0 && cur.Kind == yaml.MappingNode:
-			ps, _ := d.mappingPairs(cur, nil)
+			ps, _ := d.mappingPairs(nil, cur, nil)
 			for _, p := range ps {
 				if p.key.Kind == yaml.ScalarNode && p.key.Value == s.key {
 					key, next = p.key, p.value
@@ -780,28 +877,28 @@ func locateSyntaxError(data []byte, msg string) (line, col int) {
 	return i + 1, utf8.RuneCount(text[:j]) + 1
 }
 
-func (d *decoder) decodeDuration(path string, at, n *yaml.Node, v reflect.Value) {
+func (d *decoder) decodeDuration(at, n *yaml.Node, v reflect.Value) {
 	const want = "a duration such as 30s, 5m or 1h30m"
-	s, ok := d.scalar(path, at, n, want)
+	s, ok := d.scalar(at, n, want)
 	if !ok {
 		return
 	}
 	t, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil || t < 0 {
-		d.add(path, at, "must be "+want+", got "+strconv.Quote(s))
+		d.add(at, "must be "+want+", got "+strconv.Quote(s))
 		return
 	}
 	v.SetInt(int64(t))
 }
 
-func (d *decoder) decodeBool(path string, at, n *yaml.Node, v reflect.Value) {
-	s, ok := d.scalar(path, at, n, "true or false")
+func (d *decoder) decodeBool(at, n *yaml.Node, v reflect.Value) {
+	s, ok := d.scalar(at, n, "true or false")
 	if !ok {
 		return
 	}
 	b, err := strconv.ParseBool(strings.TrimSpace(s))
 	if err != nil {
-		d.add(path, at, "must be true or false, got "+strconv.Quote(s))
+		d.add(at, "must be true or false, got "+strconv.Quote(s))
 		return
 	}
 	v.SetBool(b)

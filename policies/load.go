@@ -120,14 +120,16 @@ func parseStreamed(data []byte, env LookupEnv, maxSteps int, skipProviderKeys bo
 		Item: func(i int, item *yaml.Node) bool {
 			held := d.held()
 			keys = append(keys, DeclaredKey{})
-			d.decode(indexPath("keys", i), nil, item, reflect.ValueOf(&keys[i]).Elem())
+			d.path = append(d.path[:0], pathSeg{name: "keys"}, pathSeg{index: i, kind: pathIndex})
+			d.decode(nil, item, reflect.ValueOf(&keys[i]).Elem())
+			d.path = d.path[:0]
 			return d.held() == held
 		}})
 	if !ok {
 		return nil, false
 	}
 	cfg := Default()
-	d.decode("", nil, doc.Content[0], reflect.ValueOf(cfg).Elem())
+	d.decode(nil, doc.Content[0], reflect.ValueOf(cfg).Elem())
 	if keys != nil {
 		cfg.Keys = keys
 	}
@@ -168,7 +170,7 @@ func parseTree(data []byte, file string, env LookupEnv, maxSteps int, skipProvid
 	var root *yaml.Node
 	if len(docs) > 0 && len(docs[0].Content) > 0 {
 		root = docs[0].Content[0]
-		d.decode("", nil, root, reflect.ValueOf(cfg).Elem())
+		d.decode(nil, root, reflect.ValueOf(cfg).Elem())
 	}
 	problems := d.problems
 	if skipProviderKeys {
