@@ -361,23 +361,40 @@ type loader struct {
 	// declared is the ring's records of policy's declared keys, when its
 	// table holds them: copied, they need not be made again.
 	declared []keyRec
+	// base is the ring's table when the read began; more is how many
+	// stored keys the store announced.
+	base *table
+	more int
 }
 
-// size makes recs, with room for n stored keys.
-func (l *loader) size(n int) {
+// size takes note that the store holds n keys.
+func (l *loader) size(n int) { l.more = n }
+
+// start makes recs, with room for the stored keys, once the first comes
+// (or at the end of the read): a store with no keys leaves the table of
+// the declared keys as it is (see reuses).
+func (l *loader) start() {
 	switch {
 	case l.recs != nil:
 	case l.policy != nil && len(l.declared) == l.policy.DeclaredKeyCount():
-		l.recs = append(make([]keyRec, 0, len(l.declared)+n), l.declared...)
+		l.recs = append(make([]keyRec, 0, len(l.declared)+l.more), l.declared...)
 		l.lead = len(l.recs)
 	default:
-		l.recs = l.declaredRecs(l.policy, n)
+		l.recs = l.declaredRecs(l.policy, l.more)
 		l.lead = len(l.recs)
 	}
 }
 
+// reuses reports whether the read left the ring's table of declared keys
+// as it was: no stored key came, the policy is the one whose declared
+// keys the table holds, and it holds nothing else.
+func (l *loader) reuses(cur *table, policy *policies.Snapshot) bool {
+	return l.recs == nil && policy == l.policy && cur == l.base && cur != nil &&
+		len(l.declared) == len(cur.recs) && l.policy != nil && len(l.declared) == l.policy.DeclaredKeyCount()
+}
+
 func (l *loader) add(k store.Key) error {
-	l.size(0)
+	l.start()
 	if rec, ok := l.storedRec(l.log, &k); ok {
 		l.recs = append(l.recs, rec)
 	}
@@ -389,13 +406,13 @@ func (l *loader) add(k store.Key) error {
 // another Sync loaded the ring meanwhile.
 func (r *Ring) load(ctx context.Context, src store.KeyStreamer) (bool, error) {
 	r.mu.Lock()
-	l := &loader{interner: r.interner.clone(), log: r.log, policy: r.policy, declared: r.view.Load().base.declared()}
+	base := r.view.Load().base
+	l := &loader{interner: r.interner.clone(), log: r.log, policy: r.policy, declared: base.declared(), base: base}
 	r.mu.Unlock()
 	ch, err := src.EachKey(ctx, l.size, l.add)
 	if err != nil {
 		return false, fmt.Errorf("keyring: read store: %w", err)
 	}
-	l.size(0)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.synced {
@@ -403,6 +420,12 @@ func (r *Ring) load(ctx context.Context, src store.KeyStreamer) (bool, error) {
 	}
 	r.interner.merge(&l.interner)
 	r.applyGroups(ch)
+	if l.reuses(r.view.Load().base, r.policy) {
+		r.publish(l.base)
+		r.log.Debug("store loaded", "keys", 0, "teams", len(ch.Teams), "orgs", len(ch.Orgs), "rev", ch.Rev)
+		return true, nil
+	}
+	l.start()
 	recs := l.recs
 	if r.policy != l.policy {
 		// The policy changed while the store was read.
@@ -499,7 +522,7 @@ func (r *Ring) rebuild(v *view) {
 // freshly built teams. Caller holds r.mu.
 func (r *Ring) publishTable(recs []keyRec) {
 	clear(r.shadowed)
-	t := newTable(recs, func(rec, by *keyRec) {
+	r.publish(newTable(recs, func(rec, by *keyRec) {
 		if rec.declared() {
 			return // a repeated declared key: Validate refuses those
 		}
@@ -507,7 +530,12 @@ func (r *Ring) publishTable(recs []keyRec) {
 			r.log.Warn("a stored key has the same hash as a key declared in the config; the config's wins", "key_id", rec.id())
 		}
 		r.shadowed[rec.id()] = *rec
-	})
+	}))
+}
+
+// publish publishes the table t, with no overlay, and freshly built
+// teams. Caller holds r.mu.
+func (r *Ring) publish(t *table) {
 	r.view.Store(&view{base: t, cache: make([]atomic.Pointer[Principal], len(t.recs)), teams: r.teamInfos(), n: len(t.recs)})
 }
 
