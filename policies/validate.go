@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/provider"
 	"github.com/sluicegw/sluice/internal/sat"
@@ -165,12 +166,13 @@ var kinds = func() []string {
 func (v *validator) names(list string, n int, name func(i int) string) map[string]int {
 	first := make(map[string]int, n)
 	for i := range n {
-		path := indexPath(list, i) + ".name"
-		switch s := name(i); {
+		s := name(i)
+		j, dup := first[s]
+		switch {
 		case s == "":
-			v.add(path, "required")
-		case hasKey(first, s):
-			v.add(path, "duplicate name %q (first at %s)", s, indexPath(list, first[s]))
+			v.add(indexPath(list, i)+".name", "required")
+		case dup:
+			v.add(indexPath(list, i)+".name", "duplicate name %q (first at %s)", s, indexPath(list, j))
 		default:
 			first[s] = i
 		}
@@ -698,6 +700,9 @@ func (v *validator) keys(c *Config, teams, owners map[string]int, known []string
 		case k.Prefix == "":
 		case !strings.HasPrefix(k.Prefix, keyPrefix):
 			v.add(path(".prefix"), "must start with %q", keyPrefix)
+		case len(k.Prefix) < len(keyPrefix)+apikey.MinSecretLen:
+			// Shorter than any key Sluice takes (apikey.Validate), so
+			// not the whole key.
 		case prefixIsKey(k.Prefix, k.SHA256):
 			v.add(path(".prefix"), "is the whole key; keep only its first characters")
 		}

@@ -257,11 +257,16 @@ func TestValidate(t *testing.T) {
 			`keys[8].prefix: must start with "sk-sluice-"`,
 		}},
 		{"prefix that is the whole key", func(c *Config) {
-			c.Keys[0].Prefix = "sk-sluice-PLACEHOLDER"
-			c.Keys[0].SHA256 = "01fb44a889847d510a85d3c7c8bbb4f15df7cf9c7e27c92c2c1a40ec980d7c10"
+			// The shortest key Sluice takes: 32 characters after sk-sluice-.
+			c.Keys[0].Prefix = "sk-sluice-0123456789abcdefghijklmnopqrstuv"
+			c.Keys[0].SHA256 = "3240de424cedc6f5b4fb0df38d38d05a5d25fdd4dfdd2f8d779b9e305ab0c4fe"
 		}, []string{
 			`keys[0].prefix: is the whole key; keep only its first characters`,
 		}},
+		{"prefix that is a secret too short to be a key", func(c *Config) {
+			c.Keys[0].Prefix = "sk-sluice-PLACEHOLDER"
+			c.Keys[0].SHA256 = "01fb44a889847d510a85d3c7c8bbb4f15df7cf9c7e27c92c2c1a40ec980d7c10"
+		}, nil},
 		{"negative limits", func(c *Config) {
 			c.Teams[0].Limits.Requests = RateLimits{PerMinute: -1, PerHour: 10, PerDay: -3}
 			c.Keys[0].Limits.Requests = RateLimits{PerMinute: -5}
