@@ -525,15 +525,16 @@ func (c *Config) clone() *Config {
 // characters.
 func configVersion(c *Config) string {
 	h := &hasher{h: sha256.New(), buf: make([]byte, 0, 32<<10)}
-	h.buf = append(h.buf, "sluice policies v1\n"...)
+	h.buf = append(h.buf, "sluice policies v2\n"...)
 	h.value(reflect.ValueOf(c).Elem())
 	h.flush()
 	return hex.EncodeToString(h.h.Sum(nil))[:16]
 }
 
-// hasher writes an unambiguous encoding of a value into h: strings and
-// collections are length-prefixed, map entries sorted by key, struct
-// fields named, and times written as UTC instants. It does not use any
+// hasher writes an unambiguous encoding of a value into h: integers as
+// varints, strings and collections length-prefixed, map entries sorted by
+// key, struct fields in order (the type says which comes next, so their
+// names need not be written), and times as UTC instants. It does not use any
 // marshaling method, so a type that redacts itself when printed is still
 // hashed by its value. The bytes go through buf, so that a config of
 // many keys costs a hash of its bytes rather than a call per field.
@@ -571,8 +572,8 @@ func (h *hasher) flush() {
 }
 
 func (h *hasher) int(n int64) {
-	h.buf = binary.BigEndian.AppendUint64(h.buf, uint64(n))
-	if len(h.buf) >= cap(h.buf)-8 {
+	h.buf = binary.AppendVarint(h.buf, n)
+	if len(h.buf) >= cap(h.buf)-binary.MaxVarintLen64 {
 		h.flush()
 	}
 }
@@ -628,9 +629,8 @@ func (h *hasher) value(v reflect.Value) {
 			h.value(v.MapIndex(k))
 		}
 	case reflect.Struct:
-		for _, f := range hashedFields(v.Type()) {
-			h.string(f.name)
-			h.value(v.Field(f.index))
+		for _, i := range hashedFields(v.Type()) {
+			h.value(v.Field(i))
 		}
 	default:
 		// Programmer error: a Config field of a kind not handled above.
@@ -638,25 +638,20 @@ func (h *hasher) value(v reflect.Value) {
 	}
 }
 
-// hashedField is a struct field the version covers.
-type hashedField struct {
-	index int
-	name  string
-}
-
 // structFields caches hashedFields by struct type.
-var structFields sync.Map // reflect.Type → []hashedField
+var structFields sync.Map // reflect.Type → []int
 
-// hashedFields are t's fields in order, but for those tagged yaml:"-":
-// derived when compiling (Provider.Impl), not configuration.
-func hashedFields(t reflect.Type) []hashedField {
+// hashedFields are the indexes of t's fields in order, but for those
+// tagged yaml:"-": derived when compiling (Provider.Impl), not
+// configuration.
+func hashedFields(t reflect.Type) []int {
 	if fs, ok := structFields.Load(t); ok {
-		return fs.([]hashedField)
+		return fs.([]int)
 	}
-	var fs []hashedField
+	var fs []int
 	for i := range t.NumField() {
 		if f := t.Field(i); f.Tag.Get("yaml") != "-" {
-			fs = append(fs, hashedField{index: i, name: f.Name})
+			fs = append(fs, i)
 		}
 	}
 	structFields.Store(t, fs)

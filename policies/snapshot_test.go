@@ -304,12 +304,16 @@ func TestVersion(t *testing.T) {
 		t.Errorf("an equal copy has version %s, want %s", got, v0)
 	}
 	changes := map[string]func(c *Config){
-		"rotated credential": func(c *Config) { c.Providers[0].APIKey = "sk-y" },
-		"price":              func(c *Config) { c.Pricing["gpt-4o"] = Price{Input: 1} },
-		"limit":              func(c *Config) { c.Keys[0].Limits.Requests.PerHour = 5 },
-		"expiry":             func(c *Config) { e := time.Unix(0, 0); c.Keys[0].ExpiresAt = &e },
-		"listen":             func(c *Config) { c.Listen.Admin = "127.0.0.1:9091" },
-		"moved string":       func(c *Config) { c.Models[0].Aliases = []string{"gpt", "4o"} },
+		"rotated credential":        func(c *Config) { c.Providers[0].APIKey = "sk-y" },
+		"price":                     func(c *Config) { c.Pricing["gpt-4o"] = Price{Input: 1} },
+		"limit":                     func(c *Config) { c.Keys[0].Limits.Requests.PerHour = 5 },
+		"limit of the field before": func(c *Config) { c.Keys[0].Limits.Requests.PerMinute = 5 },
+		"strings of two fields swapped": func(c *Config) {
+			c.Listen.XDS, c.Listen.Admin = c.Listen.Admin, c.Listen.XDS
+		},
+		"expiry":       func(c *Config) { e := time.Unix(0, 0); c.Keys[0].ExpiresAt = &e },
+		"listen":       func(c *Config) { c.Listen.Admin = "127.0.0.1:9091" },
+		"moved string": func(c *Config) { c.Models[0].Aliases = []string{"gpt", "4o"} },
 	}
 	seen := map[string]string{v0: "original"}
 	for name, change := range changes {
