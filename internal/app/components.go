@@ -23,6 +23,7 @@ import (
 	"github.com/sluicegw/sluice/extproc"
 	"github.com/sluicegw/sluice/internal/admin"
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/gcfloor"
 	"github.com/sluicegw/sluice/internal/grpcguard"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
@@ -76,6 +77,9 @@ type components struct {
 	log   *slog.Logger
 	// gogcSet: the environment sets GOGC, which the GC floor leaves alone.
 	gogcSet bool
+	// startedUp puts the GC percentage back once start-up is over
+	// (gcfloor.StartUp).
+	startedUp func()
 
 	reg     *prometheus.Registry
 	metrics serveMetrics
@@ -110,6 +114,12 @@ func (c *components) build(ctx context.Context, stdout io.Writer, env Env) error
 	c.reg, c.metrics = newServeMetrics()
 	if env != nil {
 		_, c.gogcSet = env("GOGC")
+	}
+	c.startedUp = func() {}
+	if !c.gogcSet {
+		// Start-up keeps nearly all it allocates (the config, the keys):
+		// no collection until the heap is gcHeadroom.
+		c.startedUp = gcfloor.StartUp(gcHeadroom)
 	}
 	if err := c.loadConfig(env); err != nil {
 		return err

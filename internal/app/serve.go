@@ -128,6 +128,7 @@ func (c *components) run(ctx context.Context) error {
 		return c.ring.Follow(gctx, c.store, storePoll, func(error) { c.metrics.storeSyncs.Inc() })
 	})
 	g.Go(func() error { return c.counters.Run(gctx, counterSweep) })
+	c.startedUp()
 	if !c.gogcSet {
 		// A small live heap would be collected after every few MiB
 		// allocated; gcfloor lets it grow gcHeadroom first.

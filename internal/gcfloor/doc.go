@@ -14,6 +14,11 @@
 // GOGC's default, so its heap, and what the scavenger hands back to the
 // OS, stays small.
 //
-// It owns only the process's GC percentage, and only while Run runs; it
-// never sets a memory limit.
+// Before that, StartUp covers a start: the runtime would collect at a
+// 4 MiB heap, then 8 and 16, each cycle finding almost all of it (the
+// config, the keys) still live. StartUp puts the first collection off
+// until the heap reaches the headroom and then gives the percentage back.
+//
+// It owns only the process's GC percentage, and only while StartUp's
+// start or Run runs; it never sets a memory limit.
 package gcfloor

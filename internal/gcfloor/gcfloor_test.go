@@ -3,6 +3,7 @@ package gcfloor
 import (
 	"context"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"testing"
@@ -103,5 +104,59 @@ func TestHeap(t *testing.T) {
 	runtime.GC()
 	if live, allocs := heap(); live == 0 || allocs < live {
 		t.Errorf("heap() = %d live, %d allocated", live, allocs)
+	}
+}
+
+// gcPercent reads the GC percentage.
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
+
+// TestStartUp: the percentage is raised so that the first goal is the
+// headroom, and restored after the first collection or by done.
+func TestStartUp(t *testing.T) {
+	prev := debug.SetGCPercent(150)
+	defer debug.SetGCPercent(prev)
+
+	done := StartUp(32 << 20)
+	if got := gcPercent(); got != 800 {
+		t.Fatalf("after StartUp(32 MiB) the GC percentage is %d, want 800", got)
+	}
+	runtime.GC()
+	deadline := time.Now().Add(10 * time.Second)
+	for gcPercent() != 150 {
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after a collection the GC percentage is %d, want 150 back", gcPercent())
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	debug.SetGCPercent(170)
+	done() // after the collection restored it: does nothing
+	if got := gcPercent(); got != 170 {
+		t.Fatalf("done after the restore set the GC percentage to %d; want it left at 170", got)
+	}
+
+	debug.SetGCPercent(150)
+	done = StartUp(64 << 20)
+	if got := gcPercent(); got != 1600 {
+		t.Fatalf("after StartUp(64 MiB) the GC percentage is %d, want 1600", got)
+	}
+	done()
+	if got := gcPercent(); got != 150 {
+		t.Fatalf("after done the GC percentage is %d, want 150", got)
+	}
+
+	for _, h := range []uint64{0, 1, 4 << 20} {
+		StartUp(h)()
+		if got := gcPercent(); got != 150 {
+			t.Errorf("StartUp(%d) set the GC percentage to %d; a headroom no larger than the least goal should leave it", h, got)
+		}
+	}
+	StartUp(1 << 63)()
+	if got := gcPercent(); got != 150 {
+		t.Errorf("StartUp(2^63) then done left the GC percentage at %d, want 150", got)
 	}
 }
