@@ -16,7 +16,9 @@
 // once, apart from the ring until the read succeeds: no batch of every key
 // is held beside the table, and a failed read leaves the ring as it was.
 // The declared keys' records are copied from the table the policy made,
-// not made again.
+// not made again, and only once a stored key comes: from a store without
+// keys the ring keeps the policy's table as it is, with the store's
+// teams.
 //
 // Writes are copy-on-write: the first load and a policy change build a new
 // table; stored-key changes after that go to a small overlay beside the
