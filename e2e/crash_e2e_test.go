@@ -45,6 +45,18 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// startLimitsChild serves limitsPolicy with an unbinding budget against a
+// mock provider of opts in a child process (startChild).
+func startLimitsChild(t *testing.T, opts mockllm.Options, env ...string) (*exec.Cmd, *sluiceProcess) {
+	t.Helper()
+	_, mockAddr := mockProvider(t, opts)
+	config := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(limitsPolicy, mockAddr, 1_000_000_000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startChild(t, config, env...)
+}
+
 // startChild runs `sluice serve` as a subprocess, with env added to its
 // environment, and waits for it to be ready.
 func startChild(t *testing.T, config string, env ...string) (*exec.Cmd, *sluiceProcess) {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,12 +28,7 @@ func TestServingHandsBackTheBinarysStartUpPages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a sluice subprocess; not in -short")
 	}
-	_, mockAddr := mockProvider(t, mockllm.Options{Words: 10})
-	config := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(limitsPolicy, mockAddr, 1_000_000_000)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd, s := startChild(t, config)
+	cmd, s := startLimitsChild(t, mockllm.Options{Words: 10})
 	mine := exeResidentKiB(t, os.Getpid())
 	var theirs int
 	deadline := time.Now().Add(20 * time.Second)

@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -32,12 +29,7 @@ func TestOpenStreamsKeepSmallStacks(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector enlarges every stack frame; make test runs this test without it")
 	}
-	_, mockAddr := mockProvider(t, mockllm.Options{Words: 100})
-	config := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(limitsPolicy, mockAddr, 1_000_000_000)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, s := startChild(t, config, "GODEBUG=gcshrinkstackoff=1")
+	_, s := startLimitsChild(t, mockllm.Options{Words: 100}, "GODEBUG=gcshrinkstackoff=1")
 	_, key := s.createKey(t, "t")
 	url := emulatorFor(t, s, "stacks-1")
 

@@ -68,9 +68,9 @@ func TestReadOnlyMappingsOfNoHeaderAreNone(t *testing.T) {
 	}
 }
 
-// residentKiB is the Rss of this process's mappings of its executable
-// that readOnlyMappings would release.
-func residentKiB(t *testing.T) int {
+// ownMappings reads this process's smaps and the mappings of it that
+// Release would release.
+func ownMappings(t *testing.T) ([]byte, []mapping) {
 	t.Helper()
 	path, err := os.Readlink("/proc/self/exe")
 	if err != nil {
@@ -84,6 +84,14 @@ func residentKiB(t *testing.T) int {
 	if len(ms) == 0 {
 		t.Fatalf("no read-only mapping of %s in /proc/self/smaps", path)
 	}
+	return smaps, ms
+}
+
+// residentKiB is the Rss of this process's mappings of its executable
+// that readOnlyMappings would release.
+func residentKiB(t *testing.T) int {
+	t.Helper()
+	smaps, ms := ownMappings(t)
 	total := 0
 	var in bool
 	for _, line := range bytes.Split(smaps, []byte("\n")) {
@@ -113,21 +121,14 @@ func residentKiB(t *testing.T) int {
 // release, through /proc/self/mem (which maps back any page not mapped).
 func contents(t *testing.T) [sha256.Size]byte {
 	t.Helper()
-	path, err := os.Readlink("/proc/self/exe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	smaps, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ms := ownMappings(t)
 	mem, err := os.Open("/proc/self/mem")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mem.Close()
 	h := sha256.New()
-	for _, m := range readOnlyMappings(smaps, path) {
+	for _, m := range ms {
 		if _, err := io.Copy(h, io.NewSectionReader(mem, int64(m.start), int64(m.end-m.start))); err != nil {
 			t.Fatalf("reading %#x-%#x: %v", m.start, m.end, err)
 		}
