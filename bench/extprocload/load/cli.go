@@ -31,7 +31,7 @@ var Scenarios = map[string]Config{
 	// connections (a 4-worker Envoy), the workers' starts spread over one
 	// stream's length.
 	"streams-2000": {Concurrency: 2000, Stream: true, Chunks: 20, Interval: 15 * time.Millisecond, Duration: 15 * time.Second,
-		Conns: 4, Spread: 19 * 15 * time.Millisecond},
+		Conns: 4, SpreadStarts: true},
 	// Closed loop as fast as the server answers, non-stream.
 	"closed-max": {Concurrency: 16, Duration: 5 * time.Second},
 	// The same with 64 workers: enough requests in flight that the

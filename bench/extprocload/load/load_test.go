@@ -30,7 +30,7 @@ var short = map[string]func(Config) Config{
 		return c
 	},
 	"streams-2000": func(c Config) Config {
-		c.Concurrency, c.Requests, c.Chunks, c.Interval, c.Duration, c.Spread = 40, 40, 5, time.Millisecond, 0, 5*time.Millisecond
+		c.Concurrency, c.Requests, c.Chunks, c.Interval, c.Duration, c.SpreadStarts = 40, 40, 5, time.Millisecond, 0, true
 		return c
 	},
 	"closed-max": func(c Config) Config { c.Concurrency, c.Requests, c.Duration = 4, 20, 0; return c },
@@ -130,8 +130,14 @@ func TestParseRun(t *testing.T) {
 			want: func(c Config) bool { return c.Rate == 1000 && c.Duration == 10*time.Second && !c.Stream }},
 		{args: []string{"--addr", "a:1", "--scenario", "streams-2000"},
 			want: func(c Config) bool {
-				return c.Concurrency == 2000 && c.Chunks == 20 && c.Interval == 15*time.Millisecond && c.Conns == 4 && c.Duration == 15*time.Second
+				return c.Concurrency == 2000 && c.Chunks == 20 && c.Interval == 15*time.Millisecond && c.Conns == 4 && c.Duration == 15*time.Second &&
+					c.spread() == 19*15*time.Millisecond
 			}},
+		// The starts' spread is one stream's length, paced or not.
+		{args: []string{"--addr", "a:1", "--scenario", "streams-2000", "--interval", "250ms"},
+			want: func(c Config) bool { return c.spread() == 19*250*time.Millisecond }},
+		{args: []string{"--addr", "a:1", "--scenario", "closed-max"},
+			want: func(c Config) bool { return c.spread() == 0 }},
 		{args: []string{"--addr", "a:1", "--scenario", "ramp", "--step", "2s"},
 			want: func(c Config) bool { return slices.Equal(c.Ramp, RampRates) && c.Step == 2*time.Second }},
 		{args: []string{"--addr", "a:1", "--scenario", "fallback"},

@@ -29,15 +29,17 @@ type Config struct {
 	Model    string
 
 	// Closed loop: Concurrency workers, each sending its next request
-	// when the last one ends; with Spread, worker k starts k/Concurrency
-	// of Spread late, so they do not all start at once. Open loop: Rate
+	// when the last one ends; with SpreadStarts, worker k starts
+	// k/Concurrency of one stream's length ((Chunks-1) × Interval, so it
+	// follows an overridden Interval) late, and the workers do not all
+	// Check at once. Open loop: Rate
 	// requests a second on a fixed schedule, whatever is in flight
 	// (Concurrency is ignored), at most MaxInFlight at once (0:
 	// DefaultMaxInFlight).
-	Concurrency int
-	Spread      time.Duration
-	Rate        float64
-	MaxInFlight int
+	Concurrency  int
+	SpreadStarts bool
+	Rate         float64
+	MaxInFlight  int
 	// The run ends after Requests requests or Duration, whichever comes
 	// first (0 means no limit; one of them must be set). An open loop
 	// with a Duration schedules Rate × Duration requests.
@@ -98,6 +100,15 @@ type Result struct {
 	RSSMaxKiB     int64   `json:"rss_max_kib"`
 	FirstError    string  `json:"first_error,omitempty"`
 	ElapsedMillis float64 `json:"elapsed_ms"`
+}
+
+// spread is how late the last closed-loop worker starts: one stream's
+// length with SpreadStarts, else 0.
+func (c Config) spread() time.Duration {
+	if !c.SpreadStarts || !c.Stream || c.Chunks < 2 {
+		return 0
+	}
+	return time.Duration(c.Chunks-1) * c.Interval
 }
 
 func (c Config) validate() error {
@@ -309,7 +320,7 @@ func (d *driver) phase(ctx context.Context, l load) (stats, error) {
 		}
 		for k := range l.concurrency {
 			wg.Go(func() {
-				if d.cfg.Spread > 0 && sleepUntil(runCtx, start.Add(d.cfg.Spread*time.Duration(k)/time.Duration(l.concurrency))) != nil {
+				if spread := d.cfg.spread(); spread > 0 && sleepUntil(runCtx, start.Add(spread*time.Duration(k)/time.Duration(l.concurrency))) != nil {
 					return
 				}
 				for take() {
