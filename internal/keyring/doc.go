@@ -4,12 +4,14 @@
 //
 // The replica is read lock-free on the hot path, so resolving a key never
 // waits on a database and a flood of unknown keys costs only a hash and a
-// table probe. Each key is one flat record in an open-addressing table
-// indexed by hash and by id; what keys share (the team and org part, an
-// allow-list, simple limits) is held once and pointed to. A key's
-// Principal is made on its first lookup and kept, and its ext_authz
+// table probe. Each key is one fixed-size row in an open-addressing table
+// indexed by hash and by id; the rows hold no pointers (their strings are
+// ranges of one array of names, what keys share — the team and org part,
+// an allow-list, simple limits — is held once and numbered), so the
+// garbage collector never scans them, however many keys there are. A
+// key's Principal is made on its first lookup and kept, and its ext_authz
 // metadata is built per call from values shared per team, so a key that is
-// never used costs only its record (about 215 bytes with the indexes).
+// never used costs only its row, names and index slots (about 185 bytes).
 //
 // The first load from a store that is a store.KeyStreamer takes the keys
 // one at a time as the store reads them, each made into its record at

@@ -133,7 +133,7 @@ func New(log *slog.Logger) *Ring {
 		shadowed: map[string]keyRec{},
 		interner: newInterner(),
 	}
-	r.view.Store(&view{base: newTable(nil, nil), teams: map[string]*teamInfo{}})
+	r.view.Store(&view{base: newBuilder(0).build(nil), teams: map[string]*teamInfo{}})
 	return r
 }
 
@@ -186,13 +186,13 @@ func (r *Ring) apply(ch store.Changes) {
 	if first {
 		// The first load: no stored key is held yet, so the batch and the
 		// declared keys make the table directly.
-		recs := r.declaredRecs(len(ch.Keys))
+		b := r.declaredRows(len(ch.Keys))
 		for i := range ch.Keys {
 			if rec, ok := r.storedRec(r.log, &ch.Keys[i]); ok {
-				recs = append(recs, rec)
+				b.add(&rec)
 			}
 		}
-		r.publishTable(recs)
+		r.publishTable(b)
 		return
 	}
 	if len(ch.Keys) == 0 && len(ch.Teams) == 0 && len(ch.Orgs) == 0 {
@@ -204,7 +204,7 @@ func (r *Ring) apply(ch store.Changes) {
 		// Principals take their team's part when made: every one is made
 		// anew, from fresh caches.
 		v.teams = r.teamInfos()
-		v.cache = make([]atomic.Pointer[Principal], len(v.base.recs))
+		v.cache = make([]atomic.Pointer[Principal], v.base.len())
 		v.byID, v.byHash, owned = nil, nil, true
 		for _, o := range old.byID {
 			v.put(o.rec)
@@ -212,7 +212,7 @@ func (r *Ring) apply(ch store.Changes) {
 	}
 	for i := range ch.Keys {
 		k := &ch.Keys[i]
-		if cur, ok := r.stored(v, k.ID); ok && k.Rev+1 <= cur.rev {
+		if cur, ok := r.storedRev(v, k.ID); ok && k.Rev+1 <= cur {
 			// Two Syncs may overlap (a follower and an explicit one): a
 			// record older than the one held must not replace it, or a
 			// revocation could be undone.
@@ -222,7 +222,7 @@ func (r *Ring) apply(ch store.Changes) {
 		if !ok {
 			continue
 		}
-		if j := v.base.findHash(rec.hash); j >= 0 && v.base.recs[j].declared() {
+		if j := v.base.findHash(rec.hash); j >= 0 && v.base.declaredAt(j) {
 			r.log.Warn("a stored key has the same hash as a key declared in the config; the config's wins", "key_id", rec.id())
 			r.shadowed[rec.id()] = rec
 			continue
@@ -231,14 +231,14 @@ func (r *Ring) apply(ch store.Changes) {
 			v.copyOverlay()
 			owned = true
 		}
-		if _, inBase := v.lookupBaseID(rec.id()); !inBase {
+		if v.base.findID(rec.id()) < 0 {
 			if _, inOver := v.byID[rec.id()]; !inOver {
 				v.n++
 			}
 		}
 		v.put(rec)
 	}
-	if len(v.byID) > 1024+len(v.base.recs)/8 {
+	if len(v.byID) > 1024+v.base.len()/8 {
 		r.rebuild(v)
 		return
 	}
@@ -288,26 +288,19 @@ func (v *view) put(rec keyRec) {
 	v.byID[rec.id()], v.byHash[rec.hash] = o, o
 }
 
-func (v *view) lookupBaseID(id string) (*keyRec, bool) {
-	if i := v.base.findID(id); i >= 0 {
-		return &v.base.recs[i], true
-	}
-	return nil, false
-}
-
-// stored is the stored key with that id that the ring holds, shadowed
-// ones included.
-func (r *Ring) stored(v *view, id string) (*keyRec, bool) {
+// storedRev is the rev of the stored key with that id that the ring
+// holds, shadowed ones included.
+func (r *Ring) storedRev(v *view, id string) (int64, bool) {
 	if o, ok := v.byID[id]; ok {
-		return &o.rec, true
+		return o.rec.rev, true
 	}
-	if rec, ok := v.lookupBaseID(id); ok && !rec.declared() {
-		return rec, true
+	if i := v.base.findID(id); i >= 0 && !v.base.declaredAt(i) {
+		return v.base.rows[i].rev, true
 	}
 	if rec, ok := r.shadowed[id]; ok {
-		return &rec, true
+		return rec.rev, true
 	}
-	return nil, false
+	return 0, false
 }
 
 // Sync reads the store's changes since the last sync and applies them. It
@@ -353,35 +346,39 @@ func (r *Ring) Sync(ctx context.Context, src ChangeSource) error {
 type loader struct {
 	interner
 	log *slog.Logger
-	// policy is the ring's when the read began; recs starts with its
+	// policy is the ring's when the read began; rows starts with its
 	// declared keys (lead of them), which the table indexes first.
 	policy *policies.Snapshot
 	lead   int
-	recs   []keyRec
-	// declared is the ring's records of policy's declared keys, when its
-	// table holds them: copied, they need not be made again.
-	declared []keyRec
-	// base is the ring's table when the read began; more is how many
-	// stored keys the store announced.
-	base *table
-	more int
+	rows   *builder
+	// base is the ring's table when the read began, whose first declared
+	// rows are policy's declared keys when it holds them: copied, they
+	// need not be made again. more is how many stored keys the store
+	// announced.
+	base     *table
+	declared int
+	more     int
 }
 
 // size takes note that the store holds n keys.
 func (l *loader) size(n int) { l.more = n }
 
-// start makes recs, with room for the stored keys, once the first comes
+// start makes rows, with room for the stored keys, once the first comes
 // (or at the end of the read): a store with no keys leaves the table of
 // the declared keys as it is (see reuses).
 func (l *loader) start() {
 	switch {
-	case l.recs != nil:
-	case l.policy != nil && len(l.declared) == l.policy.DeclaredKeyCount():
-		l.recs = append(make([]keyRec, 0, len(l.declared)+l.more), l.declared...)
-		l.lead = len(l.recs)
+	case l.rows != nil:
+	case l.policy != nil && l.declared == l.policy.DeclaredKeyCount():
+		l.rows = newBuilder(l.declared + l.more)
+		for i := range l.declared {
+			rec := l.base.rec(i)
+			l.rows.add(&rec)
+		}
+		l.lead = l.rows.len()
 	default:
-		l.recs = l.declaredRecs(l.policy, l.more)
-		l.lead = len(l.recs)
+		l.rows = l.declaredRows(l.policy, l.more)
+		l.lead = l.rows.len()
 	}
 }
 
@@ -389,14 +386,14 @@ func (l *loader) start() {
 // as it was: no stored key came, the policy is the one whose declared
 // keys the table holds, and it holds nothing else.
 func (l *loader) reuses(cur *table, policy *policies.Snapshot) bool {
-	return l.recs == nil && policy == l.policy && cur == l.base && cur != nil &&
-		len(l.declared) == len(cur.recs) && l.policy != nil && len(l.declared) == l.policy.DeclaredKeyCount()
+	return l.rows == nil && policy == l.policy && cur == l.base && cur != nil &&
+		l.declared == cur.len() && l.policy != nil && l.declared == l.policy.DeclaredKeyCount()
 }
 
 func (l *loader) add(k store.Key) error {
 	l.start()
 	if rec, ok := l.storedRec(l.log, &k); ok {
-		l.recs = append(l.recs, rec)
+		l.rows.add(&rec)
 	}
 	return nil
 }
@@ -407,7 +404,7 @@ func (l *loader) add(k store.Key) error {
 func (r *Ring) load(ctx context.Context, src store.KeyStreamer) (bool, error) {
 	r.mu.Lock()
 	base := r.view.Load().base
-	l := &loader{interner: r.interner.clone(), log: r.log, policy: r.policy, declared: base.declared(), base: base}
+	l := &loader{interner: r.interner.clone(), log: r.log, policy: r.policy, base: base, declared: base.declared()}
 	r.mu.Unlock()
 	ch, err := src.EachKey(ctx, l.size, l.add)
 	if err != nil {
@@ -426,13 +423,17 @@ func (r *Ring) load(ctx context.Context, src store.KeyStreamer) (bool, error) {
 		return true, nil
 	}
 	l.start()
-	recs := l.recs
+	b, stored := l.rows, l.rows.len()-l.lead
 	if r.policy != l.policy {
 		// The policy changed while the store was read.
-		recs = append(r.declaredRecs(len(recs)-l.lead), recs[l.lead:]...)
+		b = r.declaredRows(stored)
+		for i := l.lead; i < l.rows.len(); i++ {
+			rec := l.rows.rec(i)
+			b.add(&rec)
+		}
 	}
-	r.publishTable(recs)
-	r.log.Debug("store loaded", "keys", len(l.recs)-l.lead, "teams", len(ch.Teams), "orgs", len(ch.Orgs), "rev", ch.Rev)
+	r.publishTable(b)
+	r.log.Debug("store loaded", "keys", stored, "teams", len(ch.Teams), "orgs", len(ch.Orgs), "rev", ch.Rev)
 	return true, nil
 }
 
@@ -498,31 +499,34 @@ func (r *Ring) Org(name string) *Principal {
 // rebuild publishes a new table from the policy's declared keys and every
 // stored key v and the shadowed set hold. Caller holds r.mu.
 func (r *Ring) rebuild(v *view) {
-	recs := r.declaredRecs(len(v.base.recs) + len(v.byID) + len(r.shadowed))
-	for i := range v.base.recs {
-		rec := &v.base.recs[i]
-		if rec.declared() {
+	b := r.declaredRows(v.base.len() + len(v.byID) + len(r.shadowed))
+	for i := range v.base.len() {
+		if v.base.declaredAt(i) {
 			continue
 		}
-		if _, changed := v.byID[rec.id()]; changed {
+		if _, changed := v.byID[v.base.id(i)]; changed {
 			continue
 		}
-		recs = append(recs, *rec)
+		rec := v.base.rec(i)
+		b.add(&rec)
 	}
 	for _, o := range v.byID {
-		recs = append(recs, o.rec)
+		b.add(&o.rec)
 	}
 	for _, rec := range r.shadowed {
-		recs = append(recs, rec)
+		b.add(&rec)
 	}
-	r.publishTable(recs)
+	r.publishTable(b)
 }
 
-// publishTable indexes recs (declared first) and publishes them with
+// publishTable indexes b's rows (declared first) and publishes them with
 // freshly built teams. Caller holds r.mu.
-func (r *Ring) publishTable(recs []keyRec) {
+func (r *Ring) publishTable(b *builder) {
 	clear(r.shadowed)
-	r.publish(newTable(recs, func(rec, by *keyRec) {
+	if b.full > 0 {
+		r.log.Error("key records past 4 GiB of ids, prefixes and names are not held; those keys do not resolve", "keys", b.full)
+	}
+	r.publish(b.build(func(rec, by *keyRec) {
 		if rec.declared() {
 			return // a repeated declared key: Validate refuses those
 		}
@@ -536,28 +540,28 @@ func (r *Ring) publishTable(recs []keyRec) {
 // publish publishes the table t, with no overlay, and freshly built
 // teams. Caller holds r.mu.
 func (r *Ring) publish(t *table) {
-	r.view.Store(&view{base: t, cache: make([]atomic.Pointer[Principal], len(t.recs)), teams: r.teamInfos(), n: len(t.recs)})
+	r.view.Store(&view{base: t, cache: make([]atomic.Pointer[Principal], t.len()), teams: r.teamInfos(), n: t.len()})
 }
 
-// declaredRecs are the policy's declared keys as records, with room for
-// more. Caller holds r.mu.
-func (r *Ring) declaredRecs(more int) []keyRec { return r.interner.declaredRecs(r.policy, more) }
+// declaredRows is a builder holding the policy's declared keys, with room
+// for more. Caller holds r.mu.
+func (r *Ring) declaredRows(more int) *builder { return r.interner.declaredRows(r.policy, more) }
 
-// declaredRecs are pol's declared keys (none for a nil pol) as records,
-// with room for more.
-func (in *interner) declaredRecs(pol *policies.Snapshot, more int) []keyRec {
+// declaredRows is a builder holding pol's declared keys (none for a nil
+// pol), with room for more.
+func (in *interner) declaredRows(pol *policies.Snapshot, more int) *builder {
 	if pol == nil {
-		return make([]keyRec, 0, more)
+		return newBuilder(more)
 	}
-	recs := make([]keyRec, 0, pol.DeclaredKeyCount()+more)
+	b := newBuilder(pol.DeclaredKeyCount() + more)
 	pol.EachDeclaredKey(func(k *policies.KeyPolicy) {
 		rec := keyRec{hash: k.Hash, team: in.intern(k.Team), times: newKeyTimes(k.ExpiresAt, time.Time{})}
 		rec.setNames(k.ID, k.Prefix, k.Name)
 		rec.models = in.internModels(k.Models)
 		rec.limits = in.internLimits(k.Limits)
-		recs = append(recs, rec)
+		b.add(&rec)
 	})
-	return recs
+	return b
 }
 
 // storedRec is k as a record; false (logged) if its allow-list is invalid.
