@@ -185,11 +185,17 @@ func dial(ctx context.Context, cfg Config) (*driver, error) {
 		d.close()
 		return nil, err
 	}
-	for range d.conns { // one request per connection
-		if _, err := d.x.do(ctx, time.Now()); err != nil {
-			d.close()
-			return nil, fmt.Errorf("first request: %w", err)
-		}
+	// One request per connection, at once: paced streams last seconds
+	// each, and the connections are independent.
+	errs := make([]error, len(d.conns))
+	var wg sync.WaitGroup
+	for i := range d.conns {
+		wg.Go(func() { _, errs[i] = d.x.do(ctx, time.Now()) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		d.close()
+		return nil, fmt.Errorf("first request: %w", err)
 	}
 	return d, nil
 }
