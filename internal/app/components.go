@@ -23,7 +23,7 @@ import (
 	"github.com/sluicegw/sluice/extproc"
 	"github.com/sluicegw/sluice/internal/admin"
 	"github.com/sluicegw/sluice/internal/admission"
-	"github.com/sluicegw/sluice/internal/gcfloor"
+	"github.com/sluicegw/sluice/internal/gcpace"
 	"github.com/sluicegw/sluice/internal/grpcguard"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
@@ -75,10 +75,10 @@ type serveMetrics struct {
 type components struct {
 	flags serveFlags
 	log   *slog.Logger
-	// gogcSet: the environment sets GOGC, which the GC floor leaves alone.
+	// gogcSet: the environment sets GOGC, which gcpace leaves alone.
 	gogcSet bool
 	// startedUp puts the GC percentage back once start-up is over
-	// (gcfloor.StartUp).
+	// (gcpace.StartUp).
 	startedUp func()
 
 	reg     *prometheus.Registry
@@ -118,8 +118,8 @@ func (c *components) build(ctx context.Context, stdout io.Writer, env Env) error
 	c.startedUp = func() {}
 	if !c.gogcSet {
 		// Start-up keeps nearly all it allocates (the config, the keys):
-		// no collection until the heap is gcHeadroom.
-		c.startedUp = gcfloor.StartUp(gcHeadroom)
+		// no collection until the heap is startHeadroom.
+		c.startedUp = gcpace.StartUp(startHeadroom)
 	}
 	if err := c.loadConfig(env); err != nil {
 		return err

@@ -19,7 +19,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/internal/exepages"
-	"github.com/sluicegw/sluice/internal/gcfloor"
+	"github.com/sluicegw/sluice/internal/gcpace"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -33,10 +33,16 @@ const (
 	shutdownGrace = 10 * time.Second
 )
 
-// gcHeadroom is the least the heap grows past the live heap before a
-// collection (internal/gcfloor): the CPU that fewer collections save,
-// for at most this much more memory under load.
-const gcHeadroom = 32 << 20
+// GC headrooms (internal/gcpace). startHeadroom: start-up keeps
+// nearly all it allocates, so nothing is collected until the heap is
+// this large. gcHeadroom: under load the heap grows this far past what
+// the last collection found live before the next, whatever the live
+// heap's size, so a small heap is not collected every few MiB and a large
+// one (many keys, many open streams) does not double.
+const (
+	startHeadroom = 32 << 20
+	gcHeadroom    = 16 << 20
+)
 
 type serveFlags struct {
 	config    string
@@ -130,9 +136,10 @@ func (c *components) run(ctx context.Context) error {
 	g.Go(func() error { return c.counters.Run(gctx, counterSweep) })
 	c.startedUp()
 	if !c.gogcSet {
-		// A small live heap would be collected after every few MiB
-		// allocated; gcfloor lets it grow gcHeadroom first.
-		g.Go(func() error { return gcfloor.Floor{Headroom: gcHeadroom, Interval: time.Second}.Run(gctx) })
+		// Collect once per gcHeadroom allocated, whatever the live heap:
+		// GOGC's proportion would collect a small heap every few MiB and
+		// let a large one double.
+		g.Go(func() error { return gcpace.Pacer{Headroom: gcHeadroom, Interval: time.Second}.Run(gctx) })
 	}
 	g.Go(func() error { return c.admitter.Run(gctx, c.snap.Gateway().ReservationTTL, time.Now) })
 	g.Go(func() error {

@@ -1,4 +1,4 @@
-package gcfloor
+package gcpace
 
 import (
 	"runtime"
@@ -21,7 +21,7 @@ const minHeapGoal = 4 << 20
 // larger one collects once at headroom and then at GOGC's proportion.
 func StartUp(headroom uint64) (done func()) {
 	p := int(min(headroom, 1<<40) * 100 / minHeapGoal)
-	if p <= MinPercent {
+	if p <= DefaultPercent {
 		return func() {}
 	}
 	prev := debug.SetGCPercent(p)
