@@ -79,7 +79,9 @@ func TestHugeUsageKeepsServing(t *testing.T) {
 // reaches the provider, and one over it gets the JSON 413 body_too_large
 // in the API's dialect, at the default limit and raised to 8 MiB — around
 // grpc-go's default 4 MiB receive limit too, which answered them with an
-// empty 500, and past Envoy's listener buffer (the limit + 64 KiB), where
+// empty 500, and past Envoy's listener buffer (the limit + 64 KiB). A
+// body over the limit with a content-length Sluice refuses at the request
+// headers; one sent chunked reaches Sluice up to the buffer, and past it
 // Envoy answers itself: its text/plain "Payload Too Large" is rewritten
 // by the listener's local_reply_config.
 func TestBodyLimitAtEverySize(t *testing.T) {
@@ -99,12 +101,17 @@ func TestBodyLimitAtEverySize(t *testing.T) {
 				buffer - 1, buffer, buffer + 1, buffer + 64<<10, 2 * limit}
 			eachProxy(t, b, func(t *testing.T, p proxy) {
 				for _, n := range sizes {
-					st, h, body := call{path: "/v1/chat/completions", body: bodyOfSize(n)}.do(t, p.url, key)
-					switch {
-					case n <= limit && st != 200:
-						t.Errorf("%d bytes (limit %d): %d %.200s, want 200", n, limit, st, body)
-					case n > limit && (st != 413 || !strings.Contains(body, `"code":"body_too_large"`) || !strings.HasPrefix(h.Get("content-type"), "application/json")):
-						t.Errorf("%d bytes (limit %d): %d %q %.200s, want the JSON 413 body_too_large", n, limit, st, h.Get("content-type"), body)
+					for _, chunked := range []bool{false, true} {
+						if chunked && n <= limit {
+							continue // the body path, as with a content-length
+						}
+						st, h, body := call{path: "/v1/chat/completions", body: bodyOfSize(n), chunked: chunked}.do(t, p.url, key)
+						switch {
+						case n <= limit && st != 200:
+							t.Errorf("%d bytes (limit %d): %d %.200s, want 200", n, limit, st, body)
+						case n > limit && (st != 413 || !strings.Contains(body, `"code":"body_too_large"`) || !strings.HasPrefix(h.Get("content-type"), "application/json")):
+							t.Errorf("%d bytes (limit %d, chunked %v): %d %q %.200s, want the JSON 413 body_too_large", n, limit, chunked, st, h.Get("content-type"), body)
+						}
 					}
 				}
 				// Past the buffer on Anthropic's API: its error shape.

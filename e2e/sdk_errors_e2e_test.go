@@ -116,7 +116,8 @@ func TestSDKTypedErrors(t *testing.T) {
 		})
 		t.Run("body too large", func(t *testing.T) {
 			// Just over Sluice's limit (4 MiB), within the listener's
-			// buffer: Sluice's 413. Past the buffer: Envoy's, in JSON.
+			// buffer, and past it: the SDKs send a content-length, so
+			// Sluice refuses either at the request headers.
 			for _, n := range []int{4*mib + 1024, 5 * mib} {
 				big := strings.Repeat("x", n)
 				openAIError(t, chat(oc, "gpt-4o-mini", big, 0), 413, "invalid_request_error", "body_too_large", "", "the request body is ")

@@ -32,7 +32,9 @@
 // headers, the served-by headers — is defined once, in handoff.go.
 //
 // The request body is handled in named steps, each returning a value or
-// an *apierr.Error: resolve (size, parse, model), authorize (allow-lists,
+// an *apierr.Error (a content-length over gateway.max_request_body_bytes
+// is refused before them, at the request headers: declaredTooLarge):
+// resolve (size, parse, model), authorize (allow-lists,
 // the weighted draw, endpoint compatibility, the unpriced-model policy),
 // rewrite (provider rewrite, routing header, include_usage, the fallback
 // handoff) and reserve (worst case, admission). Every refusal becomes an

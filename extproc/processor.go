@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -231,8 +232,38 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 	if h.GetEndOfStream() {
 		return p.refuse(apierr.New(400, apierr.CodeEmptyBody, "the request has no body; send the JSON request"))
 	}
+	if e := declaredTooLarge(get, p.snap.Gateway().MaxRequestBodyBytes); e != nil {
+		return p.refuse(e)
+	}
 	p.state = awaitRequestBody
 	return headersContinue(nil)
+}
+
+// declaredTooLarge refuses, at the request headers, a body whose
+// content-length is over limit, so that neither Envoy buffers nor Sluice
+// receives one it would refuse. Only a single run of decimal digits
+// counts (Envoy's codecs reject any other content-length); a value past
+// int64 is over any limit. Anything else — no content-length, as for a
+// chunked body, or one this does not read — leaves the check to the
+// body's own size.
+func declaredTooLarge(get func(string) (string, bool), limit int64) *apierr.Error {
+	v, ok := get("content-length")
+	if !ok || v == "" {
+		return nil
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return nil
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case err != nil: // digits only, so past int64
+		return bodyTooLarge("more than "+strconv.FormatInt(math.MaxInt64, 10), limit)
+	case n > limit:
+		return bodyTooLarge(strconv.FormatInt(n, 10), limit)
+	}
+	return nil
 }
 
 // pass sends a request for a path Sluice does not serve to pr, the
@@ -319,7 +350,7 @@ type destination struct {
 // resolve checks the body's size, parses it and finds its model.
 func (p *Processor) resolve(body []byte) (resolved, *apierr.Error) {
 	if limit := p.snap.Gateway().MaxRequestBodyBytes; int64(len(body)) > limit {
-		return resolved{}, bodyTooLarge(len(body), limit)
+		return resolved{}, bodyTooLarge(strconv.Itoa(len(body)), limit)
 	}
 	r, err := parseModel(p.snap, p.ep, body)
 	if err == nil {

@@ -62,10 +62,11 @@ func modelNotAllowed(p *keyring.Principal, model string) *apierr.Error {
 	return e
 }
 
-// bodyTooLarge refuses a body over gateway.max_request_body_bytes; the
-// Anthropic body starts with Anthropic's words for it.
-func bodyTooLarge(n int, limit int64) *apierr.Error {
-	e := apierr.New(413, apierr.CodeBodyTooLarge, "the request body is %d bytes; this gateway accepts at most %d", n, limit)
+// bodyTooLarge refuses a body of size bytes (decimal digits: its length
+// or its declared content-length) over gateway.max_request_body_bytes;
+// the Anthropic body starts with Anthropic's words for it.
+func bodyTooLarge(size string, limit int64) *apierr.Error {
+	e := apierr.New(413, apierr.CodeBodyTooLarge, "the request body is %s bytes; this gateway accepts at most %d", size, limit)
 	e.AnthropicMessage = "Request exceeds the maximum size (" + e.Message + ")"
 	return e
 }
