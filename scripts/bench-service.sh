@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # make bench-service: the whole-service benchmark over gRPC (bench/README.md,
 # "Whole service over gRPC"). Starts `sluice serve` on a fresh copy of
-# bench/extprocload/bench.yaml, runs every scenario of bench/extprocload
-# against it, then does the same against the do-nothing floor server, and
-# prints one JSON line per run (a ramp: one per step and a summary). The
+# bench/extprocload/bench.yaml and the do-nothing floor server, runs every
+# scenario of bench/extprocload against each in turn, and prints one JSON
+# line per run (a ramp: one per step and a summary). The
 # lines are also written to RESULTS, and the charts drawn from them into
 # its directory (extprocload chart).
 #
@@ -46,56 +46,63 @@ mkdir -p "$(dirname "$results")"
 : >"$results"
 
 tmp=$(mktemp -d)
-pid=
+declare -A pids=() addrs=()
 cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
 
-# wait_ready polls for the ready file the server writes once listening.
-wait_ready() {
+# wait_ready polls for the ready file a server writes once listening.
+wait_ready() { # server pid
   for _ in $(seq 200); do
-    if [ -s "$tmp/ready.json" ]; then return 0; fi
-    if ! kill -0 "$pid" 2>/dev/null; then echo "bench-service: server exited; its log:" >&2; cat "$tmp/server.log" >&2; return 1; fi
+    if [ -s "$tmp/$1/ready.json" ]; then return 0; fi
+    if ! kill -0 "$2" 2>/dev/null; then echo "bench-service: $1 exited; its log:" >&2; cat "$tmp/$1/server.log" >&2; return 1; fi
     sleep 0.05
   done
-  echo "bench-service: server not ready after 10s" >&2
+  echo "bench-service: $1 not ready after 10s" >&2
   return 1
 }
 
+# Every server is started first, and each scenario runs against each
+# server in turn, so a scenario's runs are minutes closer together than
+# a whole server's set would leave them: this machine's speed drifts
+# from one quarter hour to the next, and the pair is the comparison. An
+# idle server waits in its accept and reads; nothing of it runs.
 for server in $servers; do
-  rm -f "$tmp/ready.json"
+  dir=$tmp/$server
+  mkdir -p "$dir"
   case $server in
     sluice)
-      cp bench/extprocload/bench.yaml "$tmp/bench.yaml"
+      cp bench/extprocload/bench.yaml "$dir/bench.yaml"
       # sync: the copy's dirty pages must not be written back during the run
-      if [ -n "${LEDGER_FROM:-}" ]; then cp "$LEDGER_FROM" "$tmp/bench-ledger.db"; sync; fi
-      if [ -n "${STORE_FROM:-}" ]; then cp "$STORE_FROM" "$tmp/bench.db"; sync; fi
+      if [ -n "${LEDGER_FROM:-}" ]; then cp "$LEDGER_FROM" "$dir/bench-ledger.db"; sync; fi
+      if [ -n "${STORE_FROM:-}" ]; then cp "$STORE_FROM" "$dir/bench.db"; sync; fi
       # shellcheck disable=SC2086 # SERVER_ENV is split into words on purpose
-      env ${SERVER_ENV:-} "${server_pin[@]}" "$sluice" serve --config "$tmp/bench.yaml" --ready-file "$tmp/ready.json" --log-level warn >"$tmp/server.log" 2>&1 &
+      env ${SERVER_ENV:-} "${server_pin[@]}" "$sluice" serve --config "$dir/bench.yaml" --ready-file "$dir/ready.json" --log-level warn >"$dir/server.log" 2>&1 &
       ;;
     floor)
       # shellcheck disable=SC2086 # as above
-      env ${SERVER_ENV:-} "${server_pin[@]}" "$driver" floor --addr 127.0.0.1:0 --ready-file "$tmp/ready.json" >"$tmp/server.log" 2>&1 &
+      env ${SERVER_ENV:-} "${server_pin[@]}" "$driver" floor --addr 127.0.0.1:0 --ready-file "$dir/ready.json" >"$dir/server.log" 2>&1 &
       ;;
     *) echo "bench-service: unknown server $server" >&2; exit 2 ;;
   esac
-  pid=$!
-  wait_ready
-  addr=$(sed 's/.*"grpc": *"\([^"]*\)".*/\1/' "$tmp/ready.json")
-  for s in $scenarios; do
-    extra=()
-    if [ "$s" = ramp ]; then
-      if [ -n "${RAMP_STEP:-}" ]; then extra=(--step "$RAMP_STEP"); fi
-    elif [ -n "${DURATION:-}" ]; then
-      extra=(--duration "$DURATION")
-    fi
-    # shellcheck disable=SC2206 # RUN_FLAGS is split into words on purpose
-    extra+=(${RUN_FLAGS:-})
-    "${driver_pin[@]}" "$driver" run --addr "$addr" --pid "$pid" --key "$key" --server "$server" --scenario "$s" "${extra[@]}" | tee -a "$results"
+  pids[$server]=$!
+  wait_ready "$server" "${pids[$server]}"
+  addrs[$server]=$(sed 's/.*"grpc": *"\([^"]*\)".*/\1/' "$dir/ready.json")
+done
+
+for s in $scenarios; do
+  extra=()
+  if [ "$s" = ramp ]; then
+    if [ -n "${RAMP_STEP:-}" ]; then extra=(--step "$RAMP_STEP"); fi
+  elif [ -n "${DURATION:-}" ]; then
+    extra=(--duration "$DURATION")
+  fi
+  # shellcheck disable=SC2206 # RUN_FLAGS is split into words on purpose
+  extra+=(${RUN_FLAGS:-})
+  for server in $servers; do
+    "${driver_pin[@]}" "$driver" run --addr "${addrs[$server]}" --pid "${pids[$server]}" --key "$key" --server "$server" --scenario "$s" "${extra[@]}" | tee -a "$results"
   done
-  kill "$pid"; wait "$pid" 2>/dev/null || true
-  pid=
 done
 "$driver" chart --in "$results" --out "$(dirname "$results")"

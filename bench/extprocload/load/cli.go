@@ -57,12 +57,15 @@ const usage = `usage:
   extprocload run   --addr HOST:PORT --key KEY [--pid PID] [--scenario NAME] [flags]
   extprocload floor --addr 127.0.0.1:0 [--ready-file FILE]
   extprocload chart --in RESULTS.jsonl --out DIR
+  extprocload median [--markdown] [--out FILE] RUN.jsonl...
   extprocload prefill --ledger FILE --records N
 
 run plays Envoy for Sluice's filter chain against the gRPC server at
 --addr and prints one JSON line (a ramp: one a step, then a summary).
 floor serves the do-nothing ext_authz and ext_proc server. chart draws
-PNG charts of run's JSON lines. Scenarios: `
+PNG charts of run's JSON lines. median picks, of several runs' results,
+the median run of each scenario and server by CPU a request (a ramp's by
+its highest held rate). Scenarios: `
 
 // Main runs the command line args (without the program name).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -101,6 +104,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runFloor(ctx, args[1:], stderr)
 	case "chart":
 		return runChart(args[1:], stderr)
+	case "median":
+		return runMedian(args[1:], stdout, stderr)
 	case "prefill":
 		return runPrefill(ctx, args[1:], stderr)
 	default:

@@ -23,7 +23,8 @@
 // Runs are closed loop, open loop (capped in flight) or a ramp of open
 // loop steps (RunRamp). Measurement reads the server's CPU time
 // (utime+stime) and VmRSS from /proc/<pid>; see Result and RampStep for
-// the JSON lines, and Charts for the PNG charts drawn from them.
+// the JSON lines, Charts for the PNG charts drawn from them, and Median
+// for the median run of each scenario and server over several runs.
 //
 // It owns nothing of Sluice's: it imports only chain's constants (and,
 // in tests, internal/app to run a Sluice in process).
