@@ -174,6 +174,12 @@ func cpuChart(lines []line) (*plot.Plot, error) {
 		p.Legend.Add(s, b)
 	}
 	p.NominalX(scenarios...)
+	// Room above the tallest bar for the legend, which sits at the top.
+	top := 0.0
+	for _, v := range cpu {
+		top = max(top, v)
+	}
+	p.Y.Max = top * 1.15
 	return p, nil
 }
 
