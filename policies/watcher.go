@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -131,7 +132,11 @@ func (w *Watcher) poll() {
 	if w.seen != nil && sameStat(w.seen, fi) {
 		return
 	}
-	data, err := os.ReadFile(w.path)
+	// The content is hashed as it is read, in small pieces, and read
+	// whole only if it changed: a file of many keys is read again on
+	// every poll until it settles, and each whole read was as large as
+	// the file, garbage the heap kept long after.
+	sum, n, err := w.hashFile()
 	if err != nil {
 		w.unavailable(err)
 		return
@@ -139,18 +144,29 @@ func (w *Watcher) poll() {
 	// A writer may have been truncating or filling the file between the
 	// stat and the read: if the file moved on, or what was read is not
 	// the size the stat saw, read again on the next poll.
-	if again, err := os.Stat(w.path); err != nil || !sameStat(fi, again) || int64(len(data)) != again.Size() {
-		w.seen = nil
+	if !w.unmoved(fi, n) {
 		return
 	}
 	if w.missing {
 		w.missing = false
 		w.log.Info("policy file readable again", "file", w.path)
 	}
-	settled := w.remember(fi)
-	sum := maphash.Bytes(w.seed, data)
 	if w.hasSum && sum == w.sum {
+		w.remember(fi)
 		return // same content: a touch, or a rewrite with no change
+	}
+	data, err := os.ReadFile(w.path)
+	if err != nil {
+		w.unavailable(err)
+		return
+	}
+	if !w.unmoved(fi, int64(len(data))) {
+		return
+	}
+	settled := w.remember(fi)
+	sum = maphash.Bytes(w.seed, data)
+	if w.hasSum && sum == w.sum {
+		return // changed back between the two reads
 	}
 	old := w.cur.Load()
 	s, err := w.build(data)
@@ -170,6 +186,42 @@ func (w *Watcher) poll() {
 	w.cur.Store(s)
 	w.log.Info("policies reloaded", "file", w.path, "version", s.Version(), "previous", old.versionOrNone())
 	w.report(s, nil)
+}
+
+// hashFile hashes the file's content as it reads it (maphash hashes
+// pieces written one after another as it hashes them joined) and returns
+// the hash and how many bytes it read.
+func (w *Watcher) hashFile() (sum uint64, n int64, err error) {
+	f, err := os.Open(w.path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	var h maphash.Hash
+	h.SetSeed(w.seed)
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := f.Read(buf)
+		h.Write(buf[:k])
+		n += int64(k)
+		if err == io.EOF {
+			return h.Sum64(), n, nil
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+// unmoved reports whether the file still has the stat fi after n bytes
+// of it were read, and the stat's size is n; if not, the next poll reads
+// it again.
+func (w *Watcher) unmoved(fi os.FileInfo, n int64) bool {
+	if again, err := os.Stat(w.path); err != nil || !sameStat(fi, again) || n != again.Size() {
+		w.seen = nil
+		return false
+	}
+	return true
 }
 
 // sameStat reports whether two stats describe the same file content

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -217,6 +218,50 @@ func TestWatcherIgnoresUnchangedContent(t *testing.T) {
 	wt.quiet()
 	if wt.w.Current() != first {
 		t.Error("unchanged content replaced the snapshot")
+	}
+}
+
+// TestWatcherPollsOfAnUnchangedFileAreSmall: a file changed less than
+// settleTime ago is read again on every poll; while its content is the
+// one in force, a poll reads it in pieces to hash it and allocates far
+// less than the file, however large it is.
+func TestWatcherPollsOfAnUnchangedFileAreSmall(t *testing.T) {
+	// About 4 MiB: the config with a long comment at its end.
+	content := watcherFile("gpt-4o") + "\n#" + strings.Repeat(" padding", 512<<10) + "\n"
+	wt := newWatcherTest(t, content)
+	first := wt.load()
+	var before, after runtime.MemStats
+	const polls = 8
+	runtime.ReadMemStats(&before)
+	for range polls {
+		now := time.Now() // young: every poll reads it again
+		if err := os.Chtimes(wt.path, now, now); err != nil {
+			t.Fatal(err)
+		}
+		wt.w.poll()
+	}
+	runtime.ReadMemStats(&after)
+	if wt.w.Current() != first {
+		t.Fatal("an unchanged file replaced the snapshot")
+	}
+	if per := (after.TotalAlloc - before.TotalAlloc) / polls; per > uint64(len(content))/16 {
+		t.Errorf("a poll of an unchanged %d-byte file allocated %d bytes", len(content), per)
+	}
+
+	// A change is still seen, though the size and time stay the same.
+	changed := strings.Replace(content, "gpt-4o", "gpt-4.1", 1)
+	changed = changed[:len(changed)-2] + "\n" // the same size
+	fi, err := os.Stat(wt.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt.write(changed)
+	if err := os.Chtimes(wt.path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	wt.w.poll()
+	if modelOf(wt.w.Current()) != "gpt-4.1" {
+		t.Errorf("after a same-size change, the model is %q", modelOf(wt.w.Current()))
 	}
 }
 
