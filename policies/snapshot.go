@@ -37,6 +37,7 @@ type Snapshot struct {
 	orgs       map[string]Limits
 	teams      []TeamPolicy
 	teamIndex  map[string]int
+	declared   declaredKeys
 	xds        XDS // with defaults applied
 }
 
@@ -279,14 +280,16 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 		s.teamIndex[t.Name] = len(s.teams)
 		s.teams = append(s.teams, TeamPolicy{Name: t.Name, Org: t.Org, Models: set, Limits: t.Limits})
 	}
-	// The declared keys' policies are made when asked for (DeclaredKeys),
-	// not kept beside the config they come from: with many keys that
-	// would hold each one twice. Here each is only checked to compile.
-	for i := range c.Keys {
-		if _, err := keyPolicy(&c.Keys[i]); err != nil {
-			return nil, fmt.Errorf("compile policies: keys[%d].%w", i, err)
-		}
+	// The declared keys are kept as compact rows (declaredKeys), and
+	// their policies made from them when asked for (DeclaredKeys), not
+	// kept as the config declared them: the snapshot's config has none,
+	// and c's go with the version's hash once it is made.
+	if s.declared, err = compileDeclared(c.Keys, s.teamIndex); err != nil {
+		return nil, fmt.Errorf("compile policies: %w", err)
 	}
+	keyless := *c
+	keyless.Keys = nil
+	s.cfg = &keyless
 	return s, nil
 }
 
@@ -295,8 +298,9 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 // a rotated credential included, changes it.
 func (s *Snapshot) Version() string { return s.version() }
 
-// Config returns the configuration the snapshot was compiled from. It must
-// not be modified.
+// Config returns the configuration the snapshot was compiled from,
+// without its declared keys (Keys is nil: DeclaredKeys and
+// DeclaredKeyCount give them). It must not be modified.
 func (s *Snapshot) Config() *Config { return s.cfg }
 
 // Listen returns the listen addresses.
@@ -384,14 +388,15 @@ func (s *Snapshot) Team(name string) (TeamPolicy, bool) {
 func (s *Snapshot) Teams() []TeamPolicy { return slices.Clone(s.teams) }
 
 // DeclaredKeyCount is how many keys the config declares.
-func (s *Snapshot) DeclaredKeyCount() int { return len(s.cfg.Keys) }
+func (s *Snapshot) DeclaredKeyCount() int { return len(s.declared.rows) }
 
 // DeclaredKeys returns the keys declared in the config, in config order,
 // made anew for each call.
 func (s *Snapshot) DeclaredKeys() []KeyPolicy {
-	ks := make([]KeyPolicy, len(s.cfg.Keys))
-	for i := range s.cfg.Keys {
-		ks[i], _ = keyPolicy(&s.cfg.Keys[i]) // compile checked that none fails
+	d := &s.declared
+	ks := make([]KeyPolicy, len(d.rows))
+	for i := range d.rows {
+		d.policy(s, &d.rows[i], d.set(&d.rows[i]), &ks[i])
 	}
 	return ks
 }
@@ -401,23 +406,20 @@ func (s *Snapshot) DeclaredKeys() []KeyPolicy {
 // for the next key, so f must copy what it keeps; keys with the same
 // allow-list share one ModelSet, which no one changes.
 func (s *Snapshot) EachDeclaredKey(f func(*KeyPolicy)) {
+	d := &s.declared
 	var kp KeyPolicy
-	var sets map[string]ModelSet
-	for i := range s.cfg.Keys {
-		k := &s.cfg.Keys[i]
+	sets := make([]ModelSet, len(d.models)) // compiled on first use
+	made := make([]bool, len(d.models))
+	for i := range d.rows {
+		r := &d.rows[i]
 		var set ModelSet
-		if len(k.Models) > 0 {
-			if sets == nil {
-				sets = make(map[string]ModelSet)
+		if m := r.models; m > 0 {
+			if !made[m-1] {
+				sets[m-1], made[m-1] = d.set(r), true
 			}
-			joined := strings.Join(k.Models, "\x00")
-			var ok bool
-			if set, ok = sets[joined]; !ok {
-				set, _ = NewModelSet(k.Models) // compile checked that none fails
-				sets[joined] = set
-			}
+			set = sets[m-1]
 		}
-		kp, _ = keyPolicyWith(k, set) // compile checked that none fails
+		d.policy(s, r, set, &kp)
 		f(&kp)
 	}
 }
@@ -429,34 +431,15 @@ func (s *Snapshot) DeclaredKey(id string) (KeyPolicy, bool) {
 	if !ok {
 		return KeyPolicy{}, false
 	}
-	for i := range s.cfg.Keys {
-		if s.cfg.Keys[i].Name == name {
-			kp, _ := keyPolicy(&s.cfg.Keys[i]) // compile checked that none fails
+	d := &s.declared
+	for i := range d.rows {
+		if r := &d.rows[i]; d.name(r) == name {
+			var kp KeyPolicy
+			d.policy(s, r, d.set(r), &kp)
 			return kp, true
 		}
 	}
 	return KeyPolicy{}, false
-}
-
-// keyPolicy compiles a declared key; an error names the field at fault.
-func keyPolicy(k *DeclaredKey) (KeyPolicy, error) {
-	set, err := NewModelSet(k.Models)
-	if err != nil {
-		return KeyPolicy{}, fmt.Errorf("models: %w", err)
-	}
-	return keyPolicyWith(k, set)
-}
-
-// keyPolicyWith is keyPolicy with the key's allow-list already made.
-func keyPolicyWith(k *DeclaredKey, set ModelSet) (KeyPolicy, error) {
-	kp := KeyPolicy{ID: "config:" + k.Name, Name: k.Name, Team: k.Team, Prefix: k.Prefix, Models: set, Limits: k.Limits}
-	if _, err := hex.Decode(kp.Hash[:], []byte(k.SHA256)); err != nil {
-		return KeyPolicy{}, fmt.Errorf("sha256: %w", err)
-	}
-	if k.ExpiresAt != nil {
-		kp.ExpiresAt = *k.ExpiresAt
-	}
-	return kp, nil
 }
 
 // resolveSQLite resolves a relative SQLite path against the directory of

@@ -164,6 +164,52 @@ func TestCompile(t *testing.T) {
 	}
 }
 
+// TestDeclaredKeysComeBackAsDeclared: the snapshot keeps declared keys
+// as compact rows (declared.go); each comes back with exactly the fields
+// it was declared with, empty and nil alike, whatever its neighbours.
+func TestDeclaredKeysComeBackAsDeclared(t *testing.T) {
+	expiry := time.Date(2027, 3, 4, 5, 6, 7, 8, time.FixedZone("x", 3600))
+	c := validConfig()
+	c.Teams = append(c.Teams, Team{Name: "research", Org: "acme"})
+	c.Keys = []DeclaredKey{
+		{Name: "a", Team: "platform", SHA256: hashFoo, Prefix: "sk-sluice-aaaa"},
+		{Name: "ab", Team: "research", SHA256: hashBar},
+		{Name: "b", Team: "platform", SHA256: strings.Repeat("0", 64), Prefix: "sk-sluice-", Models: []string{"gpt-4o"},
+			Limits: Limits{Budgets: []Budget{}}, ExpiresAt: &expiry},
+		{Name: "c", Team: "research", SHA256: strings.Repeat("f", 64),
+			Limits: Limits{Tokens: TokenLimits{Total: RateLimits{PerHour: 1 << 62}}, Models: map[string]Limits{"gpt-4o": {Requests: RateLimits{PerDay: 1}}}}},
+		{Name: "d", Team: "platform", SHA256: strings.Repeat("1", 64), Models: []string{"gpt-4o"}, ExpiresAt: &expiry},
+	}
+	s, err := Compile(c, "sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmpSets := cmp.Comparer(func(a, b ModelSet) bool { return cmp.Equal(a.Patterns(), b.Patterns()) })
+	got := s.DeclaredKeys()
+	if len(got) != len(c.Keys) || s.DeclaredKeyCount() != len(c.Keys) {
+		t.Fatalf("%d keys (count %d), want %d", len(got), s.DeclaredKeyCount(), len(c.Keys))
+	}
+	for i, k := range c.Keys {
+		set, _ := NewModelSet(k.Models)
+		want := KeyPolicy{ID: "config:" + k.Name, Name: k.Name, Team: k.Team, Prefix: k.Prefix, Hash: sha256Bytes(t, k.SHA256), Models: set, Limits: k.Limits}
+		if k.ExpiresAt != nil {
+			want.ExpiresAt = *k.ExpiresAt
+		}
+		if diff := cmp.Diff(want, got[i], cmpSets); diff != "" {
+			t.Errorf("keys[%d] (-want +got):\n%s", i, diff)
+		}
+		if one, ok := s.DeclaredKey(want.ID); !ok || !cmp.Equal(want, one, cmpSets) {
+			t.Errorf("DeclaredKey(%q) = %+v, %v", want.ID, one, ok)
+		}
+	}
+	if got[2].Limits.Budgets == nil || got[0].Limits.Budgets != nil {
+		t.Error("an empty budget list and none are told apart no longer")
+	}
+	if got[2].ExpiresAt.Location() != expiry.Location() {
+		t.Error("the expiry lost its zone")
+	}
+}
+
 // TestEachDeclaredKeySharesEqualSets checks that keys with the same
 // allow-list get one set between them, which allows what each key's own
 // would, and that every key is what DeclaredKeys makes.
@@ -266,14 +312,23 @@ func TestSnapshotIsIsolatedFromItsSource(t *testing.T) {
 	c.Models[0].Aliases[0] = "changed"
 	c.Teams[0].Models[0] = "changed"
 	c.Pricing["gpt-4o"] = Price{}
+	c.Keys[0].Name, c.Keys[0].Prefix = "changed", "sk-sluice-changed"
 	if p, _ := s.Provider("openai"); p.BaseURL != "https://api.openai.com" {
 		t.Errorf("provider changed with its source: %q", p.BaseURL)
 	}
 	if _, ok := s.Model("gpt4o"); !ok {
 		t.Error("alias changed with its source")
 	}
-	if diff := cmp.Diff(validConfig(), s.Config()); diff != "" {
+	// The config without its keys, which the snapshot keeps apart.
+	want := validConfig()
+	keys := want.Keys
+	want.Keys = nil
+	if diff := cmp.Diff(want, s.Config()); diff != "" {
 		t.Errorf("Config() changed with its source (-want +got):\n%s", diff)
+	}
+	got := s.DeclaredKeys()
+	if len(got) != len(keys) || got[0].Name != keys[0].Name || got[0].Prefix != keys[0].Prefix {
+		t.Errorf("DeclaredKeys changed with their source: %+v", got)
 	}
 	if s.Version() != version {
 		t.Error("version changed")

@@ -45,7 +45,7 @@ func runCheckConfig(args []string, stdout, stderr io.Writer, env Env) error {
 	}
 	cfg := snap.Config()
 	fmt.Fprintf(stdout, "%s: ok (version %s: %d providers, %d models, %d orgs, %d teams, %d declared keys)\n",
-		path, snap.Version(), len(cfg.Providers), len(cfg.Models), len(cfg.Orgs), len(cfg.Teams), len(cfg.Keys))
+		path, snap.Version(), len(cfg.Providers), len(cfg.Models), len(cfg.Orgs), len(cfg.Teams), snap.DeclaredKeyCount())
 	printUpstreamCAs(snap, stdout, stderr)
 	// What the pricing table leaves to a default or to nothing, for the
 	// tokens the configured providers report: warnings, not problems.
