@@ -23,6 +23,10 @@
 #                     2,000 streams stay open without overloading the machine)
 #   SERVER_ENV="..."  environment for the server alone (e.g.
 #                     "GOMEMLIMIT=75MiB"; the driver keeps its own)
+#   KEYS_FROM=FILE    declare, beside bench.yaml's own, the teams and keys
+#                     of this sluice.yaml (e.g. the one `go run
+#                     ./bench/keyscale --keys 100000 --mode declared
+#                     --runs 1 --dir D` leaves in D/declared-100000)
 #   STORE_FROM=FILE   start Sluice on a copy of this key store (e.g. the
 #                     store.db `go run ./bench/keyscale --keys 100000
 #                     --mode store --runs 1 --dir D` leaves in
@@ -74,7 +78,19 @@ for server in $servers; do
   mkdir -p "$dir"
   case $server in
     sluice)
-      cp bench/extprocload/bench.yaml "$dir/bench.yaml"
+      if [ -n "${KEYS_FROM:-}" ]; then
+        # KEYS_FROM's team items go first under bench.yaml's teams:, its
+        # key items after bench.yaml's, which end the file.
+        section() { awk -v want="$1" '/^[a-z_]+:/ { sec = $0; sub(/:.*/, "", sec); next } sec == want' "$KEYS_FROM"; }
+        {
+          sed '/^teams:/q' bench/extprocload/bench.yaml
+          section teams
+          sed '1,/^teams:/d' bench/extprocload/bench.yaml
+          section keys
+        } >"$dir/bench.yaml"
+      else
+        cp bench/extprocload/bench.yaml "$dir/bench.yaml"
+      fi
       # sync: the copy's dirty pages must not be written back during the run
       if [ -n "${LEDGER_FROM:-}" ]; then cp "$LEDGER_FROM" "$dir/bench-ledger.db"; sync; fi
       if [ -n "${STORE_FROM:-}" ]; then cp "$STORE_FROM" "$dir/bench.db"; sync; fi
