@@ -15,6 +15,11 @@
 // decoded one at a time as they are parsed; a file outside it, or one
 // with problems, is parsed whole, yaml.v3 reading what the subset does
 // not, and the problems come from that parse. Both give the same Config.
+// A Snapshot keeps the declared keys apart from its Config (whose Keys
+// it drops), as rows that hold no pointers (declared.go); DeclaredKeys
+// and EachDeclaredKey make their policies from the rows. The Watcher
+// hashes a file in pieces as it reads it, and reads it whole only when
+// its content changed.
 //
 // It must not touch stores, databases or the network, and never reads the
 // environment itself: the caller passes a LookupEnv. Keys, teams and orgs
