@@ -49,22 +49,35 @@ type line struct {
 // JSON objects, e.g. a log line, are skipped).
 func readLines(r io.Reader) ([]line, error) {
 	var out []line
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 || b[0] != '{' {
-			continue
-		}
+	err := eachJSONLine(r, func(_ int, b []byte) error {
 		var l line
 		if err := json.Unmarshal(b, &l); err != nil {
-			return nil, fmt.Errorf("results: %w", err)
+			return fmt.Errorf("results: %w", err)
 		}
 		if l.Scenario != "" && l.Server != "" {
 			out = append(out, l)
 		}
+		return nil
+	})
+	return out, err
+}
+
+// eachJSONLine calls f with each line of r that holds a JSON object (its
+// number from 1, and its bytes, valid until f returns), skipping blank
+// lines and others (a log line), until f returns an error.
+func eachJSONLine(r io.Reader, f func(n int, b []byte) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 || b[0] != '{' {
+			continue
+		}
+		if err := f(n, b); err != nil {
+			return err
+		}
 	}
-	return out, sc.Err()
+	return sc.Err()
 }
 
 // Charts draws, from run's JSON lines in r, into dir: CPUChartFile, CPU

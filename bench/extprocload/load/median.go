@@ -1,7 +1,6 @@
 package load
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -36,23 +35,17 @@ const (
 // lines that are not JSON objects (a log line).
 func readRun(r io.Reader, name string) ([]runLine, error) {
 	var out []runLine
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 || b[0] != '{' {
-			continue
-		}
+	err := eachJSONLine(r, func(n int, b []byte) error {
 		var probe struct {
 			Result
 			StepRate    *float64 `json:"step_rate"`
 			MaxHeldRate *float64 `json:"max_held_rate"`
 		}
 		if err := json.Unmarshal(b, &probe); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", name, n, err)
+			return fmt.Errorf("%s:%d: %w", name, n, err)
 		}
 		if probe.Scenario == "" || probe.Server == "" {
-			return nil, fmt.Errorf("%s:%d: a line without scenario and server", name, n)
+			return fmt.Errorf("%s:%d: a line without scenario and server", name, n)
 		}
 		l := runLine{raw: slices.Clone(b), res: probe.Result}
 		switch {
@@ -62,8 +55,9 @@ func readRun(r io.Reader, name string) ([]runLine, error) {
 			l.kind = kindStep
 		}
 		out = append(out, l)
-	}
-	return out, sc.Err()
+		return nil
+	})
+	return out, err
 }
 
 // A Medians is, of several runs of the same scenarios, the median run of
