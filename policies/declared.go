@@ -2,6 +2,7 @@ package policies
 
 import (
 	"encoding/hex"
+	"fmt"
 	"reflect"
 	"strings"
 	"time"
@@ -49,26 +50,30 @@ func compileDeclared(keys []DeclaredKey, teamIndex map[string]int) (declaredKeys
 	var lists map[string]uint32 // allow-lists already numbered, joined by NUL
 	for i := range keys {
 		k, r := &keys[i], &d.rows[i]
-		if _, err := hex.Decode(r.hash[:], []byte(k.SHA256)); err != nil || len(k.SHA256) != 2*len(r.hash) {
-			return declaredKeys{}, &keyError{i, "sha256", "must be 64 hex characters"}
+		if len(k.SHA256) != hex.EncodedLen(len(r.hash)) {
+			return declaredKeys{}, fmt.Errorf("%s.sha256: must be 64 hex characters", indexPath("keys", i))
+		}
+		if _, err := hex.Decode(r.hash[:], []byte(k.SHA256)); err != nil {
+			return declaredKeys{}, fmt.Errorf("%s.sha256: %w", indexPath("keys", i), err)
 		}
 		t, ok := teamIndex[k.Team]
 		if !ok {
-			return declaredKeys{}, &keyError{i, "team", "unknown team"}
+			return declaredKeys{}, fmt.Errorf("%s.team: unknown team %q", indexPath("keys", i), k.Team)
 		}
 		r.team = uint32(t)
 		r.nameOff, r.nameLen, r.prefixLen = uint32(names.Len()), uint32(len(k.Name)), uint32(len(k.Prefix))
 		names.WriteString(k.Name)
 		names.WriteString(k.Prefix)
 		if len(k.Models) > 0 {
-			if _, err := NewModelSet(k.Models); err != nil {
-				return declaredKeys{}, &keyError{i, "models", err.Error()}
-			}
 			joined := strings.Join(k.Models, "\x00")
 			if lists == nil {
 				lists = make(map[string]uint32)
 			}
+			// A list is checked once, when first seen.
 			if r.models = lists[joined]; r.models == 0 {
+				if _, err := NewModelSet(k.Models); err != nil {
+					return declaredKeys{}, fmt.Errorf("%s.models: %w", indexPath("keys", i), err)
+				}
 				d.models = append(d.models, k.Models)
 				r.models = uint32(len(d.models))
 				lists[joined] = r.models
@@ -88,13 +93,6 @@ func compileDeclared(keys []DeclaredKey, teamIndex map[string]int) (declaredKeys
 	d.names = names.String()
 	return d, nil
 }
-
-type keyError struct {
-	i            int
-	field, probl string
-}
-
-func (e *keyError) Error() string { return indexPath("keys", e.i) + "." + e.field + ": " + e.probl }
 
 func (d *declaredKeys) name(r *declaredRow) string {
 	return d.names[r.nameOff : r.nameOff+r.nameLen]

@@ -99,8 +99,7 @@ func Median(runs [][]runLine) (*Medians, error) {
 		steps := map[string][]runLine{}
 		for _, l := range run {
 			k := [2]string{l.res.Scenario, l.res.Server}
-			switch l.kind {
-			case kindStep:
+			if l.kind == kindStep {
 				steps[l.res.Server] = append(steps[l.res.Server], l)
 				continue
 			}
