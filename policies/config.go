@@ -24,6 +24,7 @@ type Config struct {
 	Keys      []DeclaredKey    `yaml:"keys"`
 	XDS       XDS              `yaml:"xds"`
 	Admin     Admin            `yaml:"admin"`
+	Security  Security         `yaml:"security"`
 }
 
 // Admin configures the admin HTTP API on listen.admin (keys, limits,
@@ -229,7 +230,65 @@ type XDS struct {
 	// Sluice addresses. The first group that matches a node wins; nodes
 	// that match none share the top-level configuration.
 	NodeGroups []NodeGroup `yaml:"node_groups"`
+	// ExtensionTLS is the TLS Envoy speaks to Sluice: on the emitted
+	// sluice.extension cluster (ext_authz, ext_proc) and on the xDS
+	// cluster of `sluice envoy bootstrap`. Nil: plaintext, for a Sluice
+	// on loopback or behind a mesh sidecar that does the mTLS.
+	ExtensionTLS *ExtensionTLS `yaml:"extension_tls"`
+	// Proxyless says what proxyless gRPC clients (the xDS "gRPC" flavour:
+	// grpc-go, grpc-java) are served. They run neither ext_authz nor
+	// ext_proc, so nothing checks their requests. "off" (the default):
+	// no provider clusters and no routes. ProxylessRoutingOnly: the
+	// provider routes and clusters, chosen by the routing header the
+	// client sets itself — no key, no allow-list, no limit, no budget,
+	// no provider credential, no spend record.
+	Proxyless string `yaml:"proxyless"`
 }
+
+// The values of XDS.Proxyless.
+const (
+	ProxylessOff         = "off"
+	ProxylessRoutingOnly = "routing_only"
+)
+
+// ExtensionTLS is the client side of Envoy's TLS to Sluice's gRPC and xDS
+// servers. Every path is a file on Envoy's machine, which Sluice never
+// opens. The client certificate comes from files (CertFile and KeyFile)
+// or from a secret Envoy already has by name (SDSCertificate: a static
+// secret of its bootstrap, which can watch its files); the server is
+// verified against CAFile (or the secret SDSValidation) and, when set,
+// the server's identities.
+type ExtensionTLS struct {
+	// SNI is the server name Envoy sends (and the default DNS identity it
+	// expects of Sluice's certificate when ServerSANs is empty).
+	SNI string `yaml:"sni"`
+	// CertFile and KeyFile are Envoy's client certificate chain and key,
+	// PEM.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// SDSCertificate names a TLS certificate secret in Envoy's bootstrap
+	// (static_resources.secrets) instead of CertFile and KeyFile.
+	SDSCertificate string `yaml:"sds_certificate"`
+	// CAFile is the PEM bundle Envoy verifies Sluice's server certificate
+	// with.
+	CAFile string `yaml:"ca_file"`
+	// SDSValidation names a validation-context secret in Envoy's bootstrap
+	// instead of CAFile.
+	SDSValidation string `yaml:"sds_validation"`
+	// ServerSANs are the identities Sluice's certificate must carry (any
+	// one of them): URI SANs such as SPIFFE IDs, DNS SANs.
+	ServerSANs Identities `yaml:"server_sans"`
+}
+
+// Identities are certificate identities: URI SANs (SPIFFE IDs) and DNS
+// SANs, each matched exactly.
+type Identities struct {
+	URIs []string `yaml:"uris"`
+	DNS  []string `yaml:"dns"`
+}
+
+// Empty reports whether no identity is listed.
+func (i Identities) Empty() bool { return len(i.URIs) == 0 && len(i.DNS) == 0 }
 
 // NodeGroup is a set of Envoy nodes selected by node cluster or metadata.
 type NodeGroup struct {

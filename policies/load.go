@@ -33,7 +33,8 @@ func Default() *Config {
 		Ledger: Ledger{SQLite: "sluice-ledger.db"},
 		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC",
 			DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
-		XDS: XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: DefaultUpstreamCAFile},
+		XDS:      XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: DefaultUpstreamCAFile, Proxyless: ProxylessOff},
+		Security: Security{PrincipalMaxAge: 30 * time.Second},
 	}
 }
 

@@ -113,11 +113,12 @@ func TestLoadGood(t *testing.T) {
 
 func TestDefault(t *testing.T) {
 	want := &Config{
-		Listen:  Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "127.0.0.1:10000"},
-		Store:   Store{SQLite: "sluice.db"},
-		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
-		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
-		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt"},
+		Listen:   Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "127.0.0.1:10000"},
+		Store:    Store{SQLite: "sluice.db"},
+		Ledger:   Ledger{SQLite: "sluice-ledger.db"},
+		Gateway:  Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
+		XDS:      XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt", Proxyless: "off"},
+		Security: Security{PrincipalMaxAge: 30 * time.Second},
 	}
 	if diff := cmp.Diff(want, Default()); diff != "" {
 		t.Errorf("Default (-want +got):\n%s", diff)
@@ -142,11 +143,12 @@ func TestLoadFull(t *testing.T) {
 	}
 	expires := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	want := &Config{
-		Listen:  Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "0.0.0.0:10000"},
-		Store:   Store{SQLite: "data/sluice.db"},
-		Ledger:  Ledger{SQLite: "sluice-ledger.db"},
-		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
-		XDS:     XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt"},
+		Listen:   Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "0.0.0.0:10000"},
+		Store:    Store{SQLite: "data/sluice.db"},
+		Ledger:   Ledger{SQLite: "sluice-ledger.db"},
+		Gateway:  Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
+		XDS:      XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt", Proxyless: "off"},
+		Security: Security{PrincipalMaxAge: 30 * time.Second},
 		Providers: []Provider{
 			{Name: "openai", Kind: provider.KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-test-SECRET-openai"},
 			{Name: "anthropic", Kind: provider.KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-test-SECRET-anthropic", AnthropicVersion: "2023-06-01"},
@@ -406,7 +408,7 @@ models:
 			`f.yaml:5:25: models[0].provider: unknown provider "opnai" (did you mean "openai"?)`,
 		}},
 		{"unknown top-level field without suggestion", base + "routes: []\n", []string{
-			"f.yaml:9:1: routes: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys, xds, admin)",
+			"f.yaml:9:1: routes: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys, xds, admin, security)",
 		}},
 		{"non-string key", base + "listen:\n  [a]: b\n", []string{
 			"f.yaml:10:3: listen: mapping keys must be strings, got a list",
@@ -415,7 +417,7 @@ models:
 			"f.yaml:10:5: orgs[0].<<: a merge key must refer to a mapping or a list of mappings, none of which merges the mapping that holds it",
 		}},
 		{"alias position is the alias", "x: &n 5\n" + base, []string{
-			"f.yaml:1:1: x: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys, xds, admin)",
+			"f.yaml:1:1: x: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys, xds, admin, security)",
 		}},
 	}
 	for _, tt := range tests {
