@@ -31,6 +31,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/principal"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/internal/store/sqlite"
 	"github.com/sluicegw/sluice/policies"
@@ -83,6 +84,7 @@ type fixture struct {
 	now     atomic.Pointer[time.Time]
 	ids     map[string]string // secret → key id
 	dbPath  string
+	keys    *principal.Keys // signs the principals; nil: none
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -134,7 +136,8 @@ func newFixture(t testing.TB) *fixture {
 	if err := f.ring.Sync(ctx, st); err != nil {
 		t.Fatal(err)
 	}
-	f.checker = authz.NewChecker(f.ring, limits.New(limits.Options{}), func() time.Time { return *f.now.Load() })
+	f.keys = testKeys(t)
+	f.checker = authz.NewChecker(f.ring, limits.New(limits.Options{}), func() *principal.Keys { return f.keys }, func() time.Time { return *f.now.Load() })
 	return f
 }
 
@@ -294,6 +297,7 @@ func TestCheckOverGRPC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			f.checkSignature(t, tt.req, got)
 			if diff := cmp.Diff(tt.want, got, protocmp.Transform()); diff != "" {
 				t.Errorf("CheckResponse mismatch (-want +got):\n%s", diff)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/principal"
 )
 
 // Decision is the outcome of a check: who is calling, and whether they
@@ -26,7 +27,16 @@ type Decision struct {
 	Err *apierr.Error
 	// Dialect is the error-body dialect of the path called.
 	Dialect llmapi.Dialect
+	// Signature signs Principal for this request (principal.ForPrincipal
+	// over PrincipalFields and the request's x-request-id); set when the
+	// request may proceed. It travels beside the principal in the dynamic
+	// metadata, and is never logged.
+	Signature string
 }
+
+// PrincipalFields are the fields of p a principal's signature covers, in
+// order: key id, team, org.
+func PrincipalFields(p *keyring.Principal) [3]string { return [3]string{p.KeyID, p.Team, p.Org} }
 
 // Allowed reports whether the request may proceed.
 func (d *Decision) Allowed() bool { return d.Err == nil }
@@ -44,16 +54,20 @@ func (d *Decision) Reason() string {
 type Checker struct {
 	ring     *keyring.Ring
 	counters *limits.Counters
+	keys     func() *principal.Keys
 	now      func() time.Time
 }
 
-// NewChecker returns a Checker resolving keys through ring and counting
-// request rates in counters. now is the clock (time.Now if nil).
-func NewChecker(ring *keyring.Ring, counters *limits.Counters, now func() time.Time) *Checker {
+// NewChecker returns a Checker resolving keys through ring, counting
+// request rates in counters and signing the principal of an allowed
+// request with keys() (nil, or keys returning nil, refuses every check
+// that would be allowed: ext_proc would refuse it anyway). now is the
+// clock (time.Now if nil).
+func NewChecker(ring *keyring.Ring, counters *limits.Counters, keys func() *principal.Keys, now func() time.Time) *Checker {
 	if now == nil {
 		now = time.Now
 	}
-	return &Checker{ring: ring, counters: counters, now: now}
+	return &Checker{ring: ring, counters: counters, keys: keys, now: now}
 }
 
 // Check decides a CheckRequest as Envoy builds it: the header map holds
@@ -68,9 +82,33 @@ func (c *Checker) Check(req *authv3.CheckRequest) Decision {
 	// asked with anthropic-version is Anthropic's).
 	d.Dialect = llmapi.RequestDialect(h.GetPath(), get)
 	if d.Allowed() {
+		c.sign(&d, headers["x-request-id"])
+	}
+	if d.Allowed() {
 		c.admit(&d)
 	}
 	return d
+}
+
+// sign signs d's principal for the request whose x-request-id is rid,
+// which Envoy's connection manager sets before any filter runs, or
+// refuses the request when there is nothing to bind the principal to or
+// nothing to sign with.
+func (c *Checker) sign(d *Decision, rid string) {
+	var keys *principal.Keys
+	if c.keys != nil {
+		keys = c.keys()
+	}
+	switch {
+	case rid == "":
+		d.Err = apierr.New(http.StatusServiceUnavailable, apierr.CodeRequestIDMissing,
+			"the request reached the gateway without an x-request-id to bind its authorization to; the Envoy listener must generate request ids (generate_request_id, on by default)")
+	case keys == nil:
+		d.Err = apierr.New(http.StatusServiceUnavailable, apierr.CodeGatewayUnavailable, "the gateway has no key to sign the request's authorization with")
+	default:
+		f := PrincipalFields(d.Principal)
+		d.Signature = keys.Sign(principal.ForPrincipal, rid, c.now(), f[:]...)
+	}
 }
 
 // Authenticate resolves the caller's key from request headers (get returns
@@ -98,19 +136,25 @@ func (c *Checker) Authenticate(get func(string) (string, bool)) Decision {
 		e.AnthropicMessage = "invalid x-api-key"
 		return Decision{Err: e}
 	}
-	now := c.now()
+	return Decision{Principal: p, Err: Usable(p, c.now())}
+}
+
+// Usable is nil when the key of p may call at now, else the refusal: a
+// revoked key, an expired one, one whose team is gone. ext_proc asks it
+// again of the key a signed principal names.
+func Usable(p *keyring.Principal, now time.Time) *apierr.Error {
 	switch {
 	case p.Revoked():
-		return Decision{Principal: p, Err: apierr.New(http.StatusForbidden, apierr.CodeRevokedKey,
-			"API key %s (%s…) was revoked at %s", p.KeyID, prefix, p.RevokedAt.UTC().Format(time.RFC3339))}
+		return apierr.New(http.StatusForbidden, apierr.CodeRevokedKey,
+			"API key %s (%s…) was revoked at %s", p.KeyID, p.KeyPrefix, p.RevokedAt.UTC().Format(time.RFC3339))
 	case p.Expired(now):
-		return Decision{Principal: p, Err: apierr.New(http.StatusForbidden, apierr.CodeExpiredKey,
-			"API key %s (%s…) expired at %s", p.KeyID, prefix, p.ExpiresAt.UTC().Format(time.RFC3339))}
+		return apierr.New(http.StatusForbidden, apierr.CodeExpiredKey,
+			"API key %s (%s…) expired at %s", p.KeyID, p.KeyPrefix, p.ExpiresAt.UTC().Format(time.RFC3339))
 	case p.TeamMissing:
-		return Decision{Principal: p, Err: apierr.New(http.StatusForbidden, apierr.CodeUnknownTeam,
-			"API key %s belongs to team %q, which no longer exists", p.KeyID, p.Team)}
+		return apierr.New(http.StatusForbidden, apierr.CodeUnknownTeam,
+			"API key %s belongs to team %q, which no longer exists", p.KeyID, p.Team)
 	}
-	return Decision{Principal: p}
+	return nil
 }
 
 // Admit counts one request against the principal's request-rate limits,

@@ -9,6 +9,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicegw/sluice/internal/apierr"
@@ -34,15 +35,20 @@ func Response(d *Decision) *authv3.CheckResponse {
 	c.status.Code = int32(codes.OK)
 	c.resp.Status, c.resp.HttpResponse = &c.status, &c.member
 	c.resp.DynamicMetadata = d.Principal.Metadata()
+	c.sig.Kind = &c.sigText
+	c.sigText.StringValue = d.Signature
+	c.resp.DynamicMetadata.Fields[chain.PrincipalSignatureKey] = &c.sig
 	return &c.resp
 }
 
 // allowCell holds what Response returns for an allowed request.
 type allowCell struct {
-	resp   authv3.CheckResponse
-	status rpcstatus.Status
-	member authv3.CheckResponse_OkResponse
-	ok     authv3.OkHttpResponse
+	resp    authv3.CheckResponse
+	status  rpcstatus.Status
+	member  authv3.CheckResponse_OkResponse
+	ok      authv3.OkHttpResponse
+	sig     structpb.Value
+	sigText structpb.Value_StringValue
 }
 
 // denied is the one function that turns a refusal into Envoy's denied

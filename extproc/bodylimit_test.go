@@ -34,8 +34,8 @@ func TestBodyLimitIsInclusive(t *testing.T) {
 	counters := limits.New(limits.Options{})
 	d := &Deps{
 		Policy: func() *policies.Snapshot { return snap }, Ring: ring,
-		Auth:     authz.NewChecker(ring, counters, func() time.Time { return t0 }),
-		Admitter: admission.NewLocal(counters, admission.LocalOptions{}), Ledger: &recordingLedger{},
+		Auth:     authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+		Admitter: admission.NewLocal(counters, admission.LocalOptions{}), Ledger: &recordingLedger{}, Principals: testPrincipals,
 		Metrics: NewMetrics(prometheus.NewRegistry()), Log: log, Now: func() time.Time { return t0 },
 	}
 	body := func(n int) string {
@@ -71,8 +71,8 @@ func TestDeclaredBodyLimit(t *testing.T) {
 	counters := limits.New(limits.Options{})
 	d := &Deps{
 		Policy: func() *policies.Snapshot { return snap }, Ring: ring,
-		Auth:     authz.NewChecker(ring, counters, func() time.Time { return t0 }),
-		Admitter: admission.NewLocal(counters, admission.LocalOptions{}), Ledger: &recordingLedger{},
+		Auth:     authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+		Admitter: admission.NewLocal(counters, admission.LocalOptions{}), Ledger: &recordingLedger{}, Principals: testPrincipals,
 		Metrics: NewMetrics(prometheus.NewRegistry()), Log: log, Now: func() time.Time { return t0 },
 	}
 	const refused = "the request body is "

@@ -71,8 +71,8 @@ func TestAnthropicCacheWriteBill(t *testing.T) {
 			led := &recordingLedger{}
 			d := &Deps{
 				Policy: func() *policies.Snapshot { return snap }, Ring: ring,
-				Auth:     authz.NewChecker(ring, counters, func() time.Time { return t0 }),
-				Admitter: admission.NewLocal(counters, admission.LocalOptions{}), Ledger: led,
+				Auth:     authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+				Admitter: admission.NewLocal(counters, admission.LocalOptions{}), Ledger: led, Principals: testPrincipals,
 				Metrics: NewMetrics(prometheus.NewRegistry()), Log: log, Now: func() time.Time { return t0 },
 			}
 			body := c.Request.Body

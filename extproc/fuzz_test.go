@@ -24,6 +24,7 @@ import (
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/principal"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -246,16 +247,17 @@ func runScript(t *testing.T, env *fuzzEnv, data []byte) {
 	led := &goldenLedger{}
 	var draw uint64
 	deps := &extproc.Deps{
-		Policy:   func() *policies.Snapshot { return snap },
-		Ring:     env.rings[pol],
-		Auth:     authz.NewChecker(env.rings[pol], counters, clock),
-		Admitter: adm,
-		Ledger:   led,
-		Metrics:  env.metrics,
-		Log:      env.log,
-		Now:      clock,
-		Rand:     func() uint64 { draw += 0x9e3779b97f4a7c15; return draw >> 1 },
-		NewID:    sequentialIDs(),
+		Policy:     func() *policies.Snapshot { return snap },
+		Ring:       env.rings[pol],
+		Auth:       authz.NewChecker(env.rings[pol], counters, nil, clock),
+		Admitter:   adm,
+		Ledger:     led,
+		Principals: harnessPrincipals,
+		Metrics:    env.metrics,
+		Log:        env.log,
+		Now:        clock,
+		Rand:       func() uint64 { draw += 0x9e3779b97f4a7c15; return draw >> 1 },
+		NewID:      sequentialIDs(),
 	}
 	ctx := t.Context()
 
@@ -397,7 +399,9 @@ func scriptHeaders(s scriptStep, handoff [5]*structpb.Struct) *extprocsvc.Proces
 		f = append(f, "")
 	}
 	method, path, flags := f[0], f[1], f[2]
-	kv := []string{":method", method, ":path", path, ":authority", "gw", "x-request-id", "rid-" + strconv.Itoa(s.stream)}
+	// An attempt's stream (5-9) carries its request's x-request-id, the
+	// one of the downstream stream it is an attempt of (0-4).
+	kv := []string{":method", method, ":path", path, ":authority", "gw", "x-request-id", "rid-" + strconv.Itoa(s.stream%5)}
 	if s.stream >= 5 && !strings.Contains(flags, "n") {
 		kv = append(kv, chain.AttemptCountHeader, strconv.Itoa(s.stream-4))
 	}
@@ -421,6 +425,10 @@ func scriptHeaders(s scriptStep, handoff [5]*structpb.Struct) *extprocsvc.Proces
 	for c, id := range map[rune]string{'a': "config:k", 'p': "config:poor", 'u': "config:gone"} {
 		if strings.ContainsRune(flags, c) {
 			st, _ := structpb.NewStruct(map[string]any{"key_id": id, "team": "t"})
+			if !strings.ContainsRune(flags, 'f') { // f: a forged principal, unsigned
+				st.Fields[chain.PrincipalSignatureKey] = structpb.NewStringValue(
+					harnessKeys.Sign(principal.ForPrincipal, "rid-"+strconv.Itoa(s.stream%5), goldenStart, id, "t", ""))
+			}
 			md.FilterMetadata[chain.AuthzNamespace] = st
 		}
 	}

@@ -289,14 +289,15 @@ func replay(t *testing.T, g *goldenFile) goldenRun {
 	led := &goldenLedger{}
 	adm := &recordingAdmitter{next: admission.NewLocal(counters, admission.LocalOptions{})}
 	deps := &extproc.Deps{
-		Policy:   func() *policies.Snapshot { return snap },
-		Ring:     ring,
-		Auth:     authz.NewChecker(ring, counters, clk.Now),
-		Admitter: adm,
-		Ledger:   led,
-		Metrics:  extproc.NewMetrics(prometheus.NewRegistry()),
-		Log:      log,
-		Now:      clk.Now,
+		Policy:     func() *policies.Snapshot { return snap },
+		Ring:       ring,
+		Auth:       authz.NewChecker(ring, counters, nil, clk.Now),
+		Principals: harnessPrincipals,
+		Admitter:   adm,
+		Ledger:     led,
+		Metrics:    extproc.NewMetrics(prometheus.NewRegistry()),
+		Log:        log,
+		Now:        clk.Now,
 		Rand: func() uint64 {
 			if n, ok := g.rand[cur.get()]; ok {
 				return n
@@ -360,6 +361,7 @@ func replay(t *testing.T, g *goldenFile) goldenRun {
 	}
 
 	run := goldenRun{got: make([]*extprocsvc.ProcessingResponse, len(g.steps))}
+	rids := map[string]string{} // each stream's x-request-id
 	for i, s := range g.steps {
 		clk.step()
 		cur.set(s.stream)
@@ -392,13 +394,19 @@ func replay(t *testing.T, g *goldenFile) goldenRun {
 			ended[s.stream] = true
 			continue
 		}
-		if err := o.s.Send(s.req); err != nil {
+		if rid := requestID(s.req); rid != "" {
+			rids[s.stream] = rid
+		}
+		req := proto.Clone(s.req).(*extprocsvc.ProcessingRequest)
+		signAsEnvoy(req, clk.Now())
+		if err := o.s.Send(req); err != nil {
 			t.Fatalf("%s.request: %v", s.label, err)
 		}
 		resp, err := o.s.Recv()
 		if err != nil {
 			t.Fatalf("%s.request: no reply: %v", s.label, err)
 		}
+		checkHandoffSignature(t, s.label, rids[s.stream], resp, clk.Now())
 		run.got[i] = resp
 	}
 	// The end of the file: Envoy half-closes every stream still open.

@@ -1,12 +1,15 @@
 package extproc
 
 import (
+	"time"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/principal"
 )
 
 // The fallback handoff: everything a fallback request's two processors
@@ -44,33 +47,63 @@ type handoff struct {
 	// request to (chain.FallbackModelKey): an attempt's provider must be
 	// one of its providers.
 	Model string
+	// RequestID is the request's x-request-id, which the signature binds
+	// the handoff to (every attempt carries the same header).
+	RequestID string
+	// Signature signs the fields above (chain.FallbackSignatureKey).
+	Signature string
+}
+
+// fields are what the handoff's signature covers, after the request id.
+func (h handoff) fields() [3]string {
+	av := "0"
+	if h.ClientAnthropicVersion {
+		av = "1"
+	}
+	return [3]string{h.Path, av, h.Model}
+}
+
+// verify checks h's signature at now: issued for these fields and this
+// request no longer ago than maxAge.
+func (h handoff) verify(keys *principal.Keys, now time.Time, maxAge time.Duration) principal.Reason {
+	if keys == nil {
+		return reasonNoKeys
+	}
+	f := h.fields()
+	return keys.Verify(h.Signature, principal.ForHandoff, h.RequestID, now, maxAge, f[:]...)
 }
 
 // handoffFrom is the handoff of the client's request c, routed to model.
 func handoffFrom(c *clientRequest, model string) handoff {
-	return handoff{Path: c.path, ClientAnthropicVersion: c.clientAnthropicVersion, Model: model}
+	return handoff{Path: c.path, ClientAnthropicVersion: c.clientAnthropicVersion, Model: model, RequestID: c.requestID}
 }
 
-// Encode is h as the dynamic metadata of the downstream processor's
-// request-body reply.
-func (h handoff) Encode() *structpb.Struct {
+// Encode is h, signed with keys at now, as the dynamic metadata of the
+// downstream processor's request-body reply.
+func (h handoff) Encode(keys *principal.Keys, now time.Time) *structpb.Struct {
+	f := h.fields()
+	sig := keys.Sign(principal.ForHandoff, h.RequestID, now, f[:]...)
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
 		chain.UsageNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			chain.FallbackPathKey:             structpb.NewStringValue(h.Path),
 			chain.FallbackAnthropicVersionKey: structpb.NewBoolValue(h.ClientAnthropicVersion),
 			chain.FallbackModelKey:            structpb.NewStringValue(h.Model),
+			chain.FallbackSignatureKey:        structpb.NewStringValue(sig),
 		}}),
 	}}
 }
 
 // decodeHandoff reads the handoff from the metadata context of an
-// attempt's request headers; it is zero when there is none.
-func decodeHandoff(md *corev3.Metadata) handoff {
+// attempt's request headers, bound to the attempt's x-request-id
+// (requestID); its signature is empty when there is none.
+func decodeHandoff(md *corev3.Metadata, requestID string) handoff {
 	f := md.GetFilterMetadata()[chain.UsageNamespace].GetFields()
 	return handoff{
 		Path:                   f[chain.FallbackPathKey].GetStringValue(),
 		ClientAnthropicVersion: f[chain.FallbackAnthropicVersionKey].GetBoolValue(),
 		Model:                  f[chain.FallbackModelKey].GetStringValue(),
+		RequestID:              requestID,
+		Signature:              f[chain.FallbackSignatureKey].GetStringValue(),
 	}
 }
 

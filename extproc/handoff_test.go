@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"time"
+
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/principal"
 )
 
 // delivered is reply metadata as Envoy hands it to the next ext_proc
@@ -56,10 +59,14 @@ func TestHandoffRoundTrip(t *testing.T) {
 			var client clientRequest
 			client.note(headerGetter(hdrs(tt.client...)))
 			h := handoffFrom(&client, "fb")
-			if got := decodeHandoff(delivered(h.Encode())); got != h {
-				t.Errorf("decodeHandoff(Encode(%+v)) = %+v", h, got)
+			dec := decodeHandoff(delivered(h.Encode(testKeys, t0)), h.RequestID)
+			if r := dec.verify(testKeys, t0, time.Minute); r != principal.OK {
+				t.Errorf("the handoff's signature: %q", r)
 			}
-			got := decodeHandoff(delivered(h.Encode())).request(headerGetter(hdrs(tt.attempt...)))
+			if dec.Signature = ""; dec != h {
+				t.Errorf("decodeHandoff(Encode(%+v)) = %+v", h, dec)
+			}
+			got := decodeHandoff(delivered(h.Encode(testKeys, t0)), h.RequestID).request(headerGetter(hdrs(tt.attempt...)))
 			if diff := cmp.Diff(client, got, cmp.AllowUnexported(clientRequest{})); diff != "" {
 				t.Errorf("the attempt's request differs from the client's (-client +attempt):\n%s", diff)
 			}
@@ -69,22 +76,25 @@ func TestHandoffRoundTrip(t *testing.T) {
 
 // fallbackMeta is the handoff metadata as Envoy delivers it to an
 // attempt's stream, written out key by key.
-func fallbackMeta(path string, clientAnthropicVersion bool, model string) *corev3.Metadata {
+func fallbackMeta(path string, clientAnthropicVersion bool, model, sig string) *corev3.Metadata {
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{chain.UsageNamespace: {Fields: map[string]*structpb.Value{
 		chain.FallbackPathKey:             structpb.NewStringValue(path),
 		chain.FallbackAnthropicVersionKey: structpb.NewBoolValue(clientAnthropicVersion),
 		chain.FallbackModelKey:            structpb.NewStringValue(model),
+		chain.FallbackSignatureKey:        structpb.NewStringValue(sig),
 	}}}}
 }
 
 // TestHandoffWire: the metadata keys are chain's, as deployed Sluice
 // replicas and the golden fallback exchanges read them.
 func TestHandoffWire(t *testing.T) {
-	got := delivered(handoff{Path: "/v1/messages?beta=true", ClientAnthropicVersion: true, Model: "fb-claude"}.Encode())
-	if diff := cmp.Diff(fallbackMeta("/v1/messages?beta=true", true, "fb-claude"), got, protocmp.Transform()); diff != "" {
+	h := handoff{Path: "/v1/messages?beta=true", ClientAnthropicVersion: true, Model: "fb-claude", RequestID: "rid-9"}
+	got := delivered(h.Encode(testKeys, t0))
+	sig := testKeys.Sign(principal.ForHandoff, "rid-9", t0, "/v1/messages?beta=true", "1", "fb-claude")
+	if diff := cmp.Diff(fallbackMeta("/v1/messages?beta=true", true, "fb-claude", sig), got, protocmp.Transform()); diff != "" {
 		t.Errorf("Encode (-want +got):\n%s", diff)
 	}
-	if got := decodeHandoff(fallbackMeta("/v1/chat/completions", false, "fb")); got != (handoff{Path: "/v1/chat/completions", Model: "fb"}) {
+	if got := decodeHandoff(fallbackMeta("/v1/chat/completions", false, "fb", "v1.x"), "r"); got != (handoff{Path: "/v1/chat/completions", Model: "fb", RequestID: "r", Signature: "v1.x"}) {
 		t.Errorf("decodeHandoff = %+v", got)
 	}
 }
@@ -93,8 +103,8 @@ func TestHandoffWire(t *testing.T) {
 // attempt's request is what its headers say.
 func TestHandoffAbsent(t *testing.T) {
 	for _, md := range []*corev3.Metadata{nil, {}, authzMeta("key_x")} {
-		h := decodeHandoff(md)
-		if h != (handoff{}) {
+		h := decodeHandoff(md, "rid")
+		if h != (handoff{RequestID: "rid"}) {
 			t.Errorf("decodeHandoff(%v) = %+v, want none", md, h)
 		}
 		get := headerGetter(hdrs(":method", "POST", ":path", "/v1/messages", "anthropic-version", "2023-06-01", "x-request-id", "rid"))

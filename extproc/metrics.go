@@ -21,6 +21,9 @@ type Metrics struct {
 	// upstreamAttempts counts fallback attempts the upstream processor
 	// rewrote, by provider.
 	upstreamAttempts *prometheus.CounterVec
+	// principalRefused counts streams refused for a principal or a
+	// handoff that did not verify, by reason (principal.go).
+	principalRefused *prometheus.CounterVec
 	// localReplies counts responses to requests Sluice never admitted
 	// (another filter's or Envoy's local reply), passed unchanged.
 	localReplies *prometheus.CounterVec
@@ -50,12 +53,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Open ext_proc streams (downstream and upstream)."}),
 		upstreamAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_upstream_attempts_total",
 			Help: "Attempts of fallback requests rewritten for a provider by the upstream processor, by provider."}, []string{"provider"}),
+		principalRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_principal_refused_total",
+			Help: "ext_proc streams refused, with no provider credential sent, because the principal ext_authz signed or the fallback handoff did not verify, by reason (missing, malformed, bad_signature, expired, future, no_keys)."}, []string{"reason"}),
 		localReplies: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_local_replies_total",
 			Help: "Responses to requests Sluice never admitted (an ext_authz denial, Envoy's 413, another filter's local reply, which Envoy sends through ext_proc) passed unchanged and unmetered, by status."}, []string{"status"}),
 		usageChunks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_usage_chunks_total",
 			Help: "The usage chunks of streams whose include_usage Sluice forced on, by outcome: removed (metered, then kept from the client), oversized (an event over the hold limit, passed unmodified), encoded (a response the provider compressed despite accept-encoding: identity, passed unfiltered), unterminated (the held start of an event that never ended, lost because the response ended in trailers)."}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.requests, m.denials, m.tokens, m.cost, m.unparsed, m.unpriced, m.ledgerErrors, m.streams, m.upstreamAttempts, m.localReplies, m.usageChunks)
+	reg.MustRegister(m.requests, m.denials, m.tokens, m.cost, m.unparsed, m.unpriced, m.ledgerErrors, m.streams, m.upstreamAttempts, m.principalRefused, m.localReplies, m.usageChunks)
 	return m
 }
 

@@ -12,9 +12,9 @@ import (
 )
 
 func getHeaders(path string, extra ...string) *extprocsvc.ProcessingRequest {
-	return &extprocsvc.ProcessingRequest{MetadataContext: authzMeta("config:k"), Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{
+	return signAll(&extprocsvc.ProcessingRequest{MetadataContext: authzMeta("config:k"), Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{
 		Headers: hdrs(append([]string{":method", "GET", ":path", path, ":authority", "gw"}, extra...)...), EndOfStream: true,
-	}}}
+	}}})
 }
 
 // TestModelListAnswered: GET /v1/models is answered from the request

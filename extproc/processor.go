@@ -24,6 +24,7 @@ import (
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/payload"
+	"github.com/sluicegw/sluice/internal/principal"
 	"github.com/sluicegw/sluice/internal/sat"
 	"github.com/sluicegw/sluice/internal/ssefilter"
 	"github.com/sluicegw/sluice/internal/usage"
@@ -64,6 +65,11 @@ type Deps struct {
 	// provider of a weighted model. Nil means math/rand/v2, whose
 	// top-level source is per-thread in the runtime: fast and lock-free.
 	Rand func() uint64
+	// Principals returns the keys that verify the principal ext_authz
+	// signed and that sign and verify the fallback handoff
+	// (principal.go). Nil, or nil keys, refuses every signed principal
+	// and every fallback.
+	Principals func() *principal.Keys
 	// NewID returns the identity of a new spend record, unique and never
 	// empty. Nil means a UUIDv7 (unique, ordered by time).
 	NewID func() (string, error)
@@ -203,12 +209,15 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 	get := headerGetter(h.GetHeaders())
 	p.note(get)
 
-	// The principal: from ext_authz's metadata, else authenticate here.
-	if id := m.GetMetadataContext().GetFilterMetadata()[chain.AuthzNamespace].GetFields()["key_id"].GetStringValue(); id != "" {
-		p.principal, p.counted = p.d.Ring.ByID(id), true
-		if p.principal == nil {
-			return p.refuse(apierr.New(401, apierr.CodeUnknownKey, "the API key ext_authz accepted is no longer known"))
+	// The principal: from ext_authz's signed metadata, else authenticate
+	// here (principal.go).
+	f := m.GetMetadataContext().GetFilterMetadata()[chain.AuthzNamespace].GetFields()
+	if id, sig := f["key_id"].GetStringValue(), f[chain.PrincipalSignatureKey].GetStringValue(); id != "" || sig != "" {
+		pr, e := p.principalFrom(ctx, m, id, sig)
+		if e != nil {
+			return p.refuse(e)
 		}
+		p.principal, p.counted = pr, true
 	} else {
 		d := p.d.Auth.Authenticate(get)
 		if !d.Allowed() {
@@ -427,7 +436,12 @@ func (p *Processor) rewrite(body []byte, r resolved, dst destination) (*extprocs
 		return nil, err
 	}
 	if r.route.Fallback() {
-		resp.DynamicMetadata = handoffFrom(&p.clientRequest, r.route.Name).Encode()
+		keys := p.d.principalKeys()
+		if keys == nil {
+			p.d.refusedPrincipal(context.Background(), reasonNoKeys, "handoff", "model", r.route.Name)
+			return nil, handoffRefusal(reasonNoKeys)
+		}
+		resp.DynamicMetadata = handoffFrom(&p.clientRequest, r.route.Name).Encode(keys, p.d.Now())
 	}
 	return resp, nil
 }

@@ -105,14 +105,15 @@ func newDeps(t testing.TB) (*Deps, *recordingLedger) {
 	led := &recordingLedger{}
 	now := t0
 	return &Deps{
-		Policy:   func() *policies.Snapshot { return snap },
-		Ring:     ring,
-		Auth:     authz.NewChecker(ring, counters, func() time.Time { return t0 }),
-		Admitter: admission.NewLocal(counters, admission.LocalOptions{}),
-		Ledger:   led,
-		Metrics:  NewMetrics(prometheus.NewRegistry()),
-		Log:      log,
-		Now:      func() time.Time { now = now.Add(time.Millisecond); return now },
+		Policy:     func() *policies.Snapshot { return snap },
+		Ring:       ring,
+		Auth:       authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+		Admitter:   admission.NewLocal(counters, admission.LocalOptions{}),
+		Ledger:     led,
+		Principals: testPrincipals,
+		Metrics:    NewMetrics(prometheus.NewRegistry()),
+		Log:        log,
+		Now:        func() time.Time { now = now.Add(time.Millisecond); return now },
 	}, led
 }
 
@@ -124,15 +125,18 @@ func hdrs(kv ...string) *corev3.HeaderMap {
 	return m
 }
 
+// authzMeta is ext_authz's metadata for keyID, unsigned: the helpers
+// that make request-headers messages sign it for the message
+// (signAll).
 func authzMeta(keyID string) *corev3.Metadata {
 	s, _ := structpb.NewStruct(map[string]any{"key_id": keyID, "team": "t"})
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{chain.AuthzNamespace: s}}
 }
 
 func reqHeaders(path string, eos bool, md *corev3.Metadata, extra ...string) *extprocsvc.ProcessingRequest {
-	return &extprocsvc.ProcessingRequest{MetadataContext: md, Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{
+	return signAll(&extprocsvc.ProcessingRequest{MetadataContext: md, Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{
 		Headers: hdrs(append([]string{":method", "POST", ":path", path, ":authority", "gw", "x-request-id", "rid-1"}, extra...)...), EndOfStream: eos,
-	}}}
+	}}})
 }
 
 func reqBody(b string) *extprocsvc.ProcessingRequest {

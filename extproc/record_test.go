@@ -23,9 +23,9 @@ func chatOnce(t *testing.T, d *Deps, extra ...string) *extprocsvc.ProcessingResp
 	ctx := testctx.Deadline(t)
 	p := NewProcessor(d)
 	h := append([]string{":method", "POST", ":path", "/v1/chat/completions", ":authority", "gw"}, extra...)
-	p.Handle(ctx, &extprocsvc.ProcessingRequest{MetadataContext: authzMeta("config:k"), Request: &extprocsvc.ProcessingRequest_RequestHeaders{
+	p.Handle(ctx, signAll(&extprocsvc.ProcessingRequest{MetadataContext: authzMeta("config:k"), Request: &extprocsvc.ProcessingRequest_RequestHeaders{
 		RequestHeaders: &extprocsvc.HttpHeaders{Headers: hdrs(h...)},
-	}})
+	}}))
 	resp := p.Handle(ctx, reqBody(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
 	if resp.GetImmediateResponse() != nil {
 		return resp

@@ -58,14 +58,15 @@ func reserveDeps(t *testing.T) (*Deps, *spyAdmitter, *recordingLedger) {
 	spy := &spyAdmitter{next: admission.NewLocal(counters, admission.LocalOptions{})}
 	led := &recordingLedger{}
 	return &Deps{
-		Policy:   func() *policies.Snapshot { return snap },
-		Ring:     ring,
-		Auth:     authz.NewChecker(ring, counters, func() time.Time { return t0 }),
-		Admitter: spy,
-		Ledger:   led,
-		Metrics:  NewMetrics(prometheus.NewRegistry()),
-		Log:      log,
-		Now:      func() time.Time { return t0 },
+		Policy:     func() *policies.Snapshot { return snap },
+		Ring:       ring,
+		Auth:       authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+		Admitter:   spy,
+		Ledger:     led,
+		Principals: testPrincipals,
+		Metrics:    NewMetrics(prometheus.NewRegistry()),
+		Log:        log,
+		Now:        func() time.Time { return t0 },
 	}, spy, led
 }
 

@@ -108,7 +108,7 @@ func TestServerUpstreamStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The third attempt, on a host of fb's third provider, compat.
-	r := exchange(up, withHost(reqHeaders("/v1/chat/completions", false, nil, chain.RoutingHeader, "sluice.fallback.fb", chain.AttemptCountHeader, "3"), "compat"))
+	r := exchange(up, withHost(reqHeaders("/v1/chat/completions", false, fallbackHandoff("fb"), chain.RoutingHeader, "sluice.fallback.fb", chain.AttemptCountHeader, "3"), "compat"))
 	if diff := cmp.Diff(mutation{Remove: []string{chain.RoutingHeader, chain.AttemptCountHeader}}, flatten(r.GetRequestHeaders().GetResponse().GetHeaderMutation())); diff != "" {
 		t.Errorf("request headers (-want +got):\n%s", diff)
 	}

@@ -38,14 +38,15 @@ keys:
 			ctx := testctx.Deadline(t)
 			led := &recordingLedger{}
 			d := &Deps{
-				Policy:   func() *policies.Snapshot { return snap },
-				Ring:     ring,
-				Auth:     authz.NewChecker(ring, counters, func() time.Time { return t0 }),
-				Admitter: admission.NewLocal(counters, admission.LocalOptions{}),
-				Ledger:   led,
-				Metrics:  NewMetrics(prometheus.NewRegistry()),
-				Log:      log,
-				Now:      func() time.Time { return t0 },
+				Policy:     func() *policies.Snapshot { return snap },
+				Ring:       ring,
+				Auth:       authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+				Admitter:   admission.NewLocal(counters, admission.LocalOptions{}),
+				Ledger:     led,
+				Principals: testPrincipals,
+				Metrics:    NewMetrics(prometheus.NewRegistry()),
+				Log:        log,
+				Now:        func() time.Time { return t0 },
 			}
 			p := NewProcessor(d)
 			p.Handle(ctx, reqHeaders("/v1/chat/completions", false, authzMeta("config:k")))

@@ -8,6 +8,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/principal"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -64,11 +65,11 @@ func NewUpstreamProcessor(d *Deps) *UpstreamProcessor {
 
 // Handle answers one message with exactly one reply of the matching type
 // (or an ImmediateResponse).
-func (u *UpstreamProcessor) Handle(_ context.Context, m *extprocsvc.ProcessingRequest) *extprocsvc.ProcessingResponse {
+func (u *UpstreamProcessor) Handle(ctx context.Context, m *extprocsvc.ProcessingRequest) *extprocsvc.ProcessingResponse {
 	switch r := m.GetRequest().(type) {
 	case *extprocsvc.ProcessingRequest_RequestHeaders:
 		if u.state == awaitRequestHeaders {
-			return u.requestHeaders(m, r.RequestHeaders)
+			return u.requestHeaders(ctx, m, r.RequestHeaders)
 		}
 	case *extprocsvc.ProcessingRequest_RequestBody:
 		if u.state == awaitRequestBody {
@@ -84,10 +85,21 @@ func (u *UpstreamProcessor) Handle(_ context.Context, m *extprocsvc.ProcessingRe
 // record; the downstream processor settles the request.
 func (u *UpstreamProcessor) Cancel(context.Context) {}
 
-func (u *UpstreamProcessor) requestHeaders(m *extprocsvc.ProcessingRequest, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
+func (u *UpstreamProcessor) requestHeaders(ctx context.Context, m *extprocsvc.ProcessingRequest, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
 	get := headerGetter(h.GetHeaders())
 	u.headerPath, _ = get(":path")
-	ho := decodeHandoff(m.GetMetadataContext())
+	rid, _ := get("x-request-id")
+	ho := decodeHandoff(m.GetMetadataContext(), rid)
+	// Nothing of the attempt is read before its handoff verifies: an
+	// attempt the downstream processor did not admit gets no credential.
+	// The handoff lives as long as the reservation it rode on.
+	if r := ho.verify(u.d.principalKeys(), u.d.Now(), u.snap.Gateway().ReservationTTL); r != principal.OK {
+		var c clientRequest
+		c.note(get)
+		u.clientRequest = c
+		u.d.refusedPrincipal(ctx, r, "handoff", "request_id", clip(rid, maxClientRequestID), "path", pathOnly(c.path))
+		return u.refuse(handoffRefusal(r))
+	}
 	u.clientRequest, u.model = ho.request(get), ho.Model
 	u.host = hostProvider(m)
 	switch {

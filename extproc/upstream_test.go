@@ -108,10 +108,8 @@ func TestUpstreamProviderFromHost(t *testing.T) {
 }
 
 // fallbackHandoff is the downstream processor's handoff for a chat
-// request routed to model, as Envoy forwards it (nil without a model).
+// request routed to model ("": a handoff that names none), as Envoy
+// forwards it.
 func fallbackHandoff(model string) *corev3.Metadata {
-	if model == "" {
-		return nil
-	}
-	return delivered(handoff{Path: "/v1/chat/completions", Model: model}.Encode())
+	return delivered(handoff{Path: "/v1/chat/completions", Model: model, RequestID: "rid-1"}.Encode(testKeys, t0))
 }

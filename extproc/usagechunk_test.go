@@ -29,6 +29,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/principal"
 	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -69,15 +70,16 @@ func newUsageHarness(t *testing.T) *usageHarness {
 	counters := limits.New(limits.Options{})
 	h := &usageHarness{led: &goldenLedger{}, reg: prometheus.NewRegistry()}
 	deps := &extproc.Deps{
-		Policy:   func() *policies.Snapshot { return snap },
-		Ring:     ring,
-		Auth:     authz.NewChecker(ring, counters, time.Now),
-		Admitter: admission.NewLocal(counters, admission.LocalOptions{}),
-		Ledger:   h.led,
-		Metrics:  extproc.NewMetrics(h.reg),
-		Log:      log,
-		Now:      time.Now,
-		NewID:    sequentialIDs(),
+		Policy:     func() *policies.Snapshot { return snap },
+		Ring:       ring,
+		Auth:       authz.NewChecker(ring, counters, nil, time.Now),
+		Admitter:   admission.NewLocal(counters, admission.LocalOptions{}),
+		Ledger:     h.led,
+		Principals: harnessPrincipals,
+		Metrics:    extproc.NewMetrics(h.reg),
+		Log:        log,
+		Now:        time.Now,
+		NewID:      sequentialIDs(),
 	}
 	gs := grpc.NewServer()
 	extprocsvc.RegisterExternalProcessorServer(gs, extproc.NewServer(deps))
@@ -141,7 +143,8 @@ func (h *usageHarness) exchange(t *testing.T, path, body string, up upstream) ex
 		}
 		return r
 	}
-	md, _ := structpb.NewStruct(map[string]any{"key_id": "config:k", "team": "t"})
+	md, _ := structpb.NewStruct(map[string]any{"key_id": "config:k", "team": "t",
+		chain.PrincipalSignatureKey: harnessKeys.Sign(principal.ForPrincipal, "rid", time.Now(), "config:k", "t", "")})
 	header := func(kv ...string) *corev3.HeaderMap {
 		m := &corev3.HeaderMap{}
 		for i := 0; i+1 < len(kv); i += 2 {

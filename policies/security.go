@@ -1,6 +1,17 @@
 package policies
 
-import "time"
+import (
+	"bytes"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/principal"
+)
 
 // Security holds what keeps provider credentials with Envoy alone: the
 // keys that sign the principal ext_authz hands ext_proc, and the TLS of
@@ -48,3 +59,142 @@ type ServerTLS struct {
 
 // MTLS reports whether t asks for client certificates.
 func (t *ServerTLS) MTLS() bool { return t != nil && t.ClientCAFile != "" }
+
+// maxPrincipalMaxAge bounds security.principal_max_age: a signed
+// principal lives from ext_authz's answer to ext_proc's first message.
+const maxPrincipalMaxAge = time.Hour
+
+func (v *validator) security(s Security) {
+	for i, k := range s.PrincipalKeys {
+		path := indexPath("security.principal_keys", i)
+		switch {
+		case (k.Value == "") == (k.File == ""):
+			v.add(path, "set exactly one of value (normally ${ENV}) or file")
+		case k.Value != "" && len(k.Value) < principal.MinSecretBytes:
+			v.add(path+".value", "must be at least %d bytes, got %d (make one with: openssl rand -base64 32)", principal.MinSecretBytes, len(k.Value))
+		}
+	}
+	if s.PrincipalMaxAge < time.Second || s.PrincipalMaxAge > maxPrincipalMaxAge {
+		v.add("security.principal_max_age", "must be between 1s and %v, got %v", maxPrincipalMaxAge, s.PrincipalMaxAge)
+	}
+	if t := s.TLS; t != nil {
+		if t.CertFile == "" {
+			v.add("security.tls.cert_file", "required (Sluice's certificate chain, PEM)")
+		}
+		if t.KeyFile == "" {
+			v.add("security.tls.key_file", "required (the certificate's private key, PEM)")
+		}
+		if !t.AllowedClients.Empty() && t.ClientCAFile == "" {
+			v.add("security.tls.allowed_clients", "requires client_ca_file: client identities are only known from verified client certificates")
+		}
+		v.identities("security.tls.allowed_clients", t.AllowedClients)
+	}
+}
+
+// identities checks a list of certificate identities: URIs with a scheme
+// (spiffe://trust-domain/path), DNS names without spaces or schemes.
+func (v *validator) identities(path string, ids Identities) {
+	for i, u := range ids.URIs {
+		p, err := url.Parse(u)
+		if err != nil || p.Scheme == "" || strings.ContainsAny(u, " \t") {
+			v.add(indexPath(path+".uris", i), "must be a URI such as spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account, got %q", u)
+		}
+	}
+	for i, d := range ids.DNS {
+		if d == "" || strings.ContainsAny(d, " \t/:") {
+			v.add(indexPath(path+".dns", i), "must be a DNS name such as envoy.example.internal, got %q", d)
+		}
+	}
+}
+
+// extensionTLS checks xds.extension_tls: paths on Envoy's machine, so
+// absolute; one source for the client certificate and one for the CA.
+func (v *validator) extensionTLS(t *ExtensionTLS) {
+	if t == nil {
+		return
+	}
+	const path = "xds.extension_tls"
+	files := t.CertFile != "" || t.KeyFile != ""
+	switch {
+	case files && t.SDSCertificate != "":
+		v.add(path, "set either cert_file and key_file or sds_certificate, not both")
+	case files && (t.CertFile == "" || t.KeyFile == ""):
+		v.add(path, "cert_file and key_file go together (Envoy's client certificate and its key)")
+	case !files && t.SDSCertificate == "":
+		v.add(path, "set cert_file and key_file, or sds_certificate: Envoy needs a client certificate for Sluice's mTLS")
+	}
+	switch {
+	case t.CAFile != "" && t.SDSValidation != "":
+		v.add(path, "set either ca_file or sds_validation, not both")
+	case t.CAFile == "" && t.SDSValidation == "":
+		v.add(path, "set ca_file or sds_validation: Envoy must verify Sluice's certificate")
+	}
+	for _, f := range []struct{ name, val string }{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"ca_file", t.CAFile}} {
+		if f.val != "" && !filepath.IsAbs(f.val) {
+			v.add(path+"."+f.name, "must be an absolute path on Envoy's machine, got %q", f.val)
+		}
+	}
+	if t.SNI != "" && strings.ContainsAny(t.SNI, " \t/:") {
+		v.add(path+".sni", "must be a DNS name, got %q", t.SNI)
+	}
+	v.identities(path+".server_sans", t.ServerSANs)
+}
+
+func (v *validator) proxyless(p string) {
+	if p != ProxylessOff && p != ProxylessRoutingOnly {
+		v.add("xds.proxyless", "must be %s or %s, got %q", ProxylessOff, ProxylessRoutingOnly, p)
+	}
+}
+
+// principalKeys reads the signing secrets of s, a file's relative to the
+// config file's directory; nil when none is configured. A file that
+// cannot be read, or holds too short a secret, is a problem of its path.
+func principalKeys(s Security, file string) (*principal.Keys, error) {
+	if len(s.PrincipalKeys) == 0 {
+		return nil, nil
+	}
+	secrets := make([][]byte, 0, len(s.PrincipalKeys))
+	var ps Problems
+	for i, k := range s.PrincipalKeys {
+		if k.File == "" {
+			secrets = append(secrets, []byte(k.Value.Reveal()))
+			continue
+		}
+		path := indexPath("security.principal_keys", i) + ".file"
+		name := k.File
+		if !filepath.IsAbs(name) {
+			name = filepath.Join(filepath.Dir(file), name)
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			ps = append(ps, Problem{File: file, Path: path, Msg: fmt.Sprintf("cannot read the secret: %v", err)})
+			continue
+		}
+		b = bytes.TrimRight(b, "\r\n")
+		if len(b) < principal.MinSecretBytes {
+			ps = append(ps, Problem{File: file, Path: path, Msg: fmt.Sprintf("%s holds %d bytes; a secret needs at least %d (make one with: openssl rand -base64 32 > %s)", name, len(b), principal.MinSecretBytes, name)})
+			continue
+		}
+		secrets = append(secrets, b)
+	}
+	if len(ps) > 0 {
+		return nil, ps
+	}
+	return principal.New(secrets)
+}
+
+// resolveTLS is t with its files resolved against the config file's
+// directory.
+func resolveTLS(t *ServerTLS, file string) *ServerTLS {
+	if t == nil {
+		return nil
+	}
+	out := *t
+	for _, p := range []*string{&out.CertFile, &out.KeyFile, &out.ClientCAFile} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(filepath.Dir(file), *p)
+		}
+	}
+	out.AllowedClients = Identities{URIs: slices.Clone(t.AllowedClients.URIs), DNS: slices.Clone(t.AllowedClients.DNS)}
+	return &out
+}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/principal"
 	"github.com/sluicegw/sluice/internal/provider"
 )
 
@@ -29,6 +30,8 @@ type Snapshot struct {
 	cfg        *Config
 	sqlitePath string
 	ledgerPath string
+	principals *principal.Keys // nil: none configured
+	serverTLS  *ServerTLS      // files resolved; nil: plaintext
 	providers  map[string]*Provider
 	pathPrefix map[string]string // provider name → base_url path, no trailing slash
 	passTo     map[llmapi.Dialect]*Provider
@@ -189,6 +192,10 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile policies: ledger.sqlite: %w", err)
 	}
+	keys, err := principalKeys(c.Security, file)
+	if err != nil {
+		return nil, err
+	}
 	// The version hashes every value of the config, a large part of the
 	// work for a config of many keys: it is made on another goroutine,
 	// beside whatever the caller does next, and Version waits for it.
@@ -205,6 +212,8 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 		orgs:       make(map[string]Limits, len(c.Orgs)),
 		teamIndex:  make(map[string]int, len(c.Teams)),
 		xds:        c.XDS,
+		principals: keys,
+		serverTLS:  resolveTLS(c.Security.TLS, file),
 	}
 	if len(s.xds.SluiceAddresses) == 0 {
 		s.xds.SluiceAddresses = []string{Dialable(c.Listen.GRPC)}
@@ -338,6 +347,17 @@ func (s *Snapshot) Models() []*ModelRoute {
 
 // Gateway returns the request-path settings.
 func (s *Snapshot) Gateway() Gateway { return s.cfg.Gateway }
+
+// PrincipalKeys are the secrets of security.principal_keys, or nil when
+// none is configured (the process then signs with one of its own).
+func (s *Snapshot) PrincipalKeys() *principal.Keys { return s.principals }
+
+// PrincipalMaxAge is security.principal_max_age.
+func (s *Snapshot) PrincipalMaxAge() time.Duration { return s.cfg.Security.PrincipalMaxAge }
+
+// ServerTLS is security.tls with its files resolved against the config
+// file's directory; nil when Sluice's servers speak plaintext.
+func (s *Snapshot) ServerTLS() *ServerTLS { return s.serverTLS }
 
 // PathPrefix is the path of a provider's base_url (no trailing slash),
 // put before the request path: parsed once here, not per request.
@@ -480,6 +500,17 @@ func (c *Config) clone() *Config {
 		g.Metadata = maps.Clone(g.Metadata)
 		g.SluiceAddresses = slices.Clone(g.SluiceAddresses)
 		g.UpstreamCAFile = clonePtr(g.UpstreamCAFile)
+	}
+	if t := c.XDS.ExtensionTLS; t != nil {
+		t2 := *t
+		t2.ServerSANs = Identities{URIs: slices.Clone(t.ServerSANs.URIs), DNS: slices.Clone(t.ServerSANs.DNS)}
+		out.XDS.ExtensionTLS = &t2
+	}
+	out.Security.PrincipalKeys = slices.Clone(c.Security.PrincipalKeys)
+	if t := c.Security.TLS; t != nil {
+		t2 := *t
+		t2.AllowedClients = Identities{URIs: slices.Clone(t.AllowedClients.URIs), DNS: slices.Clone(t.AllowedClients.DNS)}
+		out.Security.TLS = &t2
 	}
 	out.Pricing = maps.Clone(c.Pricing)
 	out.Orgs = slices.Clone(c.Orgs)

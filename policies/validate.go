@@ -66,6 +66,9 @@ func (c *Config) check() []issue {
 	teams := v.teams(c, orgs, owners, known)
 	v.keys(c, teams, owners, known)
 	v.xds(c.XDS)
+	v.extensionTLS(c.XDS.ExtensionTLS)
+	v.proxyless(c.XDS.Proxyless)
+	v.security(c.Security)
 	if t := c.Admin.Token.Reveal(); t != "" && len(t) < 16 {
 		v.add("admin.token", "must be at least 16 characters (use a random token, e.g. openssl rand -hex 24)")
 	}

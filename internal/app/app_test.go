@@ -136,6 +136,7 @@ func checkAs(t *testing.T, c authv3.AuthorizationClient, key string) int {
 			Headers: map[string]string{
 				":method": "POST", ":path": "/v1/chat/completions", ":scheme": "http", ":authority": "127.0.0.1:10000",
 				"authorization": "Bearer " + key, "content-type": "application/json",
+				"x-request-id": "0c5c4b0e-3c9f-4f0e-8f53-6d1f3b1b2c3d",
 			},
 		},
 	}}}
@@ -344,6 +345,7 @@ xds:
   node_groups:
     - {name: rhel, cluster: "rhel-*", upstream_ca_file: %q}
     - {name: same, cluster: "same-*", upstream_ca_file: %q}
+security: {principal_keys: [{value: test-principal-key-0123456789abcdef}]}
 `, good, missing, empty, missing)), 0o600)
 	stdout, stderr, err := run(t, "check-config", config)
 	if err != nil {
@@ -538,6 +540,7 @@ pricing:
   claude: {input: 3000000, output: 15000000}
   claude-priced: {input: 3000000, cached_input: 300000, cache_write: 3750000, cache_write_1h: 6000000, output: 15000000}
   llama: {input: 1, output: 1}
+security: {principal_keys: [{value: test-principal-key-0123456789abcdef}]}
 `), 0o600)
 	stdout, stderr, err := run(t, "check-config", config)
 	if err != nil || !strings.Contains(stdout, ": ok (version ") {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -52,7 +53,42 @@ func runCheckConfig(args []string, stdout, stderr io.Writer, env Env) error {
 	for _, w := range snap.PricingWarnings() {
 		fmt.Fprintln(stderr, "warning: "+w.String())
 	}
+	for _, w := range securityWarnings(snap) {
+		fmt.Fprintln(stderr, "warning: "+w)
+	}
 	return nil
+}
+
+// securityWarnings are what check-config says of a config that leaves
+// provider credentials less guarded than a fleet needs: no shared
+// principal keys; a gRPC or xDS listener off loopback without mTLS.
+func securityWarnings(snap *policies.Snapshot) []string {
+	var ws []string
+	if snap.PrincipalKeys() == nil {
+		ws = append(ws, noPrincipalKeys)
+	}
+	l := snap.Listen()
+	for _, a := range []struct{ name, addr string }{{"grpc", l.GRPC}, {"xds", l.XDS}} {
+		if !snap.ServerTLS().MTLS() && !loopback(a.addr) {
+			ws = append(ws, fmt.Sprintf("listen.%s is %s, off loopback, without mTLS (security.tls.client_ca_file): any process that reaches it can ask for provider credentials%s; set security.tls with client_ca_file and allowed_clients, or let a mesh sidecar do the mTLS with an AuthorizationPolicy that admits only your Envoys (envoy/istio)",
+				a.name, a.addr, map[bool]string{true: " (through ext_proc with a valid Sluice key)", false: " and the whole topology"}[a.name == "grpc"]))
+		}
+	}
+	return ws
+}
+
+// loopback reports whether the host of addr (host:port) is a loopback
+// address or localhost; an empty host (every interface) is not.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // printUpstreamCAs says, for each https provider, which CA file Envoy is

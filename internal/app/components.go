@@ -29,6 +29,7 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger"
 	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
 	"github.com/sluicegw/sluice/internal/limits"
+	"github.com/sluicegw/sluice/internal/principal"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/internal/store/sqlite"
 	"github.com/sluicegw/sluice/policies"
@@ -418,16 +419,21 @@ func (c *components) buildControlPlane() error {
 // servers builds the ext_authz and ext_proc services on the gRPC server,
 // with gRPC health, the ADS server, and the admin HTTP server.
 func (c *components) servers() error {
-	checker := authz.NewChecker(c.ring, c.counters, nil)
+	keys, err := c.principalKeys()
+	if err != nil {
+		return err
+	}
+	checker := authz.NewChecker(c.ring, c.counters, keys, nil)
 	extprocServer := extproc.NewServer(&extproc.Deps{
-		Policy:   c.watcher.Current,
-		Ring:     c.ring,
-		Auth:     checker,
-		Admitter: c.admitter,
-		Ledger:   c.ledger,
-		Metrics:  extproc.NewMetrics(c.reg),
-		Log:      c.log.With("component", "extproc"),
-		Now:      time.Now,
+		Policy:     c.watcher.Current,
+		Ring:       c.ring,
+		Auth:       checker,
+		Admitter:   c.admitter,
+		Ledger:     c.ledger,
+		Metrics:    extproc.NewMetrics(c.reg),
+		Log:        c.log.With("component", "extproc"),
+		Now:        time.Now,
+		Principals: keys,
 	})
 	// One panicking request fails its own call or stream, never the
 	// process (internal/grpcguard); both servers are guarded.
@@ -447,7 +453,6 @@ func (c *components) servers() error {
 	healthpb.RegisterHealthServer(c.grpc, c.health)
 	c.xdsGRPC = grpc.NewServer(guard.ServerOptions()...)
 
-	var err error
 	c.admin, err = admin.New(admin.Deps{
 		Gatherer: c.reg, Ready: c.ready, Log: c.log,
 		Policy: c.watcher.Current, Keys: c.store, Groups: c.store, Principals: c.ring,
@@ -455,6 +460,29 @@ func (c *components) servers() error {
 	})
 	return err
 }
+
+// principalKeys returns the keys that sign and verify principals and
+// handoffs: security.principal_keys as the current config has them, else
+// a random key this process makes once, which no other process accepts.
+func (c *components) principalKeys() (func() *principal.Keys, error) {
+	own, err := principal.Generate()
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range securityWarnings(c.snap) {
+		c.log.Warn(w)
+	}
+	return func() *principal.Keys {
+		if k := c.watcher.Current().PrincipalKeys(); k != nil {
+			return k
+		}
+		return own
+	}, nil
+}
+
+// noPrincipalKeys is said, by serve at start and by check-config, of a
+// config without security.principal_keys.
+const noPrincipalKeys = "security.principal_keys is not set: this process signs the principal ext_authz hands ext_proc with a random key of its own, so only one replica works; more than one replica (ext_authz answered by one, ext_proc by another) needs the same security.principal_keys on every replica"
 
 // ready is nil once the config is compiled and the key ring has loaded
 // the store (/readyz, gRPC health).

@@ -84,7 +84,19 @@ const (
 	// UsageNamespace) in which the downstream processor names the model it
 	// routed to the fallback cluster.
 	FallbackModelKey = "fallback_model"
+	// FallbackSignatureKey is the dynamic metadata field (namespace
+	// UsageNamespace) holding the handoff's signature
+	// (internal/principal, ForHandoff), without which an attempt is
+	// refused and no credential is sent.
+	FallbackSignatureKey = "fallback_sig"
 )
+
+// PrincipalSignatureKey is the field of ext_authz's dynamic metadata
+// (AuthzNamespace) holding the principal's signature (internal/principal,
+// ForPrincipal, over key_id, team and org and the request's x-request-id).
+// ext_proc refuses a principal without a valid one. No access log format
+// names it.
+const PrincipalSignatureKey = "sig"
 
 // The attempt's provider, from its upstream host. An aggregate cluster
 // skips members without healthy hosts when it spreads load over the
@@ -125,6 +137,12 @@ const (
 type Options struct {
 	// Cluster is the name of the Envoy cluster of Sluice's gRPC service.
 	Cluster string
+	// Authority is the :authority of the filters' gRPC calls to Cluster.
+	// Empty: Envoy's default, the cluster name, which must then be a valid
+	// host. Istio's cluster names (outbound|9001||sluice.ns.svc.cluster.local)
+	// are not, so the Istio manifest sets the Service's host here, as
+	// istiod does for its own ext_authz providers.
+	Authority string
 	// FailOpen lets requests through when Sluice is unreachable (both
 	// filters' failure_mode_allow). Default false: fail closed.
 	FailOpen bool
@@ -135,7 +153,7 @@ type Options struct {
 // retryable status, where Envoy's default 403 would read as "forbidden").
 func Authz(o Options) *extauthzv3.ExtAuthz {
 	return &extauthzv3.ExtAuthz{
-		Services:            &extauthzv3.ExtAuthz_GrpcService{GrpcService: grpcService(o.Cluster, AuthzTimeout)},
+		Services:            &extauthzv3.ExtAuthz_GrpcService{GrpcService: grpcService(o, AuthzTimeout)},
 		TransportApiVersion: corev3.ApiVersion_V3,
 		FailureModeAllow:    o.FailOpen,
 		StatusOnError:       &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
@@ -171,7 +189,7 @@ func Authz(o Options) *extauthzv3.ExtAuthz {
 // directly).
 func ExtProc(o Options) *extprocv3.ExternalProcessor {
 	return &extprocv3.ExternalProcessor{
-		GrpcService:      grpcService(o.Cluster, 0),
+		GrpcService:      grpcService(o, 0),
 		FailureModeAllow: o.FailOpen,
 		StatusOnError:    &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
 		ProcessingMode: &extprocv3.ProcessingMode{
@@ -217,7 +235,7 @@ func HTTPFilters(o Options) []*hcmv3.HttpFilter {
 // It asks for UpstreamHostProviderAttribute, the provider of the host the
 // attempt goes to, which names the attempt's provider.
 func UpstreamExtProc(o Options) *extprocv3.ExternalProcessor {
-	gs := grpcService(o.Cluster, 0)
+	gs := grpcService(o, 0)
 	gs.InitialMetadata = []*corev3.HeaderValue{{Key: UpstreamMetadataKey, Value: UpstreamMetadataValue}}
 	return &extprocv3.ExternalProcessor{
 		GrpcService:       gs,
@@ -264,8 +282,8 @@ func filter(name string, cfg proto.Message) *hcmv3.HttpFilter {
 	return &hcmv3.HttpFilter{Name: name, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: a}}
 }
 
-func grpcService(cluster string, timeout time.Duration) *corev3.GrpcService {
-	s := &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: cluster}}}
+func grpcService(o Options, timeout time.Duration) *corev3.GrpcService {
+	s := &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: o.Cluster, Authority: o.Authority}}}
 	if timeout > 0 {
 		s.Timeout = durationpb.New(timeout)
 	}

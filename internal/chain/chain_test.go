@@ -3,6 +3,7 @@ package chain
 import (
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	"google.golang.org/protobuf/proto"
@@ -93,5 +94,27 @@ func TestUpstreamConfigsValidate(t *testing.T) {
 	var got extprocv3.ExternalProcessor
 	if err := fs[0].GetTypedConfig().UnmarshalTo(&got); err != nil || !proto.Equal(&got, ep) {
 		t.Errorf("ext_proc typed config %v (%v)", &got, err)
+	}
+}
+
+// Authority reaches every gRPC service the chain emits, and is left to
+// Envoy's default (the cluster name) when unset.
+func TestAuthority(t *testing.T) {
+	for _, authority := range []string{"", "sluice.sluice-system.svc.cluster.local"} {
+		o := Options{Cluster: "outbound|9001||sluice.sluice-system.svc.cluster.local", Authority: authority}
+		for name, g := range map[string]interface {
+			GetEnvoyGrpc() *corev3.GrpcService_EnvoyGrpc
+		}{
+			"ext_authz":         Authz(o).GetGrpcService(),
+			"ext_proc":          ExtProc(o).GetGrpcService(),
+			"upstream ext_proc": UpstreamExtProc(o).GetGrpcService(),
+		} {
+			if got := g.GetEnvoyGrpc(); got.GetClusterName() != o.Cluster || got.GetAuthority() != authority {
+				t.Errorf("%s with Authority %q: envoy_grpc %v", name, authority, got)
+			}
+		}
+		if err := Authz(o).ValidateAll(); err != nil {
+			t.Errorf("ext_authz with Authority %q: %v", authority, err)
+		}
 	}
 }

@@ -1,0 +1,132 @@
+package extproc
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+
+	"github.com/sluicegw/sluice/authz"
+	"github.com/sluicegw/sluice/internal/apierr"
+	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/keyring"
+	"github.com/sluicegw/sluice/internal/principal"
+)
+
+// A stream is served a provider credential only with proof that Envoy
+// sends it on behalf of a valid key:
+//   - the downstream processor takes its caller from ext_authz's dynamic
+//     metadata only when the metadata's signature (chain.
+//     PrincipalSignatureKey) verifies for the key id, team and org it names
+//     and for the request's own x-request-id, within the principal's
+//     maximum age; then it resolves the key again and refuses it if it was
+//     revoked, expired or lost its team since. Without any principal it
+//     authenticates the caller's own key from the headers (ext_proc
+//     without ext_authz), which ext_authz removes: a stream that carries
+//     neither a signed principal nor a key gets no credential;
+//   - the upstream processor serves an attempt only when the handoff the
+//     downstream processor left carries a signature (chain.
+//     FallbackSignatureKey) over its fields and the request's
+//     x-request-id, issued no longer ago than the reservation it rode on
+//     lives (gateway.reservation_ttl).
+// Every refusal is counted in sluice_principal_refused_total{reason} and
+// logged with the peer that opened the stream; no signature is ever
+// logged.
+
+// Reasons of sluice_principal_refused_total besides principal.Reason's.
+const (
+	reasonNoKeys principal.Reason = "no_keys" // this process has nothing to verify with
+)
+
+// principalFrom resolves the caller of a request whose ext_authz metadata
+// names key id and carries sig: nil and the refusal when the signature
+// does not verify or the key may no longer call.
+func (p *Processor) principalFrom(ctx context.Context, m *extprocsvc.ProcessingRequest, id, sig string) (*keyring.Principal, *apierr.Error) {
+	f := m.GetMetadataContext().GetFilterMetadata()[chain.AuthzNamespace].GetFields()
+	team, org := f["team"].GetStringValue(), f["org"].GetStringValue()
+	reason := reasonNoKeys
+	if keys := p.d.principalKeys(); keys != nil {
+		reason = keys.Verify(sig, principal.ForPrincipal, p.requestID, p.d.Now(), p.snap.PrincipalMaxAge(), id, team, org)
+	}
+	if id == "" && reason == principal.OK {
+		reason = principal.Missing
+	}
+	if reason != principal.OK {
+		p.d.refusedPrincipal(ctx, reason, "principal", "key_id", id, "request_id", clip(p.requestID, maxClientRequestID), "path", pathOnly(p.path))
+		return nil, principalRefusal(reason)
+	}
+	pr := p.d.Ring.ByID(id)
+	if pr == nil {
+		return nil, apierr.New(401, apierr.CodeUnknownKey, "the API key ext_authz accepted is no longer known")
+	}
+	if e := authz.Usable(pr, p.d.Now()); e != nil {
+		return nil, e
+	}
+	return pr, nil
+}
+
+// principalRefusal is the client's answer to a principal that did not
+// verify: 403, or 503 when only its time was wrong (a clock that drifted
+// between replicas, a request that waited: worth a retry).
+func principalRefusal(r principal.Reason) *apierr.Error {
+	status := http.StatusForbidden
+	if r == principal.Expired || r == principal.Future || r == reasonNoKeys {
+		status = http.StatusServiceUnavailable
+	}
+	return apierr.New(status, apierr.CodePrincipalRefused,
+		"the gateway could not verify this request's authorization (%s); only Envoy, after Sluice's ext_authz accepted the key, may call this service", r)
+}
+
+// handoffRefusal is the answer to an attempt whose handoff did not verify.
+func handoffRefusal(r principal.Reason) *apierr.Error {
+	return apierr.New(http.StatusForbidden, apierr.CodeHandoffRefused,
+		"the fallback attempt carries no valid handoff from the gateway (%s); no provider credential was sent", r)
+}
+
+// principalKeys are the keys in force, or nil.
+func (d *Deps) principalKeys() *principal.Keys {
+	if d.Principals == nil {
+		return nil
+	}
+	return d.Principals()
+}
+
+// refusedPrincipal counts and logs a refused principal or handoff (what
+// names it), with the peer that sent it.
+func (d *Deps) refusedPrincipal(ctx context.Context, r principal.Reason, what string, attrs ...any) {
+	d.Metrics.principalRefused.WithLabelValues(string(r)).Inc()
+	d.Log.WarnContext(ctx, what+" refused: no provider credential sent", append([]any{"reason", string(r), "peer", peerOf(ctx)}, attrs...)...)
+}
+
+// peerOf names the process at the other end of ctx's stream: its address
+// and, over mTLS, the identity its certificate carries.
+func peerOf(ctx context.Context) string {
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return "unknown"
+	}
+	name := pr.Addr.String()
+	if ti, ok := pr.AuthInfo.(credentials.TLSInfo); ok {
+		if id := certIdentity(ti.State); id != "" {
+			name += " (" + id + ")"
+		}
+	}
+	return name
+}
+
+func certIdentity(s tls.ConnectionState) string {
+	if len(s.PeerCertificates) == 0 {
+		return ""
+	}
+	c := s.PeerCertificates[0]
+	switch {
+	case len(c.URIs) > 0:
+		return c.URIs[0].String()
+	case len(c.DNSNames) > 0:
+		return c.DNSNames[0]
+	}
+	return c.Subject.CommonName
+}
