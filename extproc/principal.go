@@ -2,18 +2,16 @@ package extproc
 
 import (
 	"context"
-	"crypto/tls"
 	"net/http"
 
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/principal"
+	"github.com/sluicegw/sluice/internal/tlsserve"
 )
 
 // A stream is served a provider credential only with proof that Envoy
@@ -48,11 +46,11 @@ func (p *Processor) principalFrom(ctx context.Context, m *extprocsvc.ProcessingR
 	f := m.GetMetadataContext().GetFilterMetadata()[chain.AuthzNamespace].GetFields()
 	team, org := f["team"].GetStringValue(), f["org"].GetStringValue()
 	reason := reasonNoKeys
-	if keys := p.d.principalKeys(); keys != nil {
-		reason = keys.Verify(sig, principal.ForPrincipal, p.requestID, p.d.Now(), p.snap.PrincipalMaxAge(), id, team, org)
-	}
-	if id == "" && reason == principal.OK {
+	switch keys := p.d.principalKeys(); {
+	case id == "":
 		reason = principal.Missing
+	case keys != nil:
+		reason = keys.Verify(sig, principal.ForPrincipal, p.requestID, p.d.Now(), p.snap.PrincipalMaxAge(), id, team, org)
 	}
 	if reason != principal.OK {
 		p.d.refusedPrincipal(ctx, reason, "principal", "key_id", id, "request_id", clip(p.requestID, maxClientRequestID), "path", pathOnly(p.path))
@@ -98,35 +96,5 @@ func (d *Deps) principalKeys() *principal.Keys {
 // names it), with the peer that sent it.
 func (d *Deps) refusedPrincipal(ctx context.Context, r principal.Reason, what string, attrs ...any) {
 	d.Metrics.principalRefused.WithLabelValues(string(r)).Inc()
-	d.Log.WarnContext(ctx, what+" refused: no provider credential sent", append([]any{"reason", string(r), "peer", peerOf(ctx)}, attrs...)...)
-}
-
-// peerOf names the process at the other end of ctx's stream: its address
-// and, over mTLS, the identity its certificate carries.
-func peerOf(ctx context.Context) string {
-	pr, ok := peer.FromContext(ctx)
-	if !ok {
-		return "unknown"
-	}
-	name := pr.Addr.String()
-	if ti, ok := pr.AuthInfo.(credentials.TLSInfo); ok {
-		if id := certIdentity(ti.State); id != "" {
-			name += " (" + id + ")"
-		}
-	}
-	return name
-}
-
-func certIdentity(s tls.ConnectionState) string {
-	if len(s.PeerCertificates) == 0 {
-		return ""
-	}
-	c := s.PeerCertificates[0]
-	switch {
-	case len(c.URIs) > 0:
-		return c.URIs[0].String()
-	case len(c.DNSNames) > 0:
-		return c.DNSNames[0]
-	}
-	return c.Subject.CommonName
+	d.Log.WarnContext(ctx, what+" refused: no provider credential sent", append([]any{"reason", string(r), "peer", tlsserve.PeerIdentity(ctx)}, attrs...)...)
 }

@@ -154,6 +154,7 @@ type adsClient struct {
 	node          *corev3.Node
 	nodeFirstOnly bool        // ads_config.set_node_on_first_message_only
 	target        string      // the xDS server, host:port
+	sec           *grpcTLS    // the xDS cluster's TLS; nil: plaintext
 	md            metadata.MD // grpc_service.initial_metadata
 	initTimeout   time.Duration
 	static        []*clusterv3.Cluster
@@ -269,8 +270,6 @@ func (e *Emulator) newADSClient(b *bootstrapv3.Bootstrap) (*adsClient, error) {
 	switch {
 	case xc == nil:
 		return nil, fmt.Errorf("dynamic_resources.ads_config: envoy_grpc.cluster_name %q: no such static cluster", xdsCluster)
-	case xc.tls != nil:
-		return nil, fmt.Errorf("dynamic_resources.ads_config: cluster %q has an UpstreamTlsContext: the emulator speaks ADS in plaintext only", xdsCluster)
 	case !xc.http2:
 		return nil, fmt.Errorf("dynamic_resources.ads_config: cluster %q must enable HTTP/2 (typed_extension_protocol_options %s explicit_http_config.http2_protocol_options)", xdsCluster, typeHTTPProtoOpt)
 	}
@@ -279,6 +278,12 @@ func (e *Emulator) newADSClient(b *bootstrapv3.Bootstrap) (*adsClient, error) {
 		return nil, fmt.Errorf("dynamic_resources.ads_config: cluster %q has no endpoints", xdsCluster)
 	}
 	c.target = ep
+	if xc.tls != nil {
+		// ADS goes through the cluster's transport socket, as every
+		// envoy_grpc service does (grpcconn.go). The cluster is static:
+		// its files were read now, once, as Envoy reads them at start-up.
+		c.sec = &grpcTLS{u: xc.tls, connectTimeout: xc.connectTimeout}
+	}
 	for _, h := range ads.GetGrpcServices()[0].GetInitialMetadata() {
 		c.md = metadata.Join(c.md, metadata.Pairs(h.GetKey(), h.GetValue()))
 	}

@@ -18,7 +18,6 @@ import (
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -65,7 +64,10 @@ func (c *adsClient) run(ctx context.Context) error {
 		return errors.New("envoytest: Run is already running")
 	}
 	defer c.running.Store(false)
-	conn, err := grpc.NewClient(c.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// A connection that fails — the server down, or the TLS handshake
+	// refused either way — fails the stream, which is retried with the
+	// backoff below, as GrpcMuxImpl retries it.
+	conn, err := grpc.NewClient(c.target, c.sec.dialOption())
 	if err != nil {
 		return fmt.Errorf("ads: dial %s: %w", c.target, err)
 	}

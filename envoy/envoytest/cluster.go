@@ -162,7 +162,7 @@ func (e *Emulator) newCluster(c *clusterv3.Cluster, eds map[string]*endpointv3.C
 		if ts.GetTypedConfig().MessageName() != typeUpstreamTLS {
 			return nil, fail("transport_socket %q is not supported by the emulator (only envoy.transport_sockets.tls, an UpstreamTlsContext)", ts.GetName())
 		}
-		t, err := newUpstreamTLS(ts)
+		t, err := e.tls.load(c, cl.http2)
 		if err != nil {
 			return nil, fail("transport_socket UpstreamTlsContext: %v", err)
 		}

@@ -103,6 +103,13 @@ func ParseBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
 // implement, rather than ignoring it. A bootstrap with dynamic_resources
 // gives no config: it is subscribed to over ADS (ads.go) by Run.
 func (e *Emulator) buildConfig(b *bootstrapv3.Bootstrap) (*config, error) {
+	// Envoy adds the static secrets before it builds any cluster
+	// (MainImpl::initialize, source/server/configuration_impl.cc).
+	secrets, err := newStaticSecrets(b.GetStaticResources().GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	e.tls.secrets = secrets
 	if b.GetDynamicResources() != nil {
 		x, err := e.newADSClient(b)
 		e.xds = x

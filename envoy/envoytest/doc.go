@@ -182,21 +182,37 @@
 //     UpstreamTlsContext (tls.go), spoken with crypto/tls and verified
 //     exactly as far as the context asks, as Envoy's TLS socket does
 //     (source/common/tls/): sni is sent as SNI (none when unset);
-//     alpn_protocols are offered, and the cluster's protocol is spoken
+//     alpn_protocols are offered, or, without them, the cluster's
+//     protocol ("h2" or "http/1.1": the HTTP connection pool's ALPN
+//     fallback, conn_pool_base.cc), and the cluster's protocol is spoken
 //     whatever the server picks (explicit_http_config; HTTP/2 with prior
 //     knowledge); TLS 1.2 only, with Envoy's client cipher suites and
-//     curves (ClientContextConfigImpl's defaults). trusted_ca (filename,
-//     inline_string or inline_bytes; every certificate of the bundle a
-//     trust anchor, as with X509_V_FLAG_PARTIAL_CHAIN) verifies the chain
-//     for server use, without a host name check; then
-//     match_typed_subject_alt_names of type DNS must match a DNS SAN of
-//     the leaf (exact with Envoy's DNS rules — case-insensitive, a
-//     wildcard SAN label covers one label — or prefix, suffix,
-//     ignore_case; san_matcher.cc). Without trusted_ca nothing is
-//     verified and any certificate is accepted; system_root_certs, which
-//     Envoy does not implement, is ignored. Refused at load as Envoy
+//     curves (ClientContextConfigImpl's defaults). A client certificate
+//     (tls_certificates' certificate_chain and private_key, filename,
+//     inline_string or inline_bytes; or a static secret named by
+//     tls_certificate_sds_secret_configs) is sent when the server asks
+//     for one. trusted_ca (filename, inline_string or inline_bytes; every
+//     certificate of the bundle a trust anchor, as with
+//     X509_V_FLAG_PARTIAL_CHAIN), inline or from a static secret named by
+//     validation_context_sds_secret_config, verifies the chain for server
+//     use, without a host name check; then
+//     match_typed_subject_alt_names must match, any of them, a SAN of
+//     their type: DNS (exact with Envoy's DNS rules — case-insensitive, a
+//     wildcard SAN label covers one label — or prefix, suffix, contains,
+//     ignore_case) or URI (a SPIFFE ID: the StringMatcher on the URI as
+//     the certificate spells it) (san_matcher.cc). Without trusted_ca
+//     nothing is verified and any certificate is accepted;
+//     system_root_certs, which Envoy does not implement, is ignored.
+//     Secrets named without sds_config are looked up among
+//     static_resources.secrets, as SecretManagerImpl does. Files are read
+//     when the cluster is built — at load, for a new version of the
+//     cluster over CDS — not for a CDS update that leaves the cluster
+//     unchanged, and never because a file changed (watched_directory acts
+//     only on secrets delivered by SDS; tls.go). Refused at load as Envoy
 //     refuses them: SAN matchers without trusted_ca, a bundle without a
-//     certificate, a file that cannot be read. A failed handshake is a
+//     certificate, a file that cannot be read, an unknown static secret,
+//     more than one client certificate, a certificate without its key or
+//     a key that is not its own. A failed handshake is a
 //     connect failure (retried on connect-failure, counted by outlier
 //     detection): 503 with details
 //     upstream_reset_before_response_started{remote_connection_failure|<reason>}
@@ -214,13 +230,21 @@
 //     the alert sent after a failed verification is always
 //     bad_certificate; sessions are never resumed; a server that closes
 //     mid-handshake leaves the failure reason empty. Refused: every other
-//     UpstreamTlsContext, CommonTlsContext and
-//     CertificateValidationContext field (client certificates, tls_params,
-//     SDS, combined validation contexts, hashes, CRLs, auto SNI, …), SAN
-//     types other than DNS, and a TLS cluster as the cluster of a gRPC
-//     service or of ADS (the emulator's own gRPC is plaintext). Any other
-//     transport socket is refused. Tests: TestUpstreamTLS,
-//     TestUpstreamTLSRetry, TestUpstreamTLSLoad (tls_test.go).
+//     UpstreamTlsContext, CommonTlsContext, TlsCertificate and
+//     CertificateValidationContext field (tls_params, pkcs12, passwords,
+//     key providers, SDS with sds_config, combined validation contexts,
+//     hashes, CRLs, auto SNI, …) and SAN types other than DNS and URI. Any
+//     other transport socket is refused. The same TLS carries the
+//     emulator's own gRPC calls on an envoy_grpc cluster — ext_authz,
+//     ext_proc, ADS (grpcconn.go): a failed handshake is a failed
+//     connection, so a Check fails (failure_mode_allow or
+//     status_on_error), an ext_proc stream fails to open
+//     (status_on_error, ext_proc_error_gRPC_error_14{…}), and ADS gets no
+//     configuration and keeps retrying, as for a server that is down.
+//     Tests: TestUpstreamTLS, TestUpstreamTLSRetry, TestUpstreamTLSLoad
+//     (tls_test.go); TestGRPCServiceTLS, TestExtProcTLS,
+//     TestGRPCServiceTLSLoad, TestADSTLS,
+//     TestGRPCTLSFilesPerClusterVersion (grpctls_test.go).
 //
 // Router local replies: 404 no route (NR), 503 no cluster (NC) or
 // cluster_not_found_response_code, 503 no healthy upstream (UH), 503
@@ -355,8 +379,9 @@
 //
 // A bootstrap with dynamic_resources — ads_config with api_type GRPC,
 // transport_api_version V3 and one envoy_grpc service naming a static
-// HTTP/2 cluster; lds_config and cds_config "ads: {}" — and a node with id
-// and cluster makes the emulator a state-of-the-world ADS client, as
+// HTTP/2 cluster (plaintext, or TLS as its UpstreamTlsContext asks);
+// lds_config and cds_config "ads: {}" — and a node with id and cluster
+// makes the emulator a state-of-the-world ADS client, as
 // Envoy's GrpcMuxImpl (grpc_mux_impl.cc). New starts nothing; Run holds
 // the stream; Listen waits for the first complete configuration and binds
 // the address its listener gives:

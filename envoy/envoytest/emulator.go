@@ -45,6 +45,7 @@ type Emulator struct {
 	conns *connPool
 	cfg   atomic.Pointer[config] // nil until ADS gives a complete one
 	xds   *adsClient             // nil for a static bootstrap
+	tls   clusterTLS             // the clusters' TLS contexts and the bootstrap's static secrets
 
 	nextID atomic.Uint64
 
