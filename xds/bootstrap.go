@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicegw/sluice/policies"
 )
 
 // XDSCluster is the bootstrap's static cluster for the xDS server itself.
@@ -27,11 +29,23 @@ type BootstrapOptions struct {
 	NodeCluster string // default "sluice"; node groups may match on it
 	XDSAddress  string // host:port of Sluice's xDS server
 	AdminPort   uint32 // Envoy's admin port on 127.0.0.1; default 9901
+	// TLS is xds.extension_tls: the xDS cluster speaks it as the served
+	// sluice.extension cluster does. Nil: plaintext.
+	TLS *policies.ExtensionTLS
 }
 
 // Bootstrap is the Envoy bootstrap that takes everything else from
 // Sluice's xDS server: ADS over gRPC (HTTP/2) to XDSAddress, listeners and
 // clusters from it, and the admin interface on loopback only.
+//
+// With TLS the xDS cluster carries the same UpstreamTlsContext as the
+// sluice.extension cluster Sluice serves (extensionTLS). Files are named
+// inline and need nothing more. A secret named by sds_certificate or
+// sds_validation is referenced, not defined: Sluice does not know what
+// it holds, and the bootstrap must define it in static_resources.secrets
+// (Validate reports "Unknown static secret" until it does, as Envoy
+// would refuse to start) — the same secret the served sluice.extension
+// cluster names.
 func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 	if o.NodeID == "" {
 		o.NodeID = "sluice-envoy"
@@ -80,6 +94,7 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 			LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: XDSCluster, Endpoints: []*endpointv3.LocalityLbEndpoints{{
 				LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}}}},
 			}}},
+			TransportSocket: extensionTransportSocket(o.TLS),
 		}}},
 	}, nil
 }

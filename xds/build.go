@@ -106,7 +106,9 @@ type Resources struct {
 }
 
 // Build turns a policy snapshot into the resources for one node group and
-// flavour. It is a pure function of its arguments.
+// flavour. It is a pure function of its arguments. Proxyless gRPC clients
+// run neither ext_authz nor ext_proc, so unless xds.proxyless is
+// routing_only they get no provider route or cluster (buildWithheld).
 func Build(snap *policies.Snapshot, g Group, f Flavour) (*Resources, error) {
 	b := &builder{snap: snap, group: g, flavour: f, opts: chain.Options{Cluster: SluiceCluster}}
 	return b.build()
@@ -122,6 +124,9 @@ type builder struct {
 
 func (b *builder) build() (*Resources, error) {
 	b.out.ListenerFor = b.flavour
+	if b.withheld() {
+		return b.buildWithheld()
+	}
 	// Fallback needs Envoy's upstream ext_proc to rewrite each attempt:
 	// proxyless gRPC clients get no fallback resources (grpc-go would
 	// also refuse the aggregate's CLUSTER_PROVIDED lb_policy).
@@ -160,6 +165,37 @@ func (b *builder) build() (*Resources, error) {
 		b.out.Clusters = append(b.out.Clusters, c)
 	}
 	b.out.Routes = []*routev3.RouteConfiguration{b.routeConfig()}
+	l, err := b.listener()
+	if err != nil {
+		return nil, err
+	}
+	b.out.Listeners = []*listenerv3.Listener{l}
+	return &b.out, nil
+}
+
+// withheld reports whether the resources are for proxyless gRPC clients
+// that xds.proxyless keeps from the providers.
+func (b *builder) withheld() bool {
+	return b.flavour == FlavourGRPC && withholdsProxyless(b.snap)
+}
+
+// withholdsProxyless reports whether p serves proxyless gRPC clients no
+// provider route or cluster: xds.proxyless is anything but routing_only,
+// so an unset or unknown value withholds too.
+func withholdsProxyless(p *policies.Snapshot) bool {
+	return p.XDS().Proxyless != policies.ProxylessRoutingOnly
+}
+
+// buildWithheld is what a withheld proxyless gRPC client is served: its
+// api_listener and a route configuration whose one virtual host has no
+// route; no cluster, no endpoint. grpc-go accepts a virtual host without
+// routes (xdsresource.generateRDSUpdateFromRouteConfiguration) and fails
+// every RPC at once with UNAVAILABLE "no matched route was found"
+// (internal/xds/resolver/serviceconfig.go, configSelector.SelectConfig,
+// v1.85.0). Serving nothing instead would leave each RPC waiting for the
+// 15 s resource-not-found timer.
+func (b *builder) buildWithheld() (*Resources, error) {
+	b.out.Routes = []*routev3.RouteConfiguration{{Name: RouteName, VirtualHosts: []*routev3.VirtualHost{{Name: "sluice", Domains: []string{"*"}}}}}
 	l, err := b.listener()
 	if err != nil {
 		return nil, err
@@ -354,7 +390,9 @@ func (b *builder) aggregateCluster(m *policies.ModelRoute) *clusterv3.Cluster {
 }
 
 // sluiceCluster is the cluster of Sluice's replicas: HTTP/2, STATIC for IP
-// addresses, STRICT_DNS for names.
+// addresses, STRICT_DNS for names, and TLS when xds.extension_tls is set
+// (extensionTransportSocket; the same for every node group: a group
+// overrides the addresses, not the TLS).
 func (b *builder) sluiceCluster() (*clusterv3.Cluster, error) {
 	la := &endpointv3.LocalityLbEndpoints{}
 	static := true
@@ -389,6 +427,7 @@ func (b *builder) sluiceCluster() (*clusterv3.Cluster, error) {
 		LbPolicy:                      clusterv3.Cluster_ROUND_ROBIN,
 		LoadAssignment:                &endpointv3.ClusterLoadAssignment{ClusterName: SluiceCluster, Endpoints: []*endpointv3.LocalityLbEndpoints{la}},
 		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsName: mustAny(opts)},
+		TransportSocket:               extensionTransportSocket(b.snap.XDS().ExtensionTLS),
 	}, nil
 }
 

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -235,23 +236,48 @@ func TestBuild(t *testing.T) {
 	}
 }
 
+// TestBuildGRPCFlavour: a proxyless gRPC client gets its api_listener
+// either way, and the providers' routes and clusters only with
+// xds.proxyless: routing_only; otherwise one virtual host without routes
+// and nothing else.
 func TestBuildGRPCFlavour(t *testing.T) {
-	p := compile(t, testPolicy)
-	r, err := Build(p, Groups(p)[0], FlavourGRPC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := Snapshot(r); err != nil {
-		t.Fatalf("Snapshot: %v", err)
-	}
-	l := r.Listeners[0]
-	if l.GetName() != "sluice-grpc" || l.GetApiListener() == nil || l.GetAddress() != nil {
-		t.Errorf("grpc listener = %v", l)
-	}
-	for _, c := range r.Clusters {
-		if c.GetName() == SluiceCluster {
-			t.Error("gRPC clients must not get the Sluice cluster (STATIC, which grpc-go refuses)")
-		}
+	for _, tc := range []struct {
+		name, yaml string
+		clusters   []string // none: no cluster at all
+		routes     []string
+	}{
+		{"default (off)", testPolicy, nil, nil},
+		{"off", strings.Replace(testPolicy, "xds:\n", "xds:\n  proxyless: \"off\"\n", 1), nil, nil},
+		{"routing_only", strings.Replace(testPolicy, "xds:\n", "xds:\n  proxyless: routing_only\n", 1),
+			[]string{"openai", "azure", "local", "pool"}, []string{"openai", "azure", "local", "pool", "no-provider"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := compile(t, tc.yaml)
+			r, err := Build(p, Groups(p)[0], FlavourGRPC)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := Snapshot(r); err != nil {
+				t.Fatalf("Snapshot: %v", err)
+			}
+			l := r.Listeners[0]
+			if l.GetName() != "sluice-grpc" || l.GetApiListener() == nil || l.GetAddress() != nil {
+				t.Errorf("grpc listener = %v", l)
+			}
+			if diff := cmp.Diff(tc.clusters, names(r.Clusters)); diff != "" {
+				t.Errorf("clusters (-want +got):\n%s", diff)
+			}
+			if tc.clusters == nil && len(r.Endpoints) != 0 {
+				t.Errorf("%d endpoint assignments, want none", len(r.Endpoints))
+			}
+			if len(r.Routes) != 1 || r.Routes[0].GetName() != RouteName || len(r.Routes[0].GetVirtualHosts()) != 1 {
+				t.Fatalf("routes = %v, want one configuration %q with one virtual host", r.Routes, RouteName)
+			}
+			vh := r.Routes[0].GetVirtualHosts()[0]
+			if diff := cmp.Diff(tc.routes, names(vh.GetRoutes())); diff != "" || !slices.Equal(vh.GetDomains(), []string{"*"}) {
+				t.Errorf("virtual host domains %v, routes (-want +got):\n%s", vh.GetDomains(), diff)
+			}
+		})
 	}
 }
 
@@ -268,6 +294,7 @@ providers:
 models:
   - {name: m, provider: public}
 xds:
+  proxyless: routing_only
   node_groups:
     - {name: rhel, cluster: "rhel-*", upstream_ca_file: /etc/pki/tls/certs/ca-bundle.crt}
 `

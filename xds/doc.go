@@ -1,9 +1,12 @@
 // Package xds is Sluice's xDS control plane. It turns each compiled
 // policies.Snapshot into Envoy resources (Build: a cluster per provider,
-// fallback member and aggregate clusters, Sluice's own cluster, one route
-// configuration routing on chain.RoutingHeader, and the listener whose
-// filters are chain.HTTPFilters then the router — or an api_listener for
-// proxyless gRPC clients), validates them before they are served
+// fallback member and aggregate clusters, Sluice's own cluster (over TLS
+// with xds.extension_tls), one route configuration routing on
+// chain.RoutingHeader, and the listener whose filters are
+// chain.HTTPFilters then the router — or an api_listener for proxyless
+// gRPC clients, which run no Sluice filter and so get the provider routes
+// and clusters only with xds.proxyless: routing_only, and otherwise a
+// virtual host without routes), validates them before they are served
 // (Snapshot: deep proto validation into every Any, Envoy's load-time rules
 // from envoy/envoyrules for resources served to Envoy, Consistent, and
 // cross-references), and serves them over ADS, state-of-the-world and
@@ -12,8 +15,9 @@
 // Server keeps one cache entry per node, all nodes of a group sharing one
 // immutable snapshot; its callbacks detect NACKs, which go-control-plane
 // ignores, and pin the node to the version it accepted so the rejected one
-// is not resent in a loop. Bootstrap prints the Envoy bootstrap that points
-// an Envoy at this server.
+// is not resent in a loop, and it warns once per proxyless node that is
+// served no routes. Bootstrap prints the Envoy bootstrap that points an
+// Envoy at this server, over the same TLS.
 //
 // It must not make per-request decisions: that is authz's and extproc's.
 // docs/architecture.md ("The control plane") describes the resources.

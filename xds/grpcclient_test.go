@@ -11,13 +11,16 @@ import (
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	grpcxds "google.golang.org/grpc/xds" // registers the xds resolver and balancers
 
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/policies"
 )
 
 // grpc-go as an independent xDS client of Sluice: a proxyless gRPC channel
@@ -50,11 +53,22 @@ func startBackend(t *testing.T, name string) string {
 	return lis.Addr().String()
 }
 
-// grpcPolicy has providers a and b on the given endpoints. a's scheme and
+// grpcPolicy has providers a and b on the given endpoints, served to
+// proxyless gRPC clients (xds.proxyless: routing_only). a's scheme and
 // connect timeout vary: https makes its cluster carry TLS with the system
 // roots, which grpc-go rejects unless GRPC_EXPERIMENTAL_XDS_SYSTEM_ROOT_CERTS
 // is set (gRFC A82), while Envoy's validation accepts it.
 func grpcPolicy(aScheme, aAddr, bAddr, aConnect string, more ...string) string {
+	return grpcPolicyProxyless(policies.ProxylessRoutingOnly, aScheme, aAddr, bAddr, aConnect, more...)
+}
+
+// grpcPolicyProxyless is grpcPolicy with xds.proxyless set to mode ("":
+// unset, the default).
+func grpcPolicyProxyless(mode, aScheme, aAddr, bAddr, aConnect string, more ...string) string {
+	proxyless := ""
+	if mode != "" {
+		proxyless = ", proxyless: " + mode
+	}
 	return fmt.Sprintf(`
 listen: {grpc: "127.0.0.1:9001", envoy: "127.0.0.1:10000"}
 providers:
@@ -64,8 +78,8 @@ models:
   - {name: model-a, provider: a}
   - {name: model-b, provider: b}
 %s
-xds: {access_log: "off"}
-`, aScheme, aAddr, aConnect, bAddr, strings.Join(more, "\n"))
+xds: {access_log: "off"%s}
+`, aScheme, aAddr, aConnect, bAddr, strings.Join(more, "\n"), proxyless)
 }
 
 // grpcClient is a proxyless gRPC channel with its own bootstrap (the
@@ -232,4 +246,69 @@ func TestGRPCClientFallbackModel(t *testing.T) {
 	v := ts.served(t, FlavourGRPC)
 	ts.waitNode(t, c.node, "ACK the new clusters", func(n NodeStatus) bool { return n.Acked["cds"] == v[resourcev3.ClusterType] })
 	c.expectRoutes(map[string]string{"a": "A", "b": "B"})
+}
+
+// TestGRPCClientWithheld: with xds.proxyless unset (off), grpc-go is
+// served its listener and a virtual host without routes, which it
+// accepts (no NACK): every RPC fails at once with UNAVAILABLE, not after
+// the 15 s resource-not-found timer, and no provider cluster reaches it.
+// The node is logged and counted once, however often the mode changes;
+// routing_only gives it the routes, and off takes them away again.
+func TestGRPCClientWithheld(t *testing.T) {
+	ts := startXDS(t)
+	addrA, addrB := startBackend(t, "A"), startBackend(t, "B")
+	ts.update(t, grpcPolicyProxyless("", "http", addrA, addrB, "5s"))
+	v := ts.served(t, FlavourGRPC)
+	c := newGRPCClient(t, ts.addr)
+
+	// withheld waits for an RPC to fail for want of a route, and checks
+	// that it failed at once.
+	withheld := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(testTimeout)
+		for {
+			start := time.Now()
+			_, err := c.call("a")
+			if status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "no matched route was found") {
+				if took := time.Since(start); took > 2*time.Second {
+					t.Errorf("%s: the RPC took %v to fail", what, took)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: RPC error %v, want UNAVAILABLE \"no matched route was found\" within %v", what, err, testTimeout)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	withheld("proxyless unset")
+	n := ts.waitNode(t, c.node, "ACK the listener and routes", func(n NodeStatus) bool {
+		return n.Acked["lds"] == v[resourcev3.ListenerType] && n.Acked["rds"] == v[resourcev3.RouteType]
+	})
+	if n.Flavour != FlavourGRPC || n.Pinned || len(n.Nacked) != 0 || n.Acked["cds"] != "" {
+		t.Errorf("withheld grpc-go node: %+v; want no NACK and no clusters asked for", n)
+	}
+	if got := ts.wire.responses(c.node, resourcev3.ClusterType); got != 0 {
+		t.Errorf("%d CDS responses sent to a withheld node, want none", got)
+	}
+	warned := func() int { return strings.Count(ts.logs.String(), "proxyless gRPC client served no routes") }
+	if got := metricValue(t, ts.m.withheld); got != 1 || warned() != 1 {
+		t.Errorf("sluice_xds_proxyless_withheld_total = %v and %d warnings, want 1 of each; logs:\n%s", got, warned(), ts.logs)
+	}
+	if !strings.Contains(ts.logs.String(), "node="+c.node) {
+		t.Errorf("the warning does not name the node; logs:\n%s", ts.logs)
+	}
+
+	ts.update(t, grpcPolicy("http", addrA, addrB, "5s"))
+	c.waitRoute("a", "A")
+	c.waitRoute("b", "B")
+
+	ts.update(t, grpcPolicyProxyless(policies.ProxylessOff, "http", addrA, addrB, "5s"))
+	withheld("proxyless off again")
+	if got := metricValue(t, ts.m.withheld); got != 1 || warned() != 1 {
+		t.Errorf("after off, routing_only, off: sluice_xds_proxyless_withheld_total = %v and %d warnings, want still 1 (once per node)", got, warned())
+	}
+	if n, _ := ts.node(c.node); n.Pinned || len(n.Nacked) != 0 {
+		t.Errorf("after the routes were withdrawn: %+v", n)
+	}
 }

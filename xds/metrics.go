@@ -9,6 +9,7 @@ type Metrics struct {
 	updates        prometheus.Counter
 	nodes          prometheus.Gauge
 	version        *prometheus.GaugeVec
+	withheld       prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (none when
@@ -30,9 +31,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		version: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_xds_snapshot_info", Help: "The xDS snapshot version served (value 1).",
 		}, []string{"version"}),
+		withheld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_xds_proxyless_withheld_total",
+			Help: "Proxyless gRPC clients (by node, once each while connected) served no provider routes or clusters because xds.proxyless is not routing_only.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.nacks, m.snapshotErrors, m.updates, m.nodes, m.version)
+		reg.MustRegister(m.nacks, m.snapshotErrors, m.updates, m.nodes, m.version, m.withheld)
 	}
 	return m
 }

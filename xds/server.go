@@ -70,6 +70,9 @@ type node struct {
 	group   int
 	flavour Flavour
 	pinned  bool
+	// warned: the node was told (logged, counted) that it is served no
+	// provider routes (a proxyless gRPC client, xds.proxyless off).
+	warned  bool
 	acked   map[string]string // type URL → version last ACKed
 	nacked  map[string]string // type URL → version last rejected
 	lastErr string
@@ -217,6 +220,7 @@ func (s *Server) setSnapshot(n *node) {
 	if s.snaps == nil {
 		return // no config yet: the node's watches wait
 	}
+	s.warnWithheld(n)
 	snap := s.snaps[n.group][n.flavour]
 	var pinned *cachev3.Snapshot
 	for typ, rejected := range n.nacked {
@@ -245,6 +249,22 @@ func (s *Server) setSnapshot(n *node) {
 	if err := s.cache.SetSnapshot(context.Background(), n.id, snap); err != nil {
 		s.log.Error("set snapshot", "node", n.id, "err", err)
 	}
+}
+
+// warnWithheld logs at warn level and counts, once per connected node, a
+// proxyless gRPC client that the policy serves no provider routes
+// (Build, buildWithheld): its RPCs fail, and the operator should know why.
+// It runs whenever the node is given a snapshot, so a node that connected
+// before the first config, or while xds.proxyless was routing_only, is
+// told when that changes. s.mu is held.
+func (s *Server) warnWithheld(n *node) {
+	if n.warned || n.flavour != FlavourGRPC || !withholdsProxyless(s.policy) {
+		return
+	}
+	n.warned = true
+	s.m.withheld.Inc()
+	s.log.Warn("proxyless gRPC client served no routes: its RPCs fail; proxyless clients run neither ext_authz nor ext_proc, so they get provider routes only with xds.proxyless: routing_only",
+		"node", n.id, "cluster", n.md.GetCluster(), "user_agent", n.md.GetUserAgentName())
 }
 
 // groupOf returns the index in s.snaps of the group a node belongs to:

@@ -42,6 +42,16 @@
 //     trusted_ca (CertificateValidationContextConfigImpl::initialize); a
 //     NUL byte in sni and more than one client certificate
 //     (ClientContextConfigImpl).
+//   - Static secrets, in a bootstrap (the one place where a context and
+//     the secrets it names are both known): a TLS context naming a
+//     certificate or validation-context secret without sds_config that
+//     static_resources.secrets does not define ("Unknown static secret",
+//     getTlsCertificateConfigProviders, getProviderFromSds); a static
+//     validation-context secret that, merged under a combined validation
+//     context's default_validation_context, has SAN matchers, a CRL or
+//     allow_expired_certificate without trusted_ca
+//     (getCombinedValidationContextConfig, then
+//     CertificateValidationContextConfigImpl::initialize).
 //   - [#not-implemented-hide:] fields of the messages Sluice emits or the
 //     emulator loads, each checked against the code that consumes the
 //     message: system_root_certs, ca_certificate_provider_instance and
@@ -119,5 +129,9 @@
 // contents (a trusted_ca file that is empty or not PEM, certificates and
 // keys), CEL expressions (ext_proc request_attributes, the CEL access-log
 // filter), RE2 program sizes, cipher suites and curves. What Envoy checks
-// in extension factories Sluice does not use.
+// in extension factories Sluice does not use. A TLS context of a resource
+// served over xDS that names a static secret: whether the secret exists,
+// and what it holds, is in a bootstrap the resource's checker does not
+// see (a cluster naming a missing one is NACKed: "Unknown static
+// secret").
 package envoyrules

@@ -120,7 +120,7 @@ func Table() []*Rule { return slices.Clone(table()) }
 var table = sync.OnceValue(func() []*Rule {
 	var t []*Rule
 	for _, part := range [][]*Rule{
-		tlsRules(), hiddenRules(), hcmRules(), clusterRules(), routeRules(), filterRules(), setRules(),
+		tlsRules(), staticSecretRules(), hiddenRules(), hcmRules(), clusterRules(), routeRules(), filterRules(), setRules(),
 	} {
 		t = append(t, part...)
 	}

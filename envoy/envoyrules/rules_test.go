@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -54,6 +55,34 @@ func tlsCluster(t testing.TB, v *tlsv3.CertificateValidationContext) *clusterv3.
 		TransportSocket: &corev3.TransportSocket{Name: "envoy.transport_sockets.tls",
 			ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: packAny(t, tc)}},
 	}
+}
+
+// secretBootstrap is a bootstrap with one static cluster speaking TLS with
+// ctc, and the given static secrets.
+func secretBootstrap(t testing.TB, ctc *tlsv3.CommonTlsContext, secrets ...*tlsv3.Secret) *bootstrapv3.Bootstrap {
+	t.Helper()
+	c := tlsCluster(t, nil)
+	c.TransportSocket.ConfigType = &corev3.TransportSocket_TypedConfig{TypedConfig: packAny(t, &tlsv3.UpstreamTlsContext{CommonTlsContext: ctc})}
+	return &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{c}, Secrets: secrets}}
+}
+
+func certSecret(name string) *tlsv3.Secret {
+	return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+		CertificateChain: caFile("/etc/envoy/client.pem"), PrivateKey: caFile("/etc/envoy/client-key.pem")}}}
+}
+
+func cvcSecret(name string, v *tlsv3.CertificateValidationContext) *tlsv3.Secret {
+	return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_ValidationContext{ValidationContext: v}}
+}
+
+// combined is a combined validation context: SAN matchers by default, the
+// rest from the secret named name.
+func combined(name string, sans []*tlsv3.SubjectAltNameMatcher) *tlsv3.CommonTlsContext {
+	return &tlsv3.CommonTlsContext{ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
+		CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+			DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sans},
+			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: name},
+		}}}
 }
 
 func sanDNS(host string) []*tlsv3.SubjectAltNameMatcher {
@@ -158,7 +187,8 @@ type messageCase struct {
 
 func messageCases() []messageCase {
 	const sanMsg = "SAN-based verification of peer certificates without trusted CA is insecure and not allowed"
-	tlsPath := "transport_socket.typed_config(" + tUpstreamTLS + ").common_tls_context.validation_context"
+	tlsCtxPath := "transport_socket.typed_config(" + tUpstreamTLS + ").common_tls_context"
+	tlsPath := tlsCtxPath + ".validation_context"
 	hcmPath := "filter_chains[0].filters[0].typed_config(" + tHCM + ")"
 	optsPath := `typed_extension_protocol_options["` + tHTTPOptions + `"](` + tHTTPOptions + ")"
 	return []messageCase{
@@ -221,6 +251,53 @@ func messageCases() []messageCase {
 			path: "common_tls_context", msg: "Multiple TLS certificates are not supported for client contexts",
 			nearMiss: func(testing.TB) proto.Message {
 				return &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{TlsCertificates: []*tlsv3.TlsCertificate{{}}}}
+			}},
+
+		// Static secrets, in a bootstrap.
+		{rule: "tls.static-secret-unknown",
+			bad: func(t testing.TB) proto.Message {
+				// A validation context of that name is not a certificate.
+				return secretBootstrap(t, &tlsv3.CommonTlsContext{TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: "client"}}},
+					cvcSecret("client", &tlsv3.CertificateValidationContext{TrustedCa: caFile("/ca.pem")}))
+			},
+			path: "static_resources.clusters[0]." + tlsCtxPath + ".tls_certificate_sds_secret_configs[0]", msg: "Unknown static secret: client",
+			nearMiss: func(t testing.TB) proto.Message {
+				return secretBootstrap(t, &tlsv3.CommonTlsContext{TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: "client"}}}, certSecret("client"))
+			}},
+		{rule: "tls.static-secret-unknown",
+			bad: func(t testing.TB) proto.Message {
+				return secretBootstrap(t, combined("ca", sanDNS("sluice.internal")), certSecret("client"))
+			},
+			path: "static_resources.clusters[0]." + tlsCtxPath + ".combined_validation_context.validation_context_sds_secret_config",
+			msg:  "Unknown static certificate validation context: ca",
+			nearMiss: func(t testing.TB) proto.Message {
+				// With an sds_config the secret is fetched, not looked up.
+				ctc := combined("ca", sanDNS("sluice.internal"))
+				ctc.GetCombinedValidationContext().ValidationContextSdsSecretConfig.SdsConfig = &corev3.ConfigSource{
+					ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
+				return secretBootstrap(t, ctc)
+			}},
+		{rule: "tls.static-validation-without-trusted-ca",
+			bad: func(t testing.TB) proto.Message {
+				return secretBootstrap(t, combined("ca", sanDNS("sluice.internal")),
+					cvcSecret("ca", &tlsv3.CertificateValidationContext{Crl: inline("")}))
+			},
+			path: "static_resources.clusters[0]." + tlsCtxPath + ".combined_validation_context", msg: sanMsg,
+			nearMiss: func(t testing.TB) proto.Message {
+				return secretBootstrap(t, combined("ca", sanDNS("sluice.internal")),
+					cvcSecret("ca", &tlsv3.CertificateValidationContext{TrustedCa: caFile("/etc/envoy/sluice-ca.pem")}))
+			}},
+		{rule: "tls.static-validation-without-trusted-ca",
+			bad: func(t testing.TB) proto.Message {
+				return secretBootstrap(t, &tlsv3.CommonTlsContext{ValidationContextType: &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{
+					ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: "ca"}}},
+					cvcSecret("ca", &tlsv3.CertificateValidationContext{AllowExpiredCertificate: true}))
+			},
+			path: "static_resources.clusters[0]." + tlsCtxPath + ".validation_context_sds_secret_config",
+			msg:  "Certificate validity period is always ignored without trusted CA",
+			nearMiss: func(t testing.TB) proto.Message {
+				// Without SAN matchers or the like, no CA is needed.
+				return secretBootstrap(t, combined("ca", nil), cvcSecret("ca", &tlsv3.CertificateValidationContext{}))
 			}},
 
 		// [#not-implemented-hide:] fields.
