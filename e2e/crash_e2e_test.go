@@ -87,7 +87,7 @@ func startChild(t *testing.T, config string, env ...string) (*exec.Cmd, *sluiceP
 			if err := json.Unmarshal(b, &addrs); err != nil {
 				t.Fatal(err)
 			}
-			return cmd, &sluiceProcess{config: config, grpcAddr: addrs["grpc"], adminAddr: addrs["admin"], xdsAddr: addrs["xds"], stderr: &bytes.Buffer{}}
+			return cmd, &sluiceProcess{config: config, grpcAddr: addrs["grpc"], adminAddr: addrs["admin"], xdsAddr: addrs["xds"], log: &syncBuf{}}
 		}
 		select {
 		case <-exited:

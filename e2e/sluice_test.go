@@ -23,7 +23,8 @@ type sluiceProcess struct {
 	grpcAddr  string
 	adminAddr string
 	xdsAddr   string
-	stderr    *bytes.Buffer
+	// log is what the server wrote to its stdout and stderr.
+	log *syncBuf
 }
 
 func noEnv(string) (string, bool) { return "", false }
@@ -32,16 +33,16 @@ func noEnv(string) (string, bool) { return "", false }
 func startSluice(t *testing.T, configYAML string) *sluiceProcess {
 	t.Helper()
 	dir := t.TempDir()
-	p := &sluiceProcess{config: filepath.Join(dir, "sluice.yaml"), stderr: &bytes.Buffer{}}
+	out := &syncBuf{}
+	p := &sluiceProcess{config: filepath.Join(dir, "sluice.yaml"), log: out}
 	if err := os.WriteFile(p.config, []byte(configYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ready := filepath.Join(dir, "ready.json")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var out syncBuf
 	go func() {
-		done <- app.Run(ctx, []string{"serve", "--config", p.config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn"}, &out, &out, noEnv)
+		done <- app.Run(ctx, []string{"serve", "--config", p.config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn"}, out, out, noEnv)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -104,7 +105,7 @@ func (p *sluiceProcess) waitForKey(t *testing.T, secret string) {
 	defer conn.Close()
 	c := authv3.NewAuthorizationClient(conn)
 	req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-		Path: "/v1/chat/completions", Headers: map[string]string{":path": "/v1/chat/completions", "authorization": "Bearer " + secret},
+		Path: "/v1/chat/completions", Headers: map[string]string{":path": "/v1/chat/completions", "authorization": "Bearer " + secret, "x-request-id": "wait-for-key"},
 	}}}}
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -130,6 +130,9 @@ func (c *components) run(ctx context.Context) error {
 	})
 	g.Go(func() error { return c.admin.Serve(gctx, c.adminLn) })
 	g.Go(func() error { return c.watcher.Run(gctx) })
+	for _, r := range c.tlsReloaders {
+		g.Go(func() error { return r.Run(gctx) })
+	}
 	g.Go(func() error {
 		return c.ring.Follow(gctx, c.store, storePoll, func(error) { c.metrics.storeSyncs.Inc() })
 	})
