@@ -88,7 +88,7 @@ bench-service: build
 # Run each fuzz target for FUZZTIME (new interesting inputs land in the
 # Go cache; copy regressions into the package's testdata/fuzz).
 FUZZTIME ?= 30s
-FUZZ_TARGETS := internal/apikey:FuzzFromHeaders internal/payload:FuzzParse internal/payload:FuzzApply internal/usage:FuzzMeterSSE internal/usage:FuzzMeterJSON internal/usage:FuzzLexer internal/jsonlex:FuzzLex policies:FuzzCost policies:FuzzParse internal/blockyaml:FuzzParse internal/blockyaml:FuzzPlainTag extproc:FuzzProcessor extproc:FuzzCodecUnmarshal internal/wiredecode:FuzzProcessingRequest internal/wiredecode:FuzzCheckRequest internal/ledger/sqlite:FuzzDecodeRecord internal/ledger/sqlite:FuzzReplay internal/ssefilter:FuzzStripUsageChunk bench/extprocload/load:FuzzCheckReply bench/extprocload/load:FuzzReplyKind
+FUZZ_TARGETS := internal/principal:FuzzVerify internal/apikey:FuzzFromHeaders internal/payload:FuzzParse internal/payload:FuzzApply internal/usage:FuzzMeterSSE internal/usage:FuzzMeterJSON internal/usage:FuzzLexer internal/jsonlex:FuzzLex policies:FuzzCost policies:FuzzParse internal/blockyaml:FuzzParse internal/blockyaml:FuzzPlainTag extproc:FuzzProcessor extproc:FuzzCodecUnmarshal internal/wiredecode:FuzzProcessingRequest internal/wiredecode:FuzzCheckRequest internal/ledger/sqlite:FuzzDecodeRecord internal/ledger/sqlite:FuzzReplay internal/ssefilter:FuzzStripUsageChunk bench/extprocload/load:FuzzCheckReply bench/extprocload/load:FuzzReplyKind
 fuzz: check-go
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

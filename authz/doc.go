@@ -15,7 +15,10 @@
 // `append` (Envoy drops those), credential headers removed on OK, the
 // principal returned as dynamic metadata (namespace
 // envoy.filters.http.ext_authz, fields documented in docs/architecture.md
-// and built from the principal by keyring.Principal.Metadata).
+// and built from the principal by keyring.Principal.Metadata) with its
+// signature (internal/principal) over the key id, team and org for the
+// request's x-request-id, without which ext_proc sends no credential.
+// Usable is the key check ext_proc repeats for a signed principal.
 //
 // It must not read the request body or know about providers; that is
 // extproc's job. It never logs a key beyond its public prefix.

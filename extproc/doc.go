@@ -1,7 +1,8 @@
 // Package extproc owns Sluice's envoy.service.ext_proc.v3 server: for each
 // HTTP request Envoy streams to it, a processor resolves the caller (from
-// ext_authz's metadata, or from the request headers through authz when
-// ext_authz is not in the chain), reads the request body once (payload),
+// ext_authz's metadata when its signature verifies for the request — the
+// key then checked again: principal.go — or from the request headers
+// through authz when ext_authz is not in the chain), reads the request body once (payload),
 // checks the model against the key's and team's allow-lists, chooses the
 // provider (the model's only one; for routing "weighted" one drawn by
 // weight; for routing "priority" the model's fallback cluster), routes it
@@ -19,9 +20,11 @@
 // A fallback model's request is rewritten for its provider not here but on
 // each attempt, by the UpstreamProcessor that serves the ext_proc of the
 // model's aggregate cluster's upstream filter chain (streams whose gRPC
-// metadata carries chain.UpstreamMetadataKey): the attempt's number
-// (x-envoy-attempt-count) names its provider, and the client's path comes
-// from the dynamic metadata the downstream processor left. It reports who
+// metadata carries chain.UpstreamMetadataKey): the attempt's upstream host
+// names its provider, and the client's path comes from the dynamic
+// metadata the downstream processor left, signed for the request; an
+// attempt without a valid signature is refused before anything of a
+// provider's is sent. It reports who
 // answered in response headers that the downstream processor reads,
 // removes, and meters with. Both apply the one provider rewrite
 // (targetRewrite) and endpoint check (compatible), which only turn what
