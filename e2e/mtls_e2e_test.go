@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -198,32 +199,56 @@ xds:
 			}
 		})
 	}
-	t.Run("ADS with an identity outside allowed_clients", func(t *testing.T) {
-		bad := *cfg
-		bad.CertFile, bad.KeyFile = intruderCert, intruderKey
-		b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-mtls-intruder", XDSAddress: s.xdsAddr, TLS: &bad})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := envoytest.New(b, envoytest.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- e.Run(ctx) }()
-		lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = e.Listen(lctx)
-		lcancel()
-		cancel()
-		<-done
-		if err == nil {
-			t.Fatal("the emulator got a configuration over ADS with a refused identity")
-		}
-		if n := metricValue(s.metrics(t), `sluice_tls_refused_total{reason="identity_not_allowed",server="xds"}`); n < 1 {
-			t.Errorf("xds refusals %v", n)
-		}
-	})
+	for _, tc := range []struct {
+		name, cert, key, reason string
+	}{
+		{"ADS without a client certificate", "", "", "no_certificate"},
+		{"ADS with another CA's certificate", foreignCert, foreignKey, "untrusted"},
+		{"ADS with an identity outside allowed_clients", intruderCert, intruderKey, "identity_not_allowed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b *bootstrapv3.Bootstrap
+			if tc.cert == "" {
+				// The xDS cluster as Envoy would have it with TLS but no
+				// client certificate.
+				var err error
+				b, err = xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-mtls-bad", XDSAddress: s.xdsAddr})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range b.GetStaticResources().GetClusters() {
+					c.TransportSocket = clientTLS(t, "", "", caFile, sluiceID)
+				}
+			} else {
+				bad := *cfg
+				bad.CertFile, bad.KeyFile = tc.cert, tc.key
+				var err error
+				if b, err = xds.Bootstrap(xds.BootstrapOptions{NodeID: "e2e-mtls-bad", XDSAddress: s.xdsAddr, TLS: &bad}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			series := `sluice_tls_refused_total{reason="` + tc.reason + `",server="xds"}`
+			before := metricValue(s.metrics(t), series)
+			e, err := envoytest.New(b, envoytest.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- e.Run(ctx) }()
+			lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = e.Listen(lctx)
+			lcancel()
+			cancel()
+			<-done
+			if err == nil {
+				t.Fatal("the emulator got a configuration over ADS")
+			}
+			if after := metricValue(s.metrics(t), series); after <= before {
+				t.Errorf("%s stayed %v", series, after)
+			}
+		})
+	}
 
 	// Rotation: a new CA signs Sluice's certificate and is the only client
 	// CA; the files are replaced on disk, and new connections use them.
