@@ -91,24 +91,21 @@ func (c *Checker) Check(req *authv3.CheckRequest) Decision {
 }
 
 // sign signs d's principal for the request whose x-request-id is rid,
-// which Envoy's connection manager sets before any filter runs, or
-// refuses the request when there is nothing to bind the principal to or
-// nothing to sign with.
+// which Envoy's connection manager sets before any filter runs (a request
+// Envoy keeps a client's empty id for is bound to the empty id, which
+// ext_proc then sees too), or refuses the request when there is nothing
+// to sign with.
 func (c *Checker) sign(d *Decision, rid string) {
 	var keys *principal.Keys
 	if c.keys != nil {
 		keys = c.keys()
 	}
-	switch {
-	case rid == "":
-		d.Err = apierr.New(http.StatusServiceUnavailable, apierr.CodeRequestIDMissing,
-			"the request reached the gateway without an x-request-id to bind its authorization to; the Envoy listener must generate request ids (generate_request_id, on by default)")
-	case keys == nil:
+	if keys == nil {
 		d.Err = apierr.New(http.StatusServiceUnavailable, apierr.CodeGatewayUnavailable, "the gateway has no key to sign the request's authorization with")
-	default:
-		f := PrincipalFields(d.Principal)
-		d.Signature = keys.Sign(principal.ForPrincipal, rid, c.now(), f[:]...)
+		return
 	}
+	f := PrincipalFields(d.Principal)
+	d.Signature = keys.Sign(principal.ForPrincipal, rid, c.now(), f[:]...)
 }
 
 // Authenticate resolves the caller's key from request headers (get returns

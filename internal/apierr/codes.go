@@ -21,9 +21,8 @@ const (
 
 	// Proof that a stream came from Envoy on behalf of a valid key
 	// (internal/principal).
-	CodePrincipalRefused = "principal_refused"  // 403 (503 when only its age is wrong): ext_proc got no validly signed principal
-	CodeHandoffRefused   = "handoff_refused"    // 403: a fallback attempt without a validly signed handoff
-	CodeRequestIDMissing = "request_id_missing" // 503: no x-request-id to bind the principal to
+	CodePrincipalRefused = "principal_refused" // 403 (503 when only its age is wrong): ext_proc got no validly signed principal
+	CodeHandoffRefused   = "handoff_refused"   // 403: a fallback attempt without a validly signed handoff
 
 	// The request line and body.
 	CodeUnknownPath      = "unknown_path"            // 404: not an API the gateway serves
