@@ -3,6 +3,8 @@ package extproc
 import (
 	"context"
 	"net/http"
+	"sync"
+	"time"
 
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
@@ -93,8 +95,58 @@ func (d *Deps) principalKeys() *principal.Keys {
 }
 
 // refusedPrincipal counts and logs a refused principal or handoff (what
-// names it), with the peer that sent it.
+// names it), with the peer that sent it. The attributes are clipped
+// (refusalAttr), and at most refusalLinesPerSecond lines a second are
+// written — whoever reaches the port chooses how many refusals there are
+// — the next line saying how many were left out; the counter counts
+// every one.
 func (d *Deps) refusedPrincipal(ctx context.Context, r principal.Reason, what string, attrs ...any) {
 	d.Metrics.principalRefused.WithLabelValues(string(r)).Inc()
-	d.Log.WarnContext(ctx, what+" refused: no provider credential sent", append([]any{"reason", string(r), "peer", tlsserve.PeerIdentity(ctx)}, attrs...)...)
+	ok, left := d.refusalLog.allow(d.Now())
+	if !ok {
+		return
+	}
+	for i := 1; i < len(attrs); i += 2 {
+		if v, isString := attrs[i].(string); isString {
+			attrs[i] = clip(v, refusalAttrBytes)
+		}
+	}
+	line := append([]any{"reason", string(r), "peer", tlsserve.PeerIdentity(ctx)}, attrs...)
+	if left > 0 {
+		line = append(line, "refusals_not_logged", left)
+	}
+	d.Log.WarnContext(ctx, what+" refused: no provider credential sent", line...)
+}
+
+// refusalLinesPerSecond bounds the log lines of refused streams;
+// refusalAttrBytes, each value they log (a key id, a path).
+const (
+	refusalLinesPerSecond = 10
+	refusalAttrBytes      = 256
+)
+
+// lineLimit lets through at most refusalLinesPerSecond lines in each
+// second, and counts the lines it held back. The zero value is ready.
+type lineLimit struct {
+	mu     sync.Mutex
+	second int64 // the second counted, Unix
+	lines  int
+	held   int // lines held back since the last one written
+}
+
+// allow reports whether a line may be written at now and, when it may,
+// how many were held back before it.
+func (l *lineLimit) allow(now time.Time) (ok bool, held int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := now.Unix(); s != l.second {
+		l.second, l.lines = s, 0
+	}
+	if l.lines >= refusalLinesPerSecond {
+		l.held++
+		return false, 0
+	}
+	l.lines++
+	held, l.held = l.held, 0
+	return true, held
 }

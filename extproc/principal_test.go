@@ -17,6 +17,7 @@ import (
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/principal"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/policies"
 )
 
 // principalMeta is ext_authz's metadata for key id of team t, with sig
@@ -175,5 +176,63 @@ func TestHandoffRefusals(t *testing.T) {
 				t.Errorf("records: %v", led.records)
 			}
 		})
+	}
+}
+
+// TestPassedResponseServedBy: the response of a request passed to its
+// provider (gateway.unknown_paths: pass) that carries served-by headers —
+// the provider's, or a direct stream's — has them removed, and nothing
+// else happens (a passed request has no route).
+func TestPassedResponseServedBy(t *testing.T) {
+	d, led := newDeps(t)
+	snap, ring, _ := compileTestPolicy(t, strings.Replace(testConfig, "providers:", "gateway: {unknown_paths: pass, pass_to: {openai: openai}}\nproviders:", 1))
+	d.Policy, d.Ring = func() *policies.Snapshot { return snap }, ring
+	p := NewProcessor(d)
+	ctx := testctx.Deadline(t)
+	if r := p.Handle(ctx, reqHeaders("/v1/files", true, authzMeta("config:k"))); r.GetRequestHeaders() == nil {
+		t.Fatalf("not passed: %s", prototext.Format(r))
+	}
+	r := p.Handle(ctx, &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocsvc.HttpHeaders{
+		Headers: hdrs(":status", "200", chain.ServedByHeader, "x", chain.ServedModelHeader, "y")}}})
+	got := r.GetResponseHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders()
+	if len(got) != 2 || got[0] != chain.ServedByHeader || got[1] != chain.ServedModelHeader {
+		t.Errorf("removed %v, want the served-by headers", got)
+	}
+	if len(led.records) != 0 {
+		t.Errorf("records %v", led.records)
+	}
+}
+
+// TestRefusalLogBounded: a flood of forged streams with 64 KiB key ids
+// writes at most refusalLinesPerSecond clipped lines a second; the next
+// second's first line says how many were left out; the counter counts
+// every refusal.
+func TestRefusalLogBounded(t *testing.T) {
+	d, _ := newDeps(t)
+	now := t0
+	d.Now = func() time.Time { return now }
+	var logs bytes.Buffer
+	d.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	d.Metrics = NewMetrics(prometheus.NewRegistry())
+	huge := strings.Repeat("k", 64<<10)
+	for range 200 {
+		NewProcessor(d).Handle(t.Context(), &extprocsvc.ProcessingRequest{MetadataContext: principalMeta(huge, "v1.1.x"), Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{
+			Headers: hdrs(":method", "POST", ":path", "/"+huge, "x-request-id", "r")}}})
+	}
+	now = now.Add(time.Second)
+	NewProcessor(d).Handle(t.Context(), &extprocsvc.ProcessingRequest{MetadataContext: principalMeta("k", ""), Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{
+		Headers: hdrs(":method", "POST", ":path", "/v1/chat/completions", "x-request-id", "r")}}})
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != refusalLinesPerSecond+1 {
+		t.Fatalf("%d lines, want %d", len(lines), refusalLinesPerSecond+1)
+	}
+	if logs.Len() > 20*refusalAttrBytes*len(lines) {
+		t.Errorf("%d bytes of log for %d lines: values are not clipped", logs.Len(), len(lines))
+	}
+	if last := lines[len(lines)-1]; !strings.Contains(last, "refusals_not_logged=190") {
+		t.Errorf("the next second's line does not count the lines left out: %s", last)
+	}
+	if n := counterValue(t, d.Metrics.principalRefused.WithLabelValues("malformed")); n != 200 {
+		t.Errorf("counted %v malformed, want 200", n)
 	}
 }

@@ -70,6 +70,8 @@ type Deps struct {
 	// (principal.go). Nil, or nil keys, refuses every signed principal
 	// and every fallback.
 	Principals func() *principal.Keys
+
+	refusalLog lineLimit // the log lines of refused principals and handoffs
 	// NewID returns the identity of a new spend record, unique and never
 	// empty. Nil means a UUIDv7 (unique, ordered by time).
 	NewID func() (string, error)
@@ -585,7 +587,9 @@ func (p *Processor) servedBy(get func(string) (string, bool)) *extprocsvc.Header
 	if !ok {
 		return nil
 	}
-	if p.route.Fallback() && s.Provider != "" {
+	// A passed request has no route: it was sent to its provider as is,
+	// and a served-by header on its response is the provider's, removed.
+	if p.route != nil && p.route.Fallback() && s.Provider != "" {
 		// No model when the upstream processor refused the attempt:
 		// nothing was sent.
 		p.provider, p.upstream = s.Provider, s.Model

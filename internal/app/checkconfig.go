@@ -53,7 +53,7 @@ func runCheckConfig(args []string, stdout, stderr io.Writer, env Env) error {
 	for _, w := range snap.PricingWarnings() {
 		fmt.Fprintln(stderr, "warning: "+w.String())
 	}
-	for _, w := range securityWarnings(snap) {
+	for _, w := range securityWarnings(snap, snap.Listen()) {
 		fmt.Fprintln(stderr, "warning: "+w)
 	}
 	return nil
@@ -61,13 +61,13 @@ func runCheckConfig(args []string, stdout, stderr io.Writer, env Env) error {
 
 // securityWarnings are what check-config says of a config that leaves
 // provider credentials less guarded than a fleet needs: no shared
-// principal keys; a gRPC or xDS listener off loopback without mTLS.
-func securityWarnings(snap *policies.Snapshot) []string {
+// principal keys; a gRPC or xDS listener (l, as it is bound) off
+// loopback without mTLS.
+func securityWarnings(snap *policies.Snapshot, l policies.Listen) []string {
 	var ws []string
 	if snap.PrincipalKeys() == nil {
 		ws = append(ws, noPrincipalKeys)
 	}
-	l := snap.Listen()
 	for _, a := range []struct{ name, addr string }{{"grpc", l.GRPC}, {"xds", l.XDS}} {
 		if !snap.ServerTLS().MTLS() && !loopback(a.addr) {
 			ws = append(ws, fmt.Sprintf("listen.%s is %s, off loopback, without mTLS (security.tls.client_ca_file): any process that reaches it can ask for provider credentials%s; set security.tls with client_ca_file and allowed_clients, or let a mesh sidecar do the mTLS with an AuthorizationPolicy that admits only your Envoys (envoy/istio)",

@@ -102,6 +102,7 @@ type components struct {
 	grpcLn, adminLn, xdsLn net.Listener
 
 	tlsReloaders []*tlsserve.Reloader // security.tls's files, polled by run
+	principals   *principalSource
 
 	control *xds.Server
 	xdsGRPC *grpc.Server // ADS
@@ -241,6 +242,7 @@ func (c *components) reloaded(s *policies.Snapshot, err error) {
 			"max_request_body_bytes", g.MaxRequestBodyBytes, "grpc_max_recv_bytes", c.grpcRecv)
 	}
 	c.ring.SetPolicy(s)
+	c.principals.reloaded(s)
 	// Update has counted the failure; Envoy keeps the previous resources.
 	if _, err := c.control.Update(s); err != nil {
 		c.log.Warn("reloaded config applies to keys and limits, but not to Envoy: its xDS resources are invalid",
@@ -496,23 +498,21 @@ func (c *components) serverTLS() (grpcOpts, xdsOpts []grpc.ServerOption, err err
 	return grpcOpts, xdsOpts, nil
 }
 
-// principalKeys returns the keys that sign and verify principals and
-// handoffs: security.principal_keys as the current config has them, else
-// a random key this process makes once, which no other process accepts.
+// principalKeys makes the source of the keys that sign and verify
+// principals and handoffs, and says what the config leaves unguarded.
 func (c *components) principalKeys() (func() *principal.Keys, error) {
-	own, err := principal.Generate()
+	src, err := newPrincipalSource(c.snap, c.log, time.Now)
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range securityWarnings(c.snap) {
+	c.principals = src
+	// The addresses as bound: the flags may override the config's.
+	bound := c.snap.Listen()
+	bound.GRPC, bound.XDS = c.grpcLn.Addr().String(), c.xdsLn.Addr().String()
+	for _, w := range securityWarnings(c.snap, bound) {
 		c.log.Warn(w)
 	}
-	return func() *principal.Keys {
-		if k := c.watcher.Current().PrincipalKeys(); k != nil {
-			return k
-		}
-		return own
-	}, nil
+	return src.get, nil
 }
 
 // noPrincipalKeys is said, by serve at start and by check-config, of a

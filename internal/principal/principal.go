@@ -54,6 +54,7 @@ const macLen = sha256.Size
 // Keys signs with its first secret and verifies with any. It is safe for
 // concurrent use.
 type Keys struct {
+	secrets   [][]byte     // in order; the first signs
 	macs      []*sync.Pool // one pool of HMAC states per secret, in order
 	generated bool
 }
@@ -70,6 +71,7 @@ func New(secrets [][]byte) (*Keys, error) {
 			return nil, fmt.Errorf("principal: secret %d is %d bytes; at least %d are needed", i, len(s), MinSecretBytes)
 		}
 		key := append([]byte(nil), s...)
+		k.secrets = append(k.secrets, key)
 		k.macs = append(k.macs, &sync.Pool{New: func() any { return &macState{h: hmac.New(sha256.New, key)} }})
 	}
 	return k, nil
@@ -89,6 +91,17 @@ func Generate() (*Keys, error) {
 	}
 	k.generated = true
 	return k, nil
+}
+
+// AlsoAccepting returns keys that sign as k does and verify with k's
+// secrets and then older's: what a process uses for a while after its
+// keys changed, so that what the old ones signed just before still
+// verifies.
+func (k *Keys) AlsoAccepting(older *Keys) *Keys {
+	out := &Keys{secrets: k.secrets, macs: k.macs, generated: k.generated}
+	out.secrets = append(append([][]byte(nil), k.secrets...), older.secrets...)
+	out.macs = append(append([]*sync.Pool(nil), k.macs...), older.macs...)
+	return out
 }
 
 // Generated reports whether the keys were made by Generate.
@@ -137,7 +150,9 @@ func (k *Keys) Verify(sig string, p Purpose, requestID string, now time.Time, ma
 		return Malformed
 	}
 	var got [macLen]byte
-	if n, err := base64.RawURLEncoding.Decode(got[:], []byte(macText)); err != nil || n != macLen {
+	// Strict: one spelling of each MAC (the last character's unused bits
+	// zero).
+	if n, err := base64.RawURLEncoding.Strict().Decode(got[:], []byte(macText)); err != nil || n != macLen {
 		return Malformed
 	}
 	var want [macLen]byte

@@ -201,3 +201,41 @@ func BenchmarkVerify(b *testing.B) {
 		k.Verify(sig, ForPrincipal, "2f0b7bd5-0d43-4b55-9c1f-0a1b2c3d4e5f", t0, time.Minute, "key_0123456789", "platform", "acme")
 	}
 }
+
+// TestOneSpelling: a signature verifies in the one spelling Sign writes;
+// the base64 of its MAC with other unused bits in its last character
+// does not.
+func TestOneSpelling(t *testing.T) {
+	k := mustKeys(t, secret(1))
+	sig := k.Sign(ForPrincipal, "r", t0, "k")
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, sig[len(sig)-1])
+	verified := 0
+	for i := last &^ 3; i < last&^3+4; i++ {
+		variant := sig[:len(sig)-1] + string(alphabet[i])
+		if k.Verify(variant, ForPrincipal, "r", t0, time.Minute, "k") == OK {
+			verified++
+			if variant != sig {
+				t.Errorf("%q verifies, a second spelling of %q", variant, sig)
+			}
+		}
+	}
+	if verified != 1 {
+		t.Errorf("%d spellings verify, want 1", verified)
+	}
+}
+
+func TestAlsoAccepting(t *testing.T) {
+	oldK, newK := mustKeys(t, secret(1)), mustKeys(t, secret(2))
+	both := newK.AlsoAccepting(oldK)
+	byOld := oldK.Sign(ForPrincipal, "r", t0, "k")
+	if r := both.Verify(byOld, ForPrincipal, "r", t0, time.Minute, "k"); r != OK {
+		t.Errorf("the old key's signature: %s", r)
+	}
+	if r := newK.Verify(both.Sign(ForPrincipal, "r", t0, "k"), ForPrincipal, "r", t0, time.Minute, "k"); r != OK {
+		t.Errorf("both sign with the new key: %s", r)
+	}
+	if r := newK.Verify(byOld, ForPrincipal, "r", t0, time.Minute, "k"); r != BadSignature {
+		t.Errorf("AlsoAccepting changed the new keys: %s", r)
+	}
+}
