@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench-service: the whole-service benchmark over gRPC (bench/README.md,
 # "Whole service over gRPC"). Starts `sluice serve` on a fresh copy of
-# bench/extprocload/bench.yaml and the do-nothing floor server, runs every
+# bench/extprocload/bench.yaml and the do-nothing floor server (and, with
+# BASELINE_BIN, another build of Sluice beside them), runs every
 # scenario of bench/extprocload against each in turn, and prints one JSON
 # line per run (a ramp: one per step and a summary). The
 # lines are also written to RESULTS, and the charts drawn from them into
@@ -13,7 +14,21 @@
 #   DURATION=3s       override every scenario's duration (not the ramp's steps)
 #   RAMP_STEP=2s      override the ramp's step (default 20s)
 #   SCENARIOS="..."   the scenarios to run (default: all)
-#   SERVERS="..."     sluice, floor or both (default)
+#   SERVERS="..."     of sluice, baseline and floor (default: sluice floor)
+#   BASELINE_BIN=FILE the `sluice` binary the server `baseline` runs: another
+#                     build beside the current one in the same run (e.g. one
+#                     built in a git worktree of an older commit); it gets the
+#                     same bench.yaml copy (and the same KEYS_FROM, STORE_FROM,
+#                     LEDGER_FROM) as sluice
+#   TLS=1             mTLS on every server, as Envoy would speak it to Sluice:
+#                     `extprocload certs` makes a throwaway CA, a server
+#                     certificate (sluice.bench, 127.0.0.1, spiffe://bench/sluice)
+#                     and a client one (spiffe://bench/envoy); Sluice's copy of
+#                     bench.yaml gets security.tls with client_ca_file and
+#                     allowed_clients, the floor the same certificate and CA,
+#                     and the driver the client certificate. Results are
+#                     labelled sluice-mtls, floor-mtls, baseline-mtls. A
+#                     baseline older than security.tls cannot start so.
 #   RESULTS=FILE      where the JSON lines go (default bench/results/latest.jsonl)
 #   LEDGER_FROM=FILE  start Sluice on a copy of this ledger file (e.g. one
 #                     `extprocload prefill --ledger FILE --records 10000000`
@@ -40,6 +55,17 @@ driver=${DRIVER_BIN:-bin/extprocload}
 scenarios=${SCENARIOS:-open-200rps open-1000rps streams-50x20 streams-2000 closed-max closed-64 closed-streams fallback ramp}
 servers=${SERVERS:-sluice floor}
 key=sk-sluice-BenchOnlyNotASecret000000000000000000000000   # bench.yaml declares its sha256
+
+tls_on=
+case ${TLS:-} in ''|0) ;; *) tls_on=1 ;; esac
+for server in $servers; do
+  case $server in
+    sluice|floor) ;;
+    baseline)
+      if [ -z "${BASELINE_BIN:-}" ]; then echo "bench-service: server baseline needs BASELINE_BIN" >&2; exit 2; fi ;;
+    *) echo "bench-service: unknown server $server" >&2; exit 2 ;;
+  esac
+done
 
 server_pin=() driver_pin=()
 if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
@@ -68,6 +94,44 @@ wait_ready() { # server pid
   return 1
 }
 
+# write_config writes the copy of bench.yaml a Sluice build serves into
+# its directory, with KEYS_FROM's keys and, with TLS, security.tls.
+write_config() { # dir
+  if [ -n "${KEYS_FROM:-}" ]; then
+    # KEYS_FROM's team items go first under bench.yaml's teams:, its
+    # key items after bench.yaml's, which end the file.
+    section() { awk -v want="$1" '/^[a-z_]+:/ { sec = $0; sub(/:.*/, "", sec); next } sec == want' "$KEYS_FROM"; }
+    {
+      sed '/^teams:/q' bench/extprocload/bench.yaml
+      section teams
+      sed '1,/^teams:/d' bench/extprocload/bench.yaml
+      section keys
+    } >"$1/bench.yaml"
+  else
+    cp bench/extprocload/bench.yaml "$1/bench.yaml"
+  fi
+  if [ -n "$tls_on" ]; then
+    cat >>"$1/bench.yaml" <<EOF
+
+security:
+  tls:
+    cert_file: $certs/server.crt
+    key_file: $certs/server.key
+    client_ca_file: $certs/ca.crt
+    allowed_clients: {uris: [spiffe://bench/envoy]}
+EOF
+  fi
+}
+
+tls_driver=() tls_floor=() label_suffix=
+if [ -n "$tls_on" ]; then
+  certs=$tmp/certs
+  "$driver" certs --dir "$certs" >/dev/null
+  tls_driver=(--tls-ca "$certs/ca.crt" --tls-cert "$certs/client.crt" --tls-key "$certs/client.key" --tls-server-name sluice.bench)
+  tls_floor=(--tls-cert "$certs/server.crt" --tls-key "$certs/server.key" --tls-client-ca "$certs/ca.crt")
+  label_suffix=-mtls
+fi
+
 # Every server is started first, and each scenario runs against each
 # server in turn, so a scenario's runs are minutes closer together than
 # a whole server's set would leave them: this machine's speed drifts
@@ -77,31 +141,20 @@ for server in $servers; do
   dir=$tmp/$server
   mkdir -p "$dir"
   case $server in
-    sluice)
-      if [ -n "${KEYS_FROM:-}" ]; then
-        # KEYS_FROM's team items go first under bench.yaml's teams:, its
-        # key items after bench.yaml's, which end the file.
-        section() { awk -v want="$1" '/^[a-z_]+:/ { sec = $0; sub(/:.*/, "", sec); next } sec == want' "$KEYS_FROM"; }
-        {
-          sed '/^teams:/q' bench/extprocload/bench.yaml
-          section teams
-          sed '1,/^teams:/d' bench/extprocload/bench.yaml
-          section keys
-        } >"$dir/bench.yaml"
-      else
-        cp bench/extprocload/bench.yaml "$dir/bench.yaml"
-      fi
+    sluice|baseline)
+      bin=$sluice
+      if [ "$server" = baseline ]; then bin=$BASELINE_BIN; fi
+      write_config "$dir"
       # sync: the copy's dirty pages must not be written back during the run
       if [ -n "${LEDGER_FROM:-}" ]; then cp "$LEDGER_FROM" "$dir/bench-ledger.db"; sync; fi
       if [ -n "${STORE_FROM:-}" ]; then cp "$STORE_FROM" "$dir/bench.db"; sync; fi
       # shellcheck disable=SC2086 # SERVER_ENV is split into words on purpose
-      env ${SERVER_ENV:-} "${server_pin[@]}" "$sluice" serve --config "$dir/bench.yaml" --ready-file "$dir/ready.json" --log-level warn >"$dir/server.log" 2>&1 &
+      env ${SERVER_ENV:-} "${server_pin[@]}" "$bin" serve --config "$dir/bench.yaml" --ready-file "$dir/ready.json" --log-level warn >"$dir/server.log" 2>&1 &
       ;;
     floor)
       # shellcheck disable=SC2086 # as above
-      env ${SERVER_ENV:-} "${server_pin[@]}" "$driver" floor --addr 127.0.0.1:0 --ready-file "$dir/ready.json" >"$dir/server.log" 2>&1 &
+      env ${SERVER_ENV:-} "${server_pin[@]}" "$driver" floor --addr 127.0.0.1:0 --ready-file "$dir/ready.json" "${tls_floor[@]}" >"$dir/server.log" 2>&1 &
       ;;
-    *) echo "bench-service: unknown server $server" >&2; exit 2 ;;
   esac
   pids[$server]=$!
   wait_ready "$server" "${pids[$server]}"
@@ -118,7 +171,7 @@ for s in $scenarios; do
   # shellcheck disable=SC2206 # RUN_FLAGS is split into words on purpose
   extra+=(${RUN_FLAGS:-})
   for server in $servers; do
-    "${driver_pin[@]}" "$driver" run --addr "${addrs[$server]}" --pid "${pids[$server]}" --key "$key" --server "$server" --scenario "$s" "${extra[@]}" | tee -a "$results"
+    "${driver_pin[@]}" "$driver" run --addr "${addrs[$server]}" --pid "${pids[$server]}" --key "$key" --server "$server$label_suffix" --scenario "$s" "${tls_driver[@]}" "${extra[@]}" | tee -a "$results"
   done
 done
 "$driver" chart --in "$results" --out "$(dirname "$results")"

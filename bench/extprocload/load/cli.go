@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // ErrUsage is returned when the command line is wrong (already reported).
@@ -54,15 +56,17 @@ var Scenarios = map[string]Config{
 const FallbackModel = "gpt-4o-mini-fallback"
 
 const usage = `usage:
-  extprocload run   --addr HOST:PORT --key KEY [--pid PID] [--scenario NAME] [flags]
-  extprocload floor --addr 127.0.0.1:0 [--ready-file FILE]
+  extprocload run   --addr HOST:PORT --key KEY [--pid PID] [--scenario NAME] [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]] [flags]
+  extprocload floor --addr 127.0.0.1:0 [--ready-file FILE] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
+  extprocload certs --dir DIR
   extprocload chart --in RESULTS.jsonl --out DIR
   extprocload median [--markdown] [--out FILE] RUN.jsonl...
   extprocload prefill --ledger FILE --records N
 
 run plays Envoy for Sluice's filter chain against the gRPC server at
 --addr and prints one JSON line (a ramp: one a step, then a summary).
-floor serves the do-nothing ext_authz and ext_proc server. chart draws
+floor serves the do-nothing ext_authz and ext_proc server. certs writes a
+throwaway CA and a server and a client certificate for mTLS runs. chart draws
 PNG charts of run's JSON lines. median picks, of several runs' results,
 the median run of each scenario and server by CPU a request (a ramp's by
 its highest held rate). Scenarios: `
@@ -102,6 +106,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return enc.Encode(res)
 	case "floor":
 		return runFloor(ctx, args[1:], stderr)
+	case "certs":
+		return runCerts(args[1:], stdout, stderr)
 	case "chart":
 		return runChart(args[1:], stderr)
 	case "median":
@@ -136,6 +142,10 @@ func parseRun(args []string, stderr io.Writer) (Config, error) {
 	step := fs.Duration("step", 0, "ramp: how long each step lasts")
 	hostProvider := fs.String("host-provider", "", "play a fallback model's attempt on a host of this provider")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write the driver's own CPU profile to this `file` (where its core goes)")
+	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "TLS: the client certificate (PEM `file`) presented for mTLS")
+	fs.StringVar(&c.TLS.Key, "tls-key", "", "TLS: the client certificate's key (PEM `file`)")
+	fs.StringVar(&c.TLS.CA, "tls-ca", "", "TLS: the CA bundle (PEM `file`) the server's certificate must chain to; turns TLS on")
+	fs.StringVar(&c.TLS.ServerName, "tls-server-name", "", "TLS: the `name` the server's certificate must carry, sent as SNI (default: the address's host)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, ErrUsage
@@ -148,7 +158,7 @@ func parseRun(args []string, stderr io.Writer) (Config, error) {
 		return Config{}, ErrUsage
 	}
 	base.Scenario, base.Addr, base.PID, base.Key, base.Server = *scenario, c.Addr, c.PID, c.Key, c.Server
-	base.CPUProfile = c.CPUProfile
+	base.CPUProfile, base.TLS = c.CPUProfile, c.TLS
 	if base.Model == "" {
 		base.Model = *model
 	}
@@ -193,7 +203,22 @@ func runFloor(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:0", "listen `host:port`")
 	ready := fs.String("ready-file", "", "once listening, write {\"grpc\": ADDR} to this `file`")
+	cert := fs.String("tls-cert", "", "TLS: the server certificate (PEM `file`)")
+	key := fs.String("tls-key", "", "TLS: its key (PEM `file`)")
+	clientCA := fs.String("tls-client-ca", "", "mTLS: require a client certificate that chains to this CA bundle (PEM `file`)")
 	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	var opts []grpc.ServerOption
+	switch {
+	case *cert != "" && *key != "":
+		creds, err := FloorCredentials(*cert, *key, *clientCA)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, grpc.Creds(creds))
+	case *cert != "" || *key != "" || *clientCA != "":
+		fmt.Fprintln(stderr, "floor: --tls-cert and --tls-key go together, and --tls-client-ca needs them")
 		return ErrUsage
 	}
 	var lc net.ListenConfig
@@ -212,5 +237,5 @@ func runFloor(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	return ServeFloor(ctx, ln)
+	return ServeFloor(ctx, ln, opts...)
 }

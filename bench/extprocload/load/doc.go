@@ -20,6 +20,11 @@
 // not cap the rate it offers; TestWireMessagesAreEnvoys holds the bytes
 // to the messages built field by field.
 //
+// Connections are plaintext or, with Config.TLS, mTLS as Envoy's
+// transport socket speaks it; the floor takes the same server
+// certificate (FloorCredentials), and WriteCerts makes a throwaway CA
+// and both sides' certificates.
+//
 // Runs are closed loop, open loop (capped in flight) or a ramp of open
 // loop steps (RunRamp). Measurement reads the server's CPU time
 // (utime+stime) and VmRSS from /proc/<pid>; see Result and RampStep for

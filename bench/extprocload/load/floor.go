@@ -66,9 +66,10 @@ func (Floor) Process(s extprocsvc.ExternalProcessor_ProcessServer) error {
 	}
 }
 
-// ServeFloor serves Floor on ln until ctx ends.
-func ServeFloor(ctx context.Context, ln net.Listener) error {
-	g := grpc.NewServer()
+// ServeFloor serves Floor on ln until ctx ends, with opts (the TLS
+// credentials of an mTLS run, FloorCredentials).
+func ServeFloor(ctx context.Context, ln net.Listener, opts ...grpc.ServerOption) error {
+	g := grpc.NewServer(opts...)
 	authv3.RegisterAuthorizationServer(g, Floor{})
 	extprocsvc.RegisterExternalProcessorServer(g, Floor{})
 	stop := context.AfterFunc(ctx, g.Stop)

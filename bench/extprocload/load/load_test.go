@@ -223,11 +223,20 @@ func startFloor(t *testing.T) string {
 // process and returns its gRPC address, from the ready file.
 func startSluice(t *testing.T) string {
 	t.Helper()
+	return startSluiceWith(t, "")
+}
+
+// startSluiceWith is startSluice with extra appended to the copy of
+// bench.yaml (a top-level section, as scripts/bench-service.sh appends
+// security.tls).
+func startSluiceWith(t *testing.T, extra string) string {
+	t.Helper()
 	dir := t.TempDir()
 	cfg, err := os.ReadFile("../bench.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg = append(cfg, extra...)
 	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}

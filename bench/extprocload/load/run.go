@@ -66,6 +66,10 @@ type Config struct {
 	// CPUProfile, when set, is the file the driver's own CPU profile is
 	// written to: the driver's core is the other half of the machine.
 	CPUProfile string `json:"-"`
+
+	// TLS, when set, is the connections' TLS (mTLS with a client
+	// certificate); the zero value is plaintext, as before.
+	TLS ClientTLS
 }
 
 // Result is the JSON line of one run. Latency is the whole request as the
@@ -98,6 +102,9 @@ type Result struct {
 	TTFCP99Millis float64 `json:"ttfc_p99_ms,omitempty"`
 	RSSKiB        int64   `json:"rss_kib"`
 	RSSMaxKiB     int64   `json:"rss_max_kib"`
+	// TLS is "tls" or "mtls" (a client certificate presented) when the
+	// connections were TLS; absent when plaintext.
+	TLS           string  `json:"tls,omitempty"`
 	FirstError    string  `json:"first_error,omitempty"`
 	ElapsedMillis float64 `json:"elapsed_ms"`
 }
@@ -139,6 +146,7 @@ func (c Config) validate() error {
 	if c.Conns < 0 || c.MaxInFlight < 0 {
 		errs = append(errs, errors.New("conns, max-in-flight: must not be negative"))
 	}
+	errs = append(errs, c.TLS.validate())
 	return errors.Join(errs...)
 }
 
@@ -169,10 +177,16 @@ func dial(ctx context.Context, cfg Config) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	creds := insecure.NewCredentials()
+	if cfg.TLS.On() {
+		if creds, err = cfg.TLS.credentials(); err != nil {
+			return nil, err
+		}
+	}
 	d := &driver{cfg: cfg}
 	ifaces := []grpc.ClientConnInterface{}
 	for range max(1, cfg.Conns) {
-		c, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		c, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(creds),
 			grpc.WithStaticStreamWindowSize(envoyWindow), grpc.WithStaticConnWindowSize(envoyWindow))
 		if err != nil {
 			d.close()
@@ -419,7 +433,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		Scenario: cfg.Scenario, Server: cfg.Server, Rate: cfg.Rate, Conns: len(d.conns),
 		Requests: st.served() + st.errs, Errors: st.errs, Timeouts: st.timeouts, NotStarted: st.notStarted, FirstError: st.firstErr,
 		ElapsedMillis: ms(st.elapsed), CPUMicrosReq: st.cpuPerReq(), RSSKiB: st.rss, RSSMaxKiB: st.rssMax,
-		ServerBusy: st.busy(st.cpu), DriverBusy: st.busy(st.driverCPU),
+		ServerBusy: st.busy(st.cpu), DriverBusy: st.busy(st.driverCPU), TLS: cfg.TLS.mode(),
 	}
 	if cfg.Rate == 0 {
 		res.Concurrency = cfg.Concurrency
