@@ -54,3 +54,40 @@ pricing: {m: {input: 1, output: 1}}
 		})
 	}
 }
+
+// TestEnvoyBootstrapExtensionTLS: with --config, the bootstrap's xDS
+// cluster speaks xds.extension_tls (Envoy's client certificate, Sluice's
+// CA and identity), and says so when it names secrets the bootstrap must
+// define.
+func TestEnvoyBootstrapExtensionTLS(t *testing.T) {
+	dir := t.TempDir()
+	base := `providers: [{name: local, kind: openai-compatible, base_url: "http://127.0.0.1:8000"}]
+models: [{name: m, provider: local}]
+listen: {xds: "sluice.internal:18000"}
+`
+	for _, tc := range []struct {
+		name, tls string
+		want      []string
+	}{
+		{"files", `{sni: sluice.internal, cert_file: /etc/envoy/c.pem, key_file: /etc/envoy/k.pem, ca_file: /etc/envoy/ca.pem, server_sans: {uris: ["spiffe://corp/sluice"]}}`,
+			[]string{"envoy.transport_sockets.tls", "sni: sluice.internal", "filename: /etc/envoy/c.pem", "filename: /etc/envoy/k.pem", "filename: /etc/envoy/ca.pem", "exact: spiffe://corp/sluice", "- h2"}},
+		{"secrets", `{sds_certificate: envoy-cert, sds_validation: sluice-ca}`,
+			[]string{"name: envoy-cert", "name: sluice-ca", "define them\n# under static_resources.secrets"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			config := filepath.Join(dir, tc.name+".yaml")
+			if err := os.WriteFile(config, []byte(base+"xds: {extension_tls: "+tc.tls+"}\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, stderr, err := run(t, "envoy", "bootstrap", "--config", config)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("bootstrap lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
