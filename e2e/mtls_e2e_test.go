@@ -164,15 +164,35 @@ xds:
 		s.awaitRecord(t, h.Get("x-request-id"))
 	})
 
-	// A static Envoy whose sluice cluster speaks ts.
-	static := func(t *testing.T, ts *corev3.TransportSocket) string {
+	// A static Envoy whose sluice cluster speaks ts, with both filters or,
+	// extprocOnly, ext_proc alone (which then reads the key itself).
+	staticChain := func(t *testing.T, ts *corev3.TransportSocket, extprocOnly bool) string {
 		sl := staticCluster(t, "sluice", s.grpcAddr, true)
 		sl.TransportSocket = ts
-		b := bootstrap(t, []*clusterv3.Cluster{sl, staticCluster(t, "provider", mockAddr, false)}, chain.HTTPFilters(chain.Options{Cluster: "sluice"})...)
+		filters := chain.HTTPFilters(chain.Options{Cluster: "sluice"})
+		if extprocOnly {
+			filters = filters[1:]
+		}
+		b := bootstrap(t, []*clusterv3.Cluster{sl, staticCluster(t, "provider", mockAddr, false)}, filters...)
 		// Sluice's listener: Envoy's own replies in JSON.
 		sluiceListener(b, policies.Default().Gateway.MaxRequestBodyBytes)
 		return staticEmulator(t, b)
 	}
+	static := func(t *testing.T, ts *corev3.TransportSocket) string { return staticChain(t, ts, false) }
+	t.Run("ext_proc alone", func(t *testing.T) {
+		if st, _, body := chat.do(t, staticChain(t, clientTLS(t, envoyCert, envoyKey, caFile, sluiceID), true), key); st != 200 {
+			t.Errorf("with the right certificate: %d %s", st, body)
+		}
+		series := `sluice_tls_refused_total{reason="identity_not_allowed",server="grpc"}`
+		before := metricValue(s.metrics(t), series)
+		st, _, body := chat.do(t, staticChain(t, clientTLS(t, intruderCert, intruderKey, caFile, sluiceID), true), key)
+		if st != 503 || !strings.Contains(body, "gateway_unavailable") {
+			t.Errorf("an identity outside allowed_clients: %d %s, want ext_proc's 503 gateway_unavailable", st, body)
+		}
+		if metricValue(s.metrics(t), series) <= before {
+			t.Errorf("%s did not count the refusal", series)
+		}
+	})
 	otherCAFile := other.WriteFile(t)
 	for _, tc := range []struct {
 		name, cert, key, ca, server string
