@@ -32,6 +32,13 @@ func noEnv(string) (string, bool) { return "", false }
 // startSluice writes configYAML to a temp dir and serves it.
 func startSluice(t *testing.T, configYAML string) *sluiceProcess {
 	t.Helper()
+	return startSluiceCtx(t, context.Background(), configYAML)
+}
+
+// startSluiceCtx is startSluice, serving under parent (which may carry
+// app.WithLedgerFault).
+func startSluiceCtx(t *testing.T, parent context.Context, configYAML string) *sluiceProcess {
+	t.Helper()
 	dir := t.TempDir()
 	out := &syncBuf{}
 	p := &sluiceProcess{config: filepath.Join(dir, "sluice.yaml"), log: out}
@@ -39,7 +46,7 @@ func startSluice(t *testing.T, configYAML string) *sluiceProcess {
 		t.Fatal(err)
 	}
 	ready := filepath.Join(dir, "ready.json")
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(parent)
 	done := make(chan error, 1)
 	go func() {
 		done <- app.Run(ctx, []string{"serve", "--config", p.config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn"}, out, out, noEnv)

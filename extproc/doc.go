@@ -70,8 +70,9 @@
 // like /v1/messages and is then forwarded without reserve: no meter, no
 // spend record. Under gateway.unknown_paths: pass, any other path is
 // forwarded from its request headers to the provider gateway.pass_to
-// names for its API (pass), with that provider's credential and nothing
-// else changed.
+// names for its API (pass), with that provider's credential and its
+// canonical path, nothing else changed; another spelling of a served
+// endpoint's path is refused, never passed (paths.go).
 //
 // Processor and UpstreamProcessor are transport-free (ProcessingRequest in,
 // ProcessingResponse out); Server is the stream loop. Codec is the gRPC

@@ -17,7 +17,11 @@ type Metrics struct {
 	unparsed     *prometheus.CounterVec
 	unpriced     *prometheus.CounterVec
 	ledgerErrors prometheus.Counter
-	streams      prometheus.Gauge
+	// commit times the settle's ledger Append; overrides counts the
+	// override_message_timeout replies sent while one was slow.
+	commit    prometheus.Histogram
+	overrides prometheus.Counter
+	streams   prometheus.Gauge
 	// upstreamAttempts counts fallback attempts the upstream processor
 	// rewrote, by provider.
 	upstreamAttempts *prometheus.CounterVec
@@ -49,6 +53,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Requests for models without a price (recorded with cost 0), by model."}, []string{"model"}),
 		ledgerErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_errors_total",
 			Help: "Spend records that could not be written."}),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_commit_seconds",
+			Help:    "How long the final reply waited for the spend record's ledger Append (durable, or held: internal/ledger/hold).",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .2, .3, .5, 1, 2, 5}}),
+		overrides: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_extproc_timeout_overrides_total",
+			Help: "override_message_timeout replies sent because a final reply's ledger Append was slow."}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_extproc_streams",
 			Help: "Open ext_proc streams (downstream and upstream)."}),
 		upstreamAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_upstream_attempts_total",
@@ -60,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		usageChunks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_extproc_usage_chunks_total",
 			Help: "The usage chunks of streams whose include_usage Sluice forced on, by outcome: removed (metered, then kept from the client), oversized (an event over the hold limit, passed unmodified), encoded (a response the provider compressed despite accept-encoding: identity, passed unfiltered), unterminated (the held start of an event that never ended, lost because the response ended in trailers)."}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.requests, m.denials, m.tokens, m.cost, m.unparsed, m.unpriced, m.ledgerErrors, m.streams, m.upstreamAttempts, m.principalRefused, m.localReplies, m.usageChunks)
+	reg.MustRegister(m.requests, m.denials, m.tokens, m.cost, m.unparsed, m.unpriced, m.ledgerErrors, m.commit, m.overrides, m.streams, m.upstreamAttempts, m.principalRefused, m.localReplies, m.usageChunks)
 	return m
 }
 

@@ -148,6 +148,11 @@ type Processor struct {
 	// (a retry included) carries the same one, and no client header
 	// chooses it.
 	recordID string
+
+	// await waits for the settle's Append, given its outcome's channel,
+	// on the stream's goroutine (server.go's waiter); nil: Append is
+	// called directly.
+	await func(done <-chan error) error
 }
 
 // NewProcessor returns a processor for one request.
@@ -229,10 +234,7 @@ func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.Processing
 	}
 
 	if p.ep == llmapi.Unknown {
-		if pr := p.snap.PassTo(p.dialect); pr != nil {
-			return p.pass(pr)
-		}
-		return p.refuse(unknownPath(p.method, pathOnly(p.path)))
+		return p.unknown(get) // paths.go: by its canonical path
 	}
 	if want := p.ep.Method(); p.method != want {
 		return p.refuse(methodNotAllowed(p.method, pathOnly(p.path), want))
@@ -284,8 +286,16 @@ func declaredTooLarge(get func(string) (string, bool), limit int64) *apierr.Erro
 // against the caller's request-rate limits like any other request. The
 // routing header Sluice sets replaces any a client sent (a set
 // overwrites), and clear_route_cache chooses the route again on it.
-func (p *Processor) pass(pr *policies.Provider) *extprocsvc.ProcessingResponse {
-	hm, _ := p.targetRewrite(p.snap, policies.Target{Provider: pr}, "")
+//
+// path is the path to send: the canonical one (paths.go), set as :path
+// when it differs from the client's and the rewrite sets none.
+func (p *Processor) pass(pr *policies.Provider, path string) *extprocsvc.ProcessingResponse {
+	c := p.clientRequest
+	c.path = path
+	hm, _ := c.targetRewrite(p.snap, policies.Target{Provider: pr}, "")
+	if path != p.path && !hasSet(hm, ":path") {
+		hm.SetHeaders = append(hm.SetHeaders, rawHeader(":path", path))
+	}
 	hm.SetHeaders = append(hm.SetHeaders, rawHeader(chain.RoutingHeader, pr.Name))
 	p.provider = pr.Name
 	p.state = forwarded
@@ -331,6 +341,9 @@ func (p *Processor) requestBody(ctx context.Context, b *extprocsvc.HttpBody) *ex
 		return p.refuse(err)
 	}
 	p.req, p.route, p.grant, p.recordID = r.req, r.route, grant, id
+	// Usage the provider does not report is charged the input reserved
+	// (the context window for input by reference), not the estimate.
+	p.req.InputTokens = grant.Claim.InputTokens
 	p.provider, p.upstream = dst.target.Provider.Name, dst.target.Upstream
 	p.state = awaitResponseHeaders
 	return resp
@@ -477,13 +490,19 @@ func (p *Processor) reserve(ctx context.Context, r resolved) (admission.Grant, *
 	// math.MaxInt64, more than any limit or budget allows at all, which
 	// admission refuses as such.
 	maxOut = max(maxOut, 0)
+	// The estimate, or the context window for input by reference; work
+	// no reservation bounds is refused here (unmetered.go).
+	in, refused := p.claimInput(r)
+	if refused != nil {
+		return admission.Grant{}, refused
+	}
 	var worst int64 // pico-dollars
 	if route.Priced {
-		worst = route.Price.WorstCost(req.InputTokens, maxOut, r.cacheControl)
+		worst = route.Price.WorstCost(in, maxOut, r.cacheControl)
 	}
 	grant, err := p.d.Admitter.Admit(ctx, admission.Claim{
 		Principal: p.principal, Model: route.Name, CountRequest: !p.counted,
-		InputTokens: req.InputTokens, MaxOutputTokens: maxOut, CostPico: worst, At: p.d.Now(),
+		InputTokens: in, MaxOutputTokens: maxOut, CostPico: worst, At: p.d.Now(),
 	})
 	if err != nil {
 		if e, ok := apierr.As(err); ok {
@@ -653,15 +672,32 @@ func (p *Processor) settle(ctx context.Context, complete bool) *structpb.Struct 
 		p.d.Metrics.unparsed.WithLabelValues(p.ep.String()).Inc()
 	}
 	cost := p.price(c.Usage)
+	c, cost = p.reservationCharge(c, cost) // background work: its whole reservation (unmetered.go)
 	now := p.d.Now()
 	rec := p.record(c, cost, now)
-	if err := p.d.Ledger.Append(context.WithoutCancel(ctx), rec); err != nil {
+	if err := p.appendRecord(context.WithoutCancel(ctx), rec); err != nil {
 		p.d.Metrics.ledgerErrors.Inc()
 		p.d.Log.Error("spend record not written", "record_id", rec.RequestID, "client_request_id", rec.ClientRequestID, "key_id", p.principal.KeyID, "err", err)
 	}
 	p.d.Admitter.Settle(ctx, p.grant, admission.Actual{InputTokens: c.Usage.InputTokens, OutputTokens: c.Usage.OutputTokens, CostPico: cost, At: now})
 	p.d.Metrics.observe(rec)
 	return usageMetadata(rec)
+}
+
+// appendRecord makes rec durable (the ledger's Append) and times it
+// (sluice_ledger_commit_seconds). On a stream, the Append runs beside the
+// stream's goroutine, which waits for it through await (server.go) and
+// asks Envoy for more time if it is slow; without one (Cancel, or a
+// processor driven directly) it runs here.
+func (p *Processor) appendRecord(ctx context.Context, rec ledger.Record) error {
+	start := time.Now()
+	defer func() { p.d.Metrics.commit.Observe(time.Since(start).Seconds()) }()
+	if p.await == nil {
+		return p.d.Ledger.Append(ctx, rec)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.d.Ledger.Append(ctx, rec) }()
+	return p.await(done)
 }
 
 // price is what u costs at the model's price in pico-dollars, exactly;

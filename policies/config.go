@@ -96,7 +96,19 @@ type Gateway struct {
 	// ReservationTTL releases a reservation that was never settled (a
 	// stream Sluice lost track of) after this long. Default 15m.
 	ReservationTTL time.Duration `yaml:"reservation_ttl"`
+	// Background says what happens to work Sluice cannot meter — a
+	// responses request with "background": true, which the provider
+	// answers at once without usage and runs later: "deny" (the default,
+	// also when unset: 400 background_not_metered) or "charge_reservation" (served, and
+	// charged its whole reservation when the reply arrives).
+	Background string `yaml:"background"`
 }
+
+// gateway.background values.
+const (
+	BackgroundDeny              = "deny"
+	BackgroundChargeReservation = "charge_reservation"
+)
 
 // PassTo is gateway.pass_to: a provider name per API.
 type PassTo struct {
@@ -334,6 +346,13 @@ type Model struct {
 	// when the client sets no max_tokens. Default
 	// gateway.default_max_output_tokens.
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
+	// ContextWindow is the most input the model takes, in tokens: what
+	// admission reserves for a prompt that points at content Sluice cannot
+	// see (a file id, a document URL, a stored response or conversation).
+	// Default: the built-in window of a well-known model (contextwindow.go)
+	// by its name or a provider's name for it; with none, such requests
+	// are refused (400 input_by_reference).
+	ContextWindow int64 `yaml:"context_window"`
 }
 
 // Model routings.

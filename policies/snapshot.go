@@ -61,6 +61,11 @@ type ModelRoute struct {
 	// MaxOutputTokens is reserved when a request sets no max_tokens: the
 	// model's max_output_tokens, else gateway.default_max_output_tokens.
 	MaxOutputTokens int64
+	// ContextWindow is the most input the model takes, in tokens, reserved
+	// for a prompt by reference: its context_window, else the built-in
+	// window of its name or its providers' names for it (the largest), else
+	// 0, unknown.
+	ContextWindow int64
 	// weights are the cumulative weights of Targets (routing weighted).
 	weights []int64
 }
@@ -271,6 +276,7 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 		}
 		r.Provider, r.Upstream = r.Targets[0].Provider, r.Targets[0].Upstream
 		r.Price, r.Priced = c.Pricing[m.Name]
+		r.ContextWindow = contextWindow(m, r.Targets)
 		s.models[m.Name] = r
 		for _, a := range m.Aliases {
 			s.models[a] = r

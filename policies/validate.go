@@ -108,6 +108,9 @@ func (v *validator) ledgerAndGateway(l Ledger, g Gateway) {
 	if g.DefaultMaxOutputTokens <= 0 {
 		v.add("gateway.default_max_output_tokens", "must be more than 0, got %d", g.DefaultMaxOutputTokens)
 	}
+	if g.Background != "" && g.Background != BackgroundDeny && g.Background != BackgroundChargeReservation {
+		v.add("gateway.background", "must be deny or charge_reservation, got %q", g.Background)
+	}
 	if g.ReservationTTL < time.Minute {
 		v.add("gateway.reservation_ttl", "must be at least 1m (longer than your longest stream), got %v", g.ReservationTTL)
 	}
@@ -408,6 +411,7 @@ func (v *validator) models(ms []Model, providers map[string]int, kinds map[strin
 		}
 		v.modelProviders(path, m, providers, providerNames, kinds)
 		v.nonNegative(path+".max_output_tokens", m.MaxOutputTokens)
+		v.nonNegative(path+".context_window", m.ContextWindow)
 	}
 	return owners, known
 }

@@ -575,6 +575,45 @@ func (b *builder) listener() (*listenerv3.Listener, error) {
 	// can quote the id its request is logged and recorded under.
 	hcm.UseRemoteAddress = wrapperspb.Bool(true)
 	hcm.AlwaysSetRequestIdInResponse = true
+	// One path for everyone: the connection manager rewrites :path before
+	// routing and before any filter sees it, so ext_authz's CheckRequest,
+	// ext_proc's request headers (where Sluice classifies the endpoint)
+	// and the provider all get the same bytes
+	// (ConnectionManagerUtility::maybeNormalizePath,
+	// source/common/http/conn_manager_utility.cc, called by
+	// ActiveStream::decodeHeaders before the filter chain exists). Each is
+	// off by default: normalize_path unset takes the runtime key
+	// http_connection_manager.normalize_path at 0%, and
+	// IMPLEMENTATION_SPECIFIC_DEFAULT is KEEP_UNCHANGED
+	// (getPathWithEscapedSlashesActionRuntimeOverride, the HCM's
+	// config.cc), so without them Envoy routes and forwards
+	// /v1/chat%2Fcompletions as it came, and a provider that decodes %2F
+	// serves a path Sluice never classified.
+	//   - normalize_path: PathUtil::canonicalPath (path_utility.cc) —
+	//     Chromium's url::CanonicalizePath on the part before '?': dot
+	//     segments removed (also %2e, and "..;x" since
+	//     strip_dotdot_segments_with_parameters), escaped unreserved
+	//     characters decoded (completion%73 → completions), '' → '/',
+	//     other escapes kept as sent (%252F stays); a NUL fails with 400.
+	//   - merge_slashes: PathUtil::mergeSlashes, after canonicalPath.
+	//   - path_with_escaped_slashes_action REJECT_REQUEST:
+	//     PathUtil::unescapeSlashes runs first; a %2F, %2f, %5C or %5c in
+	//     the path (not the query) gets 400, details
+	//     path_normalization_failed, which chain.LocalReply turns into
+	//     the API's JSON error. No client of these APIs sends an escaped
+	//     slash on purpose. UNESCAPE_AND_FORWARD would also give one path,
+	//     but by changing the request's meaning (a %2F inside a segment
+	//     becomes a boundary, and x%2F..%2F collapses segments), which
+	//     the HCM proto warns against where an earlier hop (a load
+	//     balancer, a WAF, Istio's authorization) decided on the escaped
+	//     form; UNESCAPE_AND_REDIRECT answers 307, and 400 to gRPC.
+	// Envoy never changes case (/V1 stays, per normalize_path's comment)
+	// nor a ';' parameter outside a dot segment (/completions;x stays, ';'
+	// passes CanonicalizePath), and keeps a trailing slash: Sluice's own
+	// classification of the path (ext_proc) answers those.
+	hcm.NormalizePath = wrapperspb.Bool(true)
+	hcm.MergeSlashes = true
+	hcm.PathWithEscapedSlashesAction = hcmv3.HttpConnectionManager_REJECT_REQUEST
 	// Envoy's own local replies (a body past the listener's buffer, an
 	// upstream timeout or connect failure) in the API's JSON error shape
 	// instead of text/plain; Sluice's own replies pass through unchanged.

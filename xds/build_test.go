@@ -18,6 +18,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/testtls"
@@ -199,6 +200,11 @@ func TestBuild(t *testing.T) {
 	// the configured body limit.
 	if diff := cmp.Diff(chain.LocalReply(p.Gateway().MaxRequestBodyBytes), hcm.GetLocalReplyConfig(), protocmp.Transform()); diff != "" {
 		t.Errorf("local_reply_config (-want +got):\n%s", diff)
+	}
+	// One path for every filter and the provider: normalized, slashes
+	// merged, an escaped slash or backslash refused (build.go).
+	if diff := cmp.Diff(wantPathNormalization(), pathNormalization(hcm), protocmp.Transform()); diff != "" {
+		t.Errorf("path normalization (-want +got):\n%s", diff)
 	}
 	if r.Listeners[0].GetAddress().GetSocketAddress().GetPortValue() != 10000 || len(hcm.GetAccessLog()) != 1 {
 		t.Fatalf("listener address %v, access logs %d", r.Listeners[0].GetAddress(), len(hcm.GetAccessLog()))
@@ -554,5 +560,25 @@ func TestGRPCClientPrivateCA(t *testing.T) {
 	n := ts.waitNode(t, without.node, "NACK the cluster", func(n NodeStatus) bool { return n.Nacked["cds"] == v[resourcev3.ClusterType] })
 	if !strings.Contains(n.LastError, `root certificate provider instance name "sluice.a" missing in bootstrap configuration`) {
 		t.Errorf("NACK error %q, want the missing instance sluice.a", n.LastError)
+	}
+}
+
+// wantPathNormalization is the path handling of Sluice's listener: the
+// three connection-manager fields, nothing else set.
+func wantPathNormalization() *hcmv3.HttpConnectionManager {
+	return &hcmv3.HttpConnectionManager{
+		NormalizePath:                wrapperspb.Bool(true),
+		MergeSlashes:                 true,
+		PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_REJECT_REQUEST,
+	}
+}
+
+// pathNormalization is h's path handling alone.
+func pathNormalization(h *hcmv3.HttpConnectionManager) *hcmv3.HttpConnectionManager {
+	return &hcmv3.HttpConnectionManager{
+		NormalizePath:                h.GetNormalizePath(),
+		MergeSlashes:                 h.GetMergeSlashes(),
+		PathWithEscapedSlashesAction: h.GetPathWithEscapedSlashesAction(),
+		PathNormalizationOptions:     h.GetPathNormalizationOptions(),
 	}
 }

@@ -279,6 +279,11 @@ func TestIstioEnvoyFilter(t *testing.T) {
 	if diff := cmp.Diff(chain.LocalReply(g.MaxRequestBodyBytes), hcms[0].GetLocalReplyConfig(), protocmp.Transform()); diff != "" {
 		t.Errorf("local_reply_config differs from chain.LocalReply (-chain +manifest):\n%s", diff)
 	}
+	// The gateway normalizes paths as Sluice's own listener does, so the
+	// path ext_proc classifies is the one the provider gets.
+	if diff := cmp.Diff(wantPathNormalization(), pathNormalization(hcms[0]), protocmp.Transform()); diff != "" {
+		t.Errorf("the connection manager's path normalization differs from Sluice's listener (-xds +manifest):\n%s", diff)
+	}
 }
 
 // The routing examples are Istio resources of the expected kinds, and the

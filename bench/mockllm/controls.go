@@ -31,6 +31,7 @@ const (
 	HeaderCachedTokens     = "X-Mock-Cached-Tokens"
 	HeaderCacheWriteTokens = "X-Mock-Cache-Write-Tokens"
 	HeaderReasoningTokens  = "X-Mock-Reasoning-Tokens"
+	HeaderInputTokens      = "X-Mock-Input-Tokens"
 	HeaderDimensions       = "X-Mock-Dimensions"
 	HeaderTrailer          = "X-Mock-Trailer"
 )
@@ -52,7 +53,8 @@ type controls struct {
 	errorAfter int    // -1: never
 
 	cachedTokens, cacheWriteTokens, reasoningTokens int64
-	dimensions                                      int // 0: not set by a header
+	inputTokens                                     int64 // 0: counted from the request
+	dimensions                                      int   // 0: not set by a header
 
 	trailerName, trailerValue string // trailerName "": no trailer
 }
@@ -75,6 +77,7 @@ func (s *Server) controls(h http.Header) (controls, error) {
 		cachedTokens:     o.CachedTokens,
 		cacheWriteTokens: o.CacheWriteTokens,
 		reasoningTokens:  o.ReasoningTokens,
+		inputTokens:      o.InputTokens,
 	}
 	wordsH, chunksH := -1, -1
 	var problems []string
@@ -174,6 +177,13 @@ func (s *Server) controls(h http.Header) (controls, error) {
 			} else {
 				c.errorAfter = n
 			}
+		case HeaderInputTokens:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 || n > 1<<40 {
+				bad(name, v, "a token count in [1, 2^40]")
+				continue
+			}
+			c.inputTokens = n
 		case HeaderCachedTokens, HeaderCacheWriteTokens, HeaderReasoningTokens:
 			n, err := strconv.ParseInt(v, 10, 64)
 			low, want := int64(0), "a non-negative token count"

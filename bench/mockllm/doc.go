@@ -131,6 +131,7 @@
 //	x-mock-reasoning-tokens: R reasoning tokens, added to the output tokens; a negative R (down
 //	                           to -2^40) reports a negative reasoning count, and a negative
 //	                           output when -R exceeds the words, as a broken provider might
+//	x-mock-input-tokens: P     prompt tokens reported, instead of the request's count (1 to 2^40)
 //	x-mock-dimensions: D       embedding length (over the request's "dimensions" and Options)
 //	x-mock-trailer: name=value end the response with this trailer field, announced in a
 //	                           Trailer header (JSON and streams; set on a clean end only, not

@@ -74,6 +74,11 @@ type Options struct {
 	// ReasoningTokens are added to the output tokens and reported as
 	// reasoning tokens where the dialect has a field for them.
 	ReasoningTokens int64
+	// InputTokens, when positive, is the prompt size every reply reports
+	// instead of the count of the request's prompt, as x-mock-input-tokens
+	// does for one request: a prompt the provider reads from elsewhere (a
+	// file id, a stored response) that the request body does not show.
+	InputTokens int64
 	// Dimensions is the embedding length when neither the request nor a
 	// header names one. Zero means DefaultDimensions.
 	Dimensions int

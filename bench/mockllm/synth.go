@@ -138,6 +138,9 @@ func (s *Server) newCall(c *controls, rt route, req *apiRequest) (*call, *badReq
 		prompt = promptTokens(req.Instructions) + promptTokens(req.Input)
 		limit, limitName = req.MaxOutputTokens, "max_output_tokens"
 	}
+	if c.inputTokens > 0 {
+		prompt = c.inputTokens
+	}
 	if limit != nil && *limit < 1 {
 		return nil, &badRequest{limitName, limitName + ": must be at least 1"}
 	}

@@ -54,6 +54,7 @@ type config struct {
 	routes      *routeTable
 	clusters    map[string]*cluster
 	requestID   requestIDPolicy
+	path        pathPolicy        // the connection manager's path normalization (path.go)
 	localReply  *localReplyConfig // nil: none configured
 }
 
@@ -149,6 +150,9 @@ func (e *Emulator) build(l *listenerv3.Listener, rds map[string]*routev3.RouteCo
 		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
 	}
 	if cfg.localReply, err = newLocalReplyConfig(hcm.GetLocalReplyConfig()); err != nil {
+		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
+	}
+	if cfg.path, err = newPathPolicy(hcm); err != nil {
 		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
 	}
 	switch rs := hcm.GetRouteSpecifier().(type) {

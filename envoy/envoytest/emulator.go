@@ -190,10 +190,18 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.downstream = peerOf(r)
 	s.reqHeaders = fromRequest(r, s.downstream.scheme)
+	s.rec = &Exchange{StreamID: s.id, Method: r.Method, Path: s.reqHeaders.Value(":path")}
+	// The connection manager normalizes :path before it builds the filter
+	// chain (path.go): a rejected path gets its 400 from no filter at all,
+	// before the request headers are mutated (decodeHeaders calls
+	// maybeNormalizePath before mutateRequestHeaders).
+	if !cfg.path.apply(s.reqHeaders) {
+		e.rejectPath(s, w)
+		return
+	}
 	// What Envoy's connection manager adds before any filter runs.
 	cfg.requestID.apply(s.reqHeaders, s.downstream.remoteIP)
 	s.reqHeaders.Set("x-forwarded-proto", s.downstream.scheme)
-	s.rec = &Exchange{StreamID: s.id, Method: r.Method, Path: r.URL.RequestURI()}
 
 	var wg sync.WaitGroup
 	run := func(st stage, in <-chan frame, out chan<- frame) {
@@ -251,6 +259,25 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// Abort the response so the client sees a reset, not a clean end.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// rejectPath answers a request whose path the connection manager rejects
+// (ConnectionManagerImpl::ActiveStream::decodeHeaders on
+// NormalizePathAction::Reject: sendLocalReply(Code::BadRequest, "", …,
+// PathNormalizationFailed) before any filter exists), through
+// local_reply_config; a gRPC request gets a trailers-only response,
+// grpc-status INTERNAL (13), as the HCM proto's REJECT_REQUEST says.
+func (e *Emulator) rejectPath(s *stream, w http.ResponseWriter) {
+	lr := localReply{status: http.StatusBadRequest, details: detailsPathNormalizationFailed}
+	if strings.HasPrefix(s.reqHeaders.Value("content-type"), "application/grpc") {
+		lr.headers = NewHeaders("content-type", "application/grpc", "grpc-status", strconv.FormatUint(uint64(grpcStatusForHTTP(lr.status)), 10))
+		lr.status, lr.grpc = http.StatusOK, true
+	}
+	e.writeLocalReply(s, w, lr)
+	s.cancel()
+	s.rec.Duration = time.Since(s.start)
+	e.accessLog(s)
+	e.keep(s.rec)
 }
 
 // passThrough is the stage of a filter that does nothing in a direction.

@@ -50,7 +50,15 @@ func fromRequest(r *http.Request, scheme string) *Headers {
 	h.Add(":method", r.Method)
 	h.Add(":scheme", scheme)
 	h.Add(":authority", r.Host)
-	h.Add(":path", r.URL.RequestURI())
+	// The request-target as the client sent it (the :path of HTTP/2):
+	// Envoy's codecs hand it over unparsed, so the connection manager's
+	// path normalization (path.go) is the only rewrite it gets. Go's
+	// URL.RequestURI would re-escape it.
+	path := r.RequestURI
+	if !strings.HasPrefix(path, "/") {
+		path = r.URL.RequestURI()
+	}
+	h.Add(":path", path)
 	for k, vs := range r.Header {
 		k = strings.ToLower(k)
 		if k == "host" {

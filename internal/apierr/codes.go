@@ -27,6 +27,8 @@ const (
 	// The request line and body.
 	CodeUnknownPath      = "unknown_path"            // 404: not an API the gateway serves
 	CodeMethodNotAllowed = "method_not_allowed"      // 405
+	CodeNonCanonicalPath = "non_canonical_path"      // 400: an API the gateway serves (or Azure's path for one), spelled otherwise, or a path with no one canonical form (llmapi.ClassifyPath)
+	CodeNotMetered       = "not_metered"             // 400: an API that bills model work Sluice does not meter (batches, legacy completions), never passed
 	CodeBodyTooLarge     = "body_too_large"          // 413
 	CodeEmptyBody        = "empty_body"              // 400
 	CodeInvalidJSON      = "invalid_json"            // 400
@@ -40,6 +42,10 @@ const (
 	CodeDuplicateField   = "duplicate_field"         // 400: a field Sluice reads occurs twice
 	CodeInvalidUTF8      = "invalid_utf8"            // 400
 	CodeInvalidRequest   = "invalid_request"         // 400: anything else wrong with the body
+
+	// Work Sluice cannot bound or meter.
+	CodeInputByReference     = "input_by_reference"     // 400: the prompt points at content Sluice cannot see, and no context window is known for the model
+	CodeBackgroundNotMetered = "background_not_metered" // 400: "background": true, and gateway.background is deny
 
 	// The model and where it goes.
 	CodeModelNotFound         = "model_not_found"         // 404
@@ -63,6 +69,7 @@ const (
 	CodeTokensRateLimited    = "tokens_rate_limited"   // 429: a token window has no room
 	CodeInsufficientQuota    = "insufficient_quota"    // 429: a dollar budget is spent (OpenAI's type too)
 	CodeAdmissionUnavailable = "admission_unavailable" // 503: limits cannot be checked
+	CodeLedgerUnavailable    = "ledger_unavailable"    // 503: the spend ledger cannot take records (disk full, writes failing): the request could not be recorded
 )
 
 // openAIWire is how a refusal reads in OpenAI's error body where OpenAI's

@@ -27,6 +27,7 @@ import (
 	"github.com/sluicegw/sluice/internal/grpcguard"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/ledger/hold"
 	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/principal"
@@ -93,9 +94,12 @@ type components struct {
 	// limit at start-up; a reload cannot change it.
 	grpcRecv int
 
-	ring     *keyring.Ring
-	store    store.Store
-	ledger   ledgerBackend
+	ring   *keyring.Ring
+	store  store.Store
+	ledger ledgerBackend
+	// hold keeps the records the ledger cannot take, and says when it
+	// cannot (internal/ledger/hold); ext_proc appends through it.
+	hold     *hold.Ledger
 	counters *limits.Counters
 	admitter admissionBackend
 
@@ -278,7 +282,7 @@ func (c *components) openLedger(ctx context.Context) error {
 	c.reg.MustRegister(asyncErrors)
 	log := c.log.With("component", "ledger")
 	var upgradeStart time.Time
-	led, err := openLedgerBackend(ctx, c.snap, func(err error) {
+	led, err := openLedgerBackend(ctx, c.snap, log, false, func(err error) {
 		asyncErrors.Inc()
 		log.Error("spend ledger", "err", err)
 	}, func(from, to int) {
@@ -296,7 +300,14 @@ func (c *components) openLedger(ctx context.Context) error {
 		c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_ledger_spool_backlog",
 			Help: "Spend records durable in the spool and not yet in SQLite."}, func() float64 { return float64(b.Backlog()) }))
 	}
+	if d, ok := led.(interface{ DamagedFrames() int64 }); ok {
+		c.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_ledger_spool_damaged_frames_total",
+			Help: "Damaged stretches of the spool (each at least one frame) that the replay at start-up skipped; the spool was kept aside as <spool>-damaged-<unix time>, and the error log says where."},
+			func() float64 { return float64(d.DamagedFrames()) }))
+	}
 	c.ledger = led
+	c.hold = hold.New(led, hold.Options{Log: log})
+	registerHold(c.reg, c.hold)
 	c.onClose(led.Close)
 	return nil
 }
@@ -334,12 +345,23 @@ const (
 // openLedgerBackend opens the spend ledger the config names, for serve and
 // the spend command alike; the caller closes it. Only the embedded SQLite
 // backend exists; another backend is chosen here, from the config. Its
-// spool is on: the first process to open the file owns it (serve, or
-// spend while no server runs, replaying what a stopped server left);
-// onError is told what the ledger cannot return to an Append, onMigrate
-// that opening it upgrades its schema (see ledgersqlite.Options).
-func openLedgerBackend(ctx context.Context, snap *policies.Snapshot, onError func(error), onMigrate func(from, to int)) (ledgerBackend, error) {
-	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{Spool: true, Linger: time.Millisecond, OnError: onError, OnMigrate: onMigrate})
+// spool is on: serve owns it, and a second serve of the same file is
+// refused (it would admit every budget a second time); spend, a reader,
+// takes no spool and reads beside a running server. log is told the
+// damage the spool's replay found, onError what the ledger cannot return
+// to an Append, onMigrate that opening it upgrades its schema (see
+// ledgersqlite.Options).
+func openLedgerBackend(ctx context.Context, snap *policies.Snapshot, log *slog.Logger, reader bool, onError func(error), onMigrate func(from, to int)) (ledgerBackend, error) {
+	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{Spool: true, Reader: reader, Logger: log, Linger: time.Millisecond, OnError: onError, OnMigrate: onMigrate,
+		Fault: ledgerFault(ctx)})
+	if inUse := (*ledgersqlite.InUseError)(nil); errors.As(err, &inUse) {
+		pid := "another sluice process"
+		if inUse.PID > 0 {
+			pid = fmt.Sprintf("another sluice process (pid %d)", inUse.PID)
+		}
+		return nil, fmt.Errorf("ledger.sqlite %s is in use by %s; each replica needs its own ledger file — and then has its own budgets; replicas sharing budgets need the PostgreSQL ledger and Redis admission, which have not landed yet (docs/configuration.md): %w",
+			snap.LedgerPath(), pid, err)
+	}
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}
@@ -433,8 +455,8 @@ func (c *components) servers() error {
 		Policy:     c.watcher.Current,
 		Ring:       c.ring,
 		Auth:       checker,
-		Admitter:   c.admitter,
-		Ledger:     c.ledger,
+		Admitter:   gatedAdmitter{Admitter: c.admitter, ledger: c.hold},
+		Ledger:     c.hold,
 		Metrics:    extproc.NewMetrics(c.reg),
 		Log:        c.log.With("component", "extproc"),
 		Now:        time.Now,
@@ -520,13 +542,17 @@ func (c *components) principalKeys() (func() *principal.Keys, error) {
 const noPrincipalKeys = "security.principal_keys is not set: this process signs the principal ext_authz hands ext_proc with a random key of its own, so only one replica works; more than one replica (ext_authz answered by one, ext_proc by another) needs the same security.principal_keys on every replica"
 
 // ready is nil once the config is compiled and the key ring has loaded
-// the store (/readyz, gRPC health).
+// the store, and while the spend ledger takes records (/readyz, gRPC
+// health).
 func (c *components) ready() error {
 	if c.watcher.Current() == nil {
 		return errors.New("config not loaded")
 	}
 	if !c.ring.Synced() {
 		return errors.New("key store not loaded")
+	}
+	if c.hold != nil {
+		return c.hold.Unavailable()
 	}
 	return nil
 }

@@ -31,6 +31,9 @@ const (
 	storePoll     = 250 * time.Millisecond
 	counterSweep  = time.Minute
 	shutdownGrace = 10 * time.Second
+	// holdFlush bounds the last attempt, at shutdown, to write the records
+	// held while the ledger could not take them (internal/ledger/hold).
+	holdFlush = 5 * time.Second
 )
 
 // GC headrooms (internal/gcpace). startHeadroom: start-up keeps
@@ -128,6 +131,7 @@ func (c *components) run(ctx context.Context) error {
 		}
 		return nil
 	})
+	g.Go(func() error { return c.hold.Run(gctx) })
 	g.Go(func() error { return c.admin.Serve(gctx, c.adminLn) })
 	g.Go(func() error { return c.watcher.Run(gctx) })
 	for _, r := range c.tlsReloaders {
@@ -151,8 +155,13 @@ func (c *components) run(ctx context.Context) error {
 		// xDS streams end with gctx; only the Envoys' reconnects remain.
 		stopGRPC(c.xdsGRPC, time.Second)
 		stopGRPC(c.grpc, shutdownGrace)
-		// No stream is left to settle: the ledger may commit what is
-		// queued and stop.
+		// No stream is left to settle: the records held while the ledger
+		// could not take them get a last chance (the rest are logged as
+		// lost, by id), then the ledger may commit what is queued and
+		// stop.
+		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), holdFlush)
+		c.hold.Flush(fctx)
+		fcancel()
 		stopLedger()
 		return nil
 	})

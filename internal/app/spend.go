@@ -69,7 +69,7 @@ func runSpend(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	if err != nil {
 		return err
 	}
-	led, err := openLedgerBackend(ctx, snap, func(err error) { fmt.Fprintln(stderr, "sluice spend:", err) }, func(from, to int) {
+	led, err := openLedgerBackend(ctx, snap, nil, true, func(err error) { fmt.Fprintln(stderr, "sluice spend:", err) }, func(from, to int) {
 		fmt.Fprintf(stderr, "sluice spend: upgrading the ledger %s from schema version %d to %d; on a large ledger this takes minutes\n", snap.LedgerPath(), from, to)
 	})
 	if err != nil {

@@ -127,9 +127,22 @@ const (
 // Timeouts. ext_authz answers from memory; the ext_proc final reply waits
 // for the spend record's group commit (a few ms), so its message timeout
 // has headroom over Envoy's 200 ms default.
+//
+// ExtProcMaxTimeout is the filter's max_message_timeout: the most a reply
+// carrying only override_message_timeout may give Envoy's running timer
+// (envoy-protocol.md §1.3). Sluice sends one when the final reply's
+// ledger Append has not returned ExtProcTimeout − ExtProcMargin after the
+// message arrived (extproc/server.go); the margin covers Envoy-to-Sluice
+// delivery and scheduling under load, so that the override reaches Envoy
+// before its timer fires. 5 s leaves room for a stalled ledger's bounded
+// wait (internal/ledger/hold, 2 s) and keeps the client from waiting much
+// longer than the provider took (docs/architecture.md, "When the ledger is
+// slow or cannot take records").
 const (
 	AuthzTimeout       = 200 * time.Millisecond
 	ExtProcTimeout     = 500 * time.Millisecond
+	ExtProcMaxTimeout  = 5 * time.Second
+	ExtProcMargin      = 200 * time.Millisecond
 	MaxRequestBodySize = 4 << 20 // default body limit; the listener's buffer must be at least this
 )
 
@@ -200,7 +213,8 @@ func ExtProc(o Options) *extprocv3.ExternalProcessor {
 			ResponseBodyMode:    extprocv3.ProcessingMode_STREAMED,
 			ResponseTrailerMode: extprocv3.ProcessingMode_SEND,
 		},
-		MessageTimeout: durationpb.New(ExtProcTimeout),
+		MessageTimeout:    durationpb.New(ExtProcTimeout),
+		MaxMessageTimeout: durationpb.New(ExtProcMaxTimeout),
 		MetadataOptions: &extprocv3.MetadataOptions{
 			ForwardingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{Untyped: []string{AuthzNamespace}},
 			ReceivingNamespaces:  &extprocv3.MetadataOptions_MetadataNamespaces{Untyped: []string{UsageNamespace}},

@@ -104,6 +104,16 @@ func envoyReplies(maxBody int64) []envoyReply {
 			message: "the gateway's policy service is unavailable; retry"},
 		{details: "ext_proc_error_per-message_timeout_exceeded", status: 504, code: apierr.CodeGatewayTimeout,
 			message: "the gateway's policy service did not answer in time; retry"},
+		// The connection manager refused the path before any filter ran
+		// (ConnectionManagerImpl::ActiveStream::decodeHeaders on
+		// maybeNormalizePath's Reject, conn_manager_utility.cc): an
+		// escaped slash or backslash (%2F, %5C) with
+		// path_with_escaped_slashes_action REJECT_REQUEST, a path
+		// normalize_path cannot canonicalize (an escaped NUL), or a
+		// fragment. Envoy sends it without a body. The code is the one
+		// Sluice's own path classification answers with.
+		{details: "path_normalization_failed", status: 400, code: apierr.CodeNonCanonicalPath,
+			message: "the request path is not canonical: it holds a percent-encoded slash or backslash, a fragment, or a character no path may hold"},
 		// The listener's no-provider route. Its body is already OpenAI's
 		// JSON, but a direct response gets content-type text/plain
 		// (Utility::prepareLocalReply sets it when no header did), and an

@@ -50,13 +50,17 @@ var fuzzSeeds = []string{
 // and one accepted has no field Parse reads twice (both checked against
 // encoding/json's member list, duplicateRead); on success encoding/json
 // decodes the same model, stream, max output tokens, n and include_usage,
-// and the estimate is not negative.
+// background and the kinds of input by reference (referenceRefs), and the
+// estimate is not negative.
 func FuzzParse(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add(uint8(llmapi.ChatCompletions), []byte(s))
 	}
 	for _, r := range fixtureSeeds(f) {
 		f.Add(uint8(r.ep), r.body)
+	}
+	for _, c := range refCases {
+		f.Add(uint8(c.ep), []byte(c.body))
 	}
 	f.Fuzz(func(t *testing.T, epb uint8, body []byte) {
 		ep := llmapi.Endpoint(epb % 6)

@@ -34,6 +34,15 @@ type Request struct {
 	// completions; 1 when absent or null, and on other endpoints). Output
 	// tokens multiply by it.
 	N int64
+	// ByReference lists the kinds of input the body points at instead of
+	// carrying — a file id, a document URL, a stored response,
+	// conversation or prompt — whose size Sluice cannot see (ref.go); 0
+	// when it carries all of its input.
+	ByReference Refs
+	// Background is true when "background" is true (responses, and an
+	// unknown endpoint): the provider answers at once and generates
+	// later, where Sluice cannot meter it.
+	Background bool
 }
 
 // Limits on the values Parse accepts: large enough for every real request
@@ -80,6 +89,7 @@ func invalidParam(param, code, format string, args ...any) *apierr.Error {
 var readKeys = [...]string{
 	"model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream_options",
 	"messages", "input", "prompt", "suffix", "system", "instructions", "tools", "functions", "response_format", "text",
+	"background", "previous_response_id", "conversation",
 }
 
 // keyBit is the bit of a key of readKeys, 0 for any other key.
@@ -113,12 +123,16 @@ const (
 	fMaxOutputTokens
 	fN
 	fStreamOptions
-	fText // prompt text: strings and numbers count
-	fList // prompt list: as fText, plus per-item overhead
-	fSize // counted by raw JSON size
+	fBackground         // responses: background
+	fPreviousResponseID // responses: previous_response_id (by reference)
+	fConversation       // responses: conversation (by reference)
+	fStoredPrompt       // responses: prompt, a stored prompt (by reference)
+	fText               // prompt text: strings and numbers count
+	fList               // prompt list: as fText, plus per-item overhead
+	fSize               // counted by raw JSON size
 )
 
-// fieldNames are the keys of the decoded fields (fModel…fStreamOptions),
+// fieldNames are the keys of the decoded fields (fModel…fStoredPrompt),
 // for messages and the case-folding check.
 var fieldNames = [...]string{
 	fModel:               "model",
@@ -128,11 +142,15 @@ var fieldNames = [...]string{
 	fMaxOutputTokens:     "max_output_tokens",
 	fN:                   "n",
 	fStreamOptions:       "stream_options",
+	fBackground:          "background",
+	fPreviousResponseID:  "previous_response_id",
+	fConversation:        "conversation",
+	fStoredPrompt:        "prompt",
 }
 
 // fieldKeys are fieldNames as bytes (read only).
-var fieldKeys = func() (k [fStreamOptions + 1][]byte) {
-	for f := fModel; f <= fStreamOptions; f++ {
+var fieldKeys = func() (k [fStoredPrompt + 1][]byte) {
+	for f := fModel; f <= fStoredPrompt; f++ {
 		k[f] = []byte(fieldNames[f])
 	}
 	return k
@@ -178,7 +196,22 @@ func fieldOf(ep llmapi.Endpoint, key []byte) field {
 		case llmapi.Embeddings:
 			return fText
 		}
+	case "background":
+		if ep == llmapi.Responses || ep == llmapi.Unknown {
+			return fBackground
+		}
+	case "previous_response_id":
+		if ep == llmapi.Responses || ep == llmapi.Unknown {
+			return fPreviousResponseID
+		}
+	case "conversation":
+		if ep == llmapi.Responses || ep == llmapi.Unknown {
+			return fConversation
+		}
 	case "prompt", "suffix":
+		if ep == llmapi.Responses && string(key) == "prompt" {
+			return fStoredPrompt
+		}
 		if ep == llmapi.Completions || ep == llmapi.Unknown {
 			return fText
 		}
@@ -212,7 +245,7 @@ func foldedField(ep llmapi.Endpoint, key []byte) (field, bool) {
 	if len(key) == 0 || len(key) > 3*len("max_completion_tokens") {
 		return fNone, false
 	}
-	for f := fModel; f <= fStreamOptions; f++ {
+	for f := fModel; f <= fStoredPrompt; f++ {
 		name := fieldKeys[f]
 		if !bytes.Equal(key, name) && bytes.EqualFold(key, name) && fieldOf(ep, name) == f {
 			return f, true
@@ -328,6 +361,22 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 				noteBad(e)
 			}
 			req.IncludeUsage = v
+		case fBackground:
+			v, e, ok := s.boolValue("background")
+			if !ok {
+				break
+			}
+			if e != nil {
+				noteBad(e)
+			}
+			req.Background = v
+		case fPreviousResponseID, fConversation, fStoredPrompt:
+			// Any value but null points at stored input; what it is the
+			// provider checks.
+			if s.peek() != 'n' {
+				s.refs |= topLevelRef(f)
+			}
+			s.value(1, modeSkip)
 		case fText:
 			s.value(1, modeText)
 		case fList:
@@ -360,6 +409,7 @@ func Parse(ep llmapi.Endpoint, body []byte) (Request, error) {
 	req.Model = model
 	req.MaxOutputTokens = max(maxTokens, maxCompl, maxOutput)
 	req.InputTokens = s.tokens
+	req.ByReference = s.refs
 	if ep == llmapi.ChatCompletions || ep == llmapi.Messages || ep == llmapi.Responses {
 		req.InputTokens += perRequestTokens
 	}

@@ -251,6 +251,9 @@ func TestParseReadsEachFieldOnItsEndpoints(t *testing.T) {
 		{"functions", `{"abcd":1234}`, []llmapi.Endpoint{unknown, chat}, size},
 		{"response_format", `{"abcd":1234}`, []llmapi.Endpoint{unknown, chat}, size},
 		{"text", `{"abcd":1234}`, []llmapi.Endpoint{unknown, resp}, size},
+		{"background", `true`, []llmapi.Endpoint{unknown, resp}, func(r *Request) { r.Background = true }},
+		{"previous_response_id", `"resp_1"`, []llmapi.Endpoint{unknown, resp}, func(r *Request) { r.ByReference = RefPreviousResponseID }},
+		{"conversation", `{"id":"conv_1"}`, []llmapi.Endpoint{unknown, resp}, func(r *Request) { r.ByReference = RefConversation }},
 	} {
 		for _, ep := range []llmapi.Endpoint{unknown, chat, compl, embed, resp, msgs} {
 			want := Request{Model: "m", MaxOutputTokens: -1, N: 1}
@@ -259,6 +262,9 @@ func TestParseReadsEachFieldOnItsEndpoints(t *testing.T) {
 			}
 			if slices.Contains(tc.on, ep) {
 				tc.read(&want)
+			}
+			if tc.key == "prompt" && ep == resp {
+				want.ByReference = RefStoredPrompt // a stored prompt's id, not text
 			}
 			body := `{"model":"m","` + tc.key + `":` + tc.val + `}`
 			got, err := Parse(ep, []byte(body))

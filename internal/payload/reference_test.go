@@ -68,7 +68,114 @@ func reference(ep llmapi.Endpoint, body []byte) (Request, error) {
 			r.IncludeUsage = so["include_usage"] == true
 		}
 	}
+	if ep == llmapi.Responses || ep == llmapi.Unknown {
+		r.Background = m["background"] == true
+	}
+	refs, err := referenceRefs(ep, body)
+	if err != nil {
+		return Request{}, err
+	}
+	r.ByReference = refs
 	return r, nil
+}
+
+// referenceRefs recomputes ref.go's kinds of input by reference from
+// encoding/json's token stream (which keeps duplicate keys): top-level
+// previous_response_id, conversation and (responses) prompt when not
+// null; inside the prompt fields, in objects in text mode, a string
+// file_id or file_url, a string url in an object whose "type" is "url"
+// unless the object is an image_url's value, a "type" of
+// "item_reference", and a non-null "id" in the object under "audio".
+func referenceRefs(ep llmapi.Endpoint, body []byte) (Refs, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if _, err := dec.Token(); err != nil {
+		return 0, err
+	}
+	var refs Refs
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return 0, err
+		}
+		f := fieldOf(ep, []byte(k.(string)))
+		tok, err := dec.Token()
+		if err != nil {
+			return 0, err
+		}
+		switch f {
+		case fPreviousResponseID, fConversation, fStoredPrompt:
+			if tok != nil {
+				refs |= topLevelRef(f)
+			}
+			err = refWalk(dec, tok, modeSkip, "", nil)
+		case fText, fList:
+			err = refWalk(dec, tok, modeText, "", &refs)
+		default:
+			err = refWalk(dec, tok, modeSkip, "", nil)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return refs, nil
+}
+
+// refWalk walks the value that starts with tok in mode m (refValue's
+// modes), adding to refs the kinds of input by reference it holds;
+// parent is the key the value sits under.
+func refWalk(dec *json.Decoder, tok json.Token, m mode, parent string, refs *Refs) error {
+	d, ok := tok.(json.Delim)
+	if !ok || (d != '{' && d != '[') {
+		return nil
+	}
+	cm := childMode(m)
+	var hasURL, typeURL bool
+	for dec.More() {
+		key := ""
+		if d == '{' {
+			k, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			key = k.(string)
+		}
+		next, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		vm := cm
+		if d == '{' && cm == modeText {
+			vm = keyMode([]byte(key))
+			str, isStr := next.(string)
+			switch {
+			case key == "id" && parent == "audio" && next != nil:
+				*refs |= RefAudioID
+			case key == "file_id" && isStr:
+				*refs |= RefFileID
+			case key == "file_url" && isStr:
+				*refs |= RefFileURL
+			case key == "url" && isStr && parent != "image_url":
+				hasURL = true
+			case key == "type" && isStr && str == "item_reference":
+				*refs |= RefItemReference
+			case key == "type" && isStr && str == "url":
+				typeURL = true
+			}
+		}
+		childParent := ""
+		if d == '{' && cm == modeText {
+			childParent = key
+		}
+		if err := refWalk(dec, next, vm, childParent, refs); err != nil {
+			return err
+		}
+	}
+	if hasURL && typeURL {
+		*refs |= RefURL
+	}
+	_, err := dec.Token() // the closing delimiter
+	return err
 }
 
 type member struct {

@@ -21,6 +21,8 @@ type scanner struct {
 	pos    int
 	err    *apierr.Error
 	tokens int64    // input-token estimate so far (modeText values)
+	refs   Refs     // the kinds of input by reference seen so far (ref.go)
+	ctx    uint8    // where the next object sits (ctxNone, ctxImageURL, ctxAudio)
 	keyBuf [64]byte // an escaped key, decoded
 }
 
@@ -213,8 +215,12 @@ func (s *scanner) object(depth int, m mode) bool {
 		return s.fail(s.pos, "nested too deeply (more than 128 levels)")
 	}
 	s.pos++ // '{'
+	here := s.ctx
+	s.ctx = ctxNone
 	cm := childMode(m)
 	var med media // this object's media strings whose class its siblings decide
+	// A "url" beside "type": "url" is a source by URL (Anthropic's).
+	var hasURL, typeURL bool
 	for more := s.firstMember(); more; more = s.nextMember() {
 		key, ok := s.memberKey()
 		if !ok {
@@ -223,11 +229,35 @@ func (s *scanner) object(depth int, m mode) bool {
 		vm := cm
 		if cm == modeText {
 			vm = keyMode(key)
+			if here == ctxAudio && string(key) == "id" && s.peek() != 'n' {
+				s.refs |= RefAudioID
+			}
 			if s.peek() == '"' {
 				if vm == modeMedia {
+					switch string(key) {
+					case "file_id":
+						s.refs |= RefFileID
+					case "file_url":
+						s.refs |= RefFileURL
+					case "url":
+						hasURL = hasURL || here != ctxImageURL
+					}
 					if !s.mediaString(key, &med) {
 						return false
 					}
+					continue
+				}
+				if string(key) == "type" {
+					start := s.pos
+					if !s.value(depth, vm) {
+						return false
+					}
+					var buf [16]byte
+					item, src := typeRef(decodedPrefix(buf[:], s.buf[start+1:s.pos-1]))
+					if item {
+						s.refs |= RefItemReference
+					}
+					typeURL = typeURL || src
 					continue
 				}
 				if isHintKey(key) {
@@ -240,12 +270,23 @@ func (s *scanner) object(depth int, m mode) bool {
 				}
 			}
 		}
+		if cm == modeText && s.peek() == '{' {
+			switch string(key) {
+			case "image_url":
+				s.ctx = ctxImageURL
+			case "audio":
+				s.ctx = ctxAudio
+			}
+		}
 		if !s.value(depth, vm) {
 			return false
 		}
 	}
 	if s.err != nil {
 		return false
+	}
+	if hasURL && typeURL {
+		s.refs |= RefURL
 	}
 	s.tokens += med.cost()
 	return true

@@ -374,7 +374,10 @@ func (l *Ledger) commit(ctx context.Context, c *committer, batch []*pending) err
 // (with a spool, Stats counts what is spooled: see spoolBatch).
 func (l *Ledger) commitCounted(ctx context.Context, c *committer, batch []*pending, count bool) error {
 	for len(batch) > 0 {
-		bad, err := c.write(ctx, batch)
+		bad, err := -1, l.injected("commit")
+		if err == nil {
+			bad, err = c.write(ctx, batch)
+		}
 		switch {
 		case err == nil:
 			if count {

@@ -27,10 +27,10 @@
 // when the spool is rewound every record it held is durable in SQLite.
 // A read (Records, Totals, Buckets, Lifetime) first waits until SQLite
 // holds every record acknowledged before it began, so a Ledger's reads see
-// its acknowledged Appends as without a spool. A Ledger that does not own
-// the spool (below) inserts what the spool holds into SQLite itself before
-// each read, duplicates skipped: `sluice spend` run right after a reply
-// shows its record (TestReaderSeesOwnersRecords).
+// its acknowledged Appends as without a spool. A Reader (Options.Reader,
+// below) inserts what the spool holds into SQLite itself before each
+// read, duplicates skipped: `sluice spend` run right after a reply shows
+// its record (TestReaderSeesOwnersRecords).
 // Open replays the spool's frames into SQLite (a RequestID already there
 // is skipped, so nothing is counted twice), then rewinds it; the spool is
 // also rewound in use once it has grown past 1 MiB: the committer asks the
@@ -38,14 +38,29 @@
 // the ingester is never caught up by itself), so the spool stays near
 // 1 MiB unless SQLite falls behind (TestSpoolStaysSmallUnderSteadyLoad).
 // spool.go holds the layout and why only a torn tail can be lost,
-// and only if it was never acknowledged (TestReplayStopsAtTheTail;
-// TestCrashLosesNothing kills a spooling writer and finds every
-// acknowledged record after the replay).
+// and only if it was never acknowledged (TestCrashLosesNothing kills a
+// spooling writer and finds every acknowledged record after the replay).
+// Replay resynchronizes past a damaged frame — a flipped bit, a bad
+// sector — to the next frame of the generation whose CRC-32C verifies,
+// so damage loses the frames it hit and no others; a header that does
+// not verify takes its generation from the first frame
+// (TestReplayEveryBitFlip, TestReplayEveryTruncation,
+// TestReplayResynchronizes). A spool in which replay found damage is
+// copied to <spool>-damaged-<unix time> before it is rewound, and what
+// was skipped is logged at error level (Options.Logger) and counted
+// (DamagedFrames; serve exports it as
+// sluice_ledger_spool_damaged_frames_total): TestOpenKeepsDamagedSpool.
 //
-// One Ledger of a file owns its spool, by an exclusive flock; another
-// (a second process, or `sluice spend` while the server runs) commits to
-// SQLite directly, and the first to open after a crash replays what was
-// left. If the spool cannot be written, the failure is reported
+// One Ledger of a file writes it: with Options.Spool, Open takes the
+// spool by an exclusive flock, and fails with an *InUseError (ErrInUse,
+// the holder's pid where /proc/locks tells it) when another Ledger, in
+// this process or another, holds it. A second `sluice serve` of one file
+// used to commit to SQLite directly beside the first, and the two
+// admitted every budget twice (TestSecondWriterRefused). A Reader
+// (`sluice spend`) takes no spool and reads beside the writer; the next
+// writer to open after a crash replays what was left. Without flock
+// (not Unix), no Ledger has a spool and a second writer is not detected.
+// If the spool cannot be written, the failure is reported
 // (Options.OnError) and the Ledger commits directly from then on; a
 // record SQLite refuses at ingestion, which Append would have returned as
 // an error, is reported and dropped; an ingestion SQLite fails as a whole
@@ -315,6 +330,7 @@
 // the request rates the embedded default is for, 128 is as good.
 // (Left at 128.)
 //
-// It owns the file's schema and nothing else: no pricing, no budgets, no
-// logging; it stores and sums the records it is given.
+// It owns the file's schema and nothing else: no pricing, no budgets, and
+// no logging but the damage Open finds in the spool (Options.Logger); it
+// stores and sums the records it is given.
 package sqlite

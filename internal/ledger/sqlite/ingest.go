@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -71,14 +73,19 @@ func (s *ingestState) poke() {
 	}
 }
 
-// openSpool takes the spool at path, if no other Ledger has it, and
-// replays its frames into SQLite.
+// openSpool takes the spool at path, replays its frames into SQLite, and
+// rewinds it. Another Ledger holding it fails Open (*InUseError). A spool
+// in which replay found damage is copied aside first (keepAside), and
+// what was found is logged and counted.
 func (l *Ledger) openSpool(ctx context.Context, path string) error {
 	sp, err := openSpool(path)
 	if err != nil || sp == nil {
 		return err
 	}
-	err = l.replay(ctx, sp)
+	rep, err := l.replay(ctx, sp)
+	if err == nil && rep.damaged() {
+		err = l.keepAside(sp, rep)
+	}
 	if err == nil {
 		err = sp.rewind(true)
 	}
@@ -89,13 +96,77 @@ func (l *Ledger) openSpool(ctx context.Context, path string) error {
 	return nil
 }
 
-// catchUp is visible for a Ledger that does not own the spool (another
-// one, in this process or another, does): it inserts the frames the
+// keepAside copies the damaged spool to <spool>-damaged-<unix time>,
+// synced with its directory entry, logs what replay found and counts it.
+// It fails (and so Open, leaving the spool as it is) if the copy cannot
+// be made.
+func (l *Ledger) keepAside(sp *spool, rep replayReport) error {
+	kept, err := copyAside(sp, time.Now())
+	if err != nil {
+		return fmt.Errorf("replay found damage in %s, and it cannot be kept aside before it is rewound (it is left as it is): %w", sp.path, err)
+	}
+	l.damaged.Add(rep.damagedFrames())
+	log := l.log.With("spool", sp.path, "kept_as", kept, "generation", rep.gen, "frames_replayed", rep.frames)
+	if rep.headerBad && rep.genRecovered {
+		log.Error("the spool's header does not verify; its generation was taken from the first frame, and its frames replayed")
+	}
+	if rep.lostGen {
+		log.Error("the spool's header and first frame do not verify, so the generation of its frames is unknown and none was replayed; the copy holds them")
+	}
+	for _, s := range rep.skips {
+		log.Error("damaged spool frame skipped", "offset", s.at, "bytes_skipped", s.n, "frames_recovered_after", s.frames)
+	}
+	if rep.tornTail > 0 {
+		log.Warn("the spool's last frame does not verify: torn by a crash while it was written (never acknowledged), or damaged (acknowledged, lost)", "offset", rep.tornTail)
+	}
+	return nil
+}
+
+// copyAside copies sp's file to its path plus "-damaged-" and now's Unix
+// time (a number more if that name is taken), syncs the copy and its
+// directory, and returns the copy's path.
+func copyAside(sp *spool, now time.Time) (string, error) {
+	base := fmt.Sprintf("%s-damaged-%d", sp.path, now.Unix())
+	name := base
+	var f *os.File
+	for i := 2; ; i++ {
+		var err error
+		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || i > 100 {
+			return "", err
+		}
+		name = fmt.Sprintf("%s-%d", base, i)
+	}
+	_, err := io.Copy(f, io.NewSectionReader(sp.f, 0, sp.size))
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = syncDir(filepath.Dir(name))
+	}
+	if err != nil {
+		return "", errors.Join(err, os.Remove(name))
+	}
+	return name, nil
+}
+
+// DamagedFrames reports how many damaged stretches of the spool Open's
+// replay skipped (each at least one frame), a header whose frames'
+// generation was lost counting one: see spool.go.
+func (l *Ledger) DamagedFrames() int64 { return l.damaged.Load() }
+
+// catchUp is visible for a Reader, which does not own the spool (the
+// writer, in this process or another, may): it inserts the frames the
 // spool holds now into SQLite itself, the ones already there skipped and
 // not counted again, so that its reads see every record the owner
 // acknowledged before they began. The owner may be writing meanwhile: a
 // frame being written fails its CRC and ends the scan; one written but
-// not yet synced is a real request's record either way.
+// not yet synced is a real request's record either way. What its replay
+// finds amiss is the owner's to report (the owner may be rewinding under
+// it), so it reports nothing.
 func (l *Ledger) catchUp(ctx context.Context) error {
 	f, err := os.Open(l.spoolPath)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -109,17 +180,18 @@ func (l *Ledger) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return l.replay(ctx, &spool{f: f, path: l.spoolPath, size: st.Size(), off: frameStart})
+	_, err = l.replay(ctx, &spool{f: f, path: l.spoolPath, size: st.Size(), off: frameStart})
+	return err
 }
 
 // replay inserts the spool's frames into SQLite, ingestBatch at a time.
 // A frame that does not decode, or a record SQLite refuses, is dropped
 // and reported; any other failure is returned (Open fails, the spool kept
 // as it was).
-func (l *Ledger) replay(ctx context.Context, sp *spool) error {
+func (l *Ledger) replay(ctx context.Context, sp *spool) (replayReport, error) {
 	c, err := newCommitter(ctx, l.db)
 	if err != nil {
-		return err
+		return replayReport{}, err
 	}
 	var batch []*pending
 	flush := func() error {
@@ -130,7 +202,7 @@ func (l *Ledger) replay(ctx context.Context, sp *spool) error {
 		batch = batch[:0]
 		return err
 	}
-	err = sp.replay(func(payload []byte) error {
+	rep, err := sp.replay(func(payload []byte) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -152,7 +224,7 @@ func (l *Ledger) replay(ctx context.Context, sp *spool) error {
 	if err == nil {
 		err = flush()
 	}
-	return errors.Join(err, c.close())
+	return rep, errors.Join(err, c.close())
 }
 
 // ingestOnce commits batch, whose items' done channels are the ingester's
@@ -221,7 +293,9 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 			for i, p := range batch {
 				payloads[i] = p.payload
 			}
-			err = l.sp.write(l.sp.frames(payloads))
+			if err = l.injected("spool"); err == nil {
+				err = l.sp.write(l.sp.frames(payloads))
+			}
 		}
 		if err != nil {
 			l.report(fmt.Errorf("spool %s failed; committing to SQLite directly from now on: %w", l.sp.path, err))

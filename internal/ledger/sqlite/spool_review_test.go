@@ -166,7 +166,7 @@ func TestReaderSeesPastALargeRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reader := openTest(t, path, Options{Spool: true})
+	reader := openTest(t, path, Options{Spool: true, Reader: true})
 	if got := storedIDs(t, reader); len(got) != 2 {
 		t.Errorf("the reader sees %v, want big and after", got)
 	}

@@ -2,10 +2,14 @@ package sqlite
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -137,29 +141,31 @@ func TestReplay(t *testing.T) {
 	}
 }
 
-// TestReplayStopsAtTheTail: frames are replayed up to the first one that
-// is torn, corrupt or of an older generation; none after it.
-func TestReplayStopsAtTheTail(t *testing.T) {
+// TestReplayResynchronizes: frames are replayed past a damaged one, and
+// up to the tail — a torn frame, zeros, or an older generation's frames
+// with no frame of this one after them; a corrupt header hides nothing.
+func TestReplayResynchronizes(t *testing.T) {
 	recs := []ledger.Record{fullRecord("a"), fullRecord("b"), fullRecord("c")}
 	good := writeSpool(t, filepath.Join(t.TempDir(), "probe"), 3, recs...)
 	frame := (len(good) - frameStart) / 3 // the records are of one size
 	for _, tc := range []struct {
 		name   string
 		mangle func(b []byte) []byte
-		want   int
+		want   []string
 	}{
-		{"intact", func(b []byte) []byte { return b }, 3},
-		{"torn in the third frame", func(b []byte) []byte { return b[:len(b)-5] }, 2},
-		{"torn in the second frame's header", func(b []byte) []byte { return b[:frameStart+frame+7] }, 1},
-		{"a flipped payload byte in the second", func(b []byte) []byte { b[frameStart+frame+frameHeader+3] ^= 1; return b }, 1},
-		{"a length past the file's end", func(b []byte) []byte { b[frameStart+3] = 0x7f; return b }, 0},
+		{"intact", func(b []byte) []byte { return b }, []string{"a", "b", "c"}},
+		{"torn in the third frame", func(b []byte) []byte { return b[:len(b)-5] }, []string{"a", "b"}},
+		{"torn in the second frame's header", func(b []byte) []byte { return b[:frameStart+frame+7] }, []string{"a"}},
+		{"a flipped payload byte in the second", func(b []byte) []byte { b[frameStart+frame+frameHeader+3] ^= 1; return b }, []string{"a", "c"}},
+		{"a length past the file's end", func(b []byte) []byte { b[frameStart+3] = 0x7f; return b }, []string{"b", "c"}},
 		{"the second of an older generation", func(b []byte) []byte {
 			old := writeSpool(t, filepath.Join(t.TempDir(), "old"), 2, recs...)
 			return append(b[:frameStart+frame], old[frameStart+frame:]...)
-		}, 1},
-		{"a corrupt header", func(b []byte) []byte { b[2] ^= 1; return b }, 0},
-		{"header only", func(b []byte) []byte { return b[:frameStart] }, 0},
-		{"empty", func([]byte) []byte { return nil }, 0},
+		}, []string{"a"}},
+		{"a corrupt header", func(b []byte) []byte { b[2] ^= 1; return b }, []string{"a", "b", "c"}},
+		{"a corrupt header and first frame", func(b []byte) []byte { b[2] ^= 1; b[frameStart+20] ^= 1; return b }, nil},
+		{"header only", func(b []byte) []byte { return b[:frameStart] }, nil},
+		{"empty", func([]byte) []byte { return nil }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ledger.sqlite")
@@ -167,11 +173,189 @@ func TestReplayStopsAtTheTail(t *testing.T) {
 				t.Fatal(err)
 			}
 			l := openTest(t, path, Options{Spool: true})
-			if got := storedIDs(t, l); len(got) != tc.want {
-				t.Errorf("replayed %v, want the first %d", got, tc.want)
+			if got := storedIDs(t, l); !slices.Equal(got, tc.want) {
+				t.Errorf("replayed %v, want %v", got, tc.want)
 			}
 			checkAggregates(t, l)
 		})
+	}
+}
+
+// spoolImage is a spool of n records in memory, as writeSpool leaves it
+// (frames up to the last, then tail zeros, as a grown spool has), with
+// each frame's offset and the records' ids.
+func spoolImage(t testing.TB, gen uint64, n, tail int) (b []byte, offs []int64, ids []string) {
+	t.Helper()
+	var recs []ledger.Record
+	for i := range n {
+		r := fullRecord(fmt.Sprintf("r%02d", i))
+		if i%3 == 1 { // frames of several sizes
+			r.Model += "-mini"
+		}
+		recs, ids = append(recs, r), append(ids, r.RequestID)
+	}
+	b = writeSpool(t, filepath.Join(t.TempDir(), "spool"), gen, recs...)
+	for off := int64(frameStart); off < int64(len(b)); {
+		offs = append(offs, off)
+		off += frameHeader + int64(binary.LittleEndian.Uint32(b[off:]))
+	}
+	if len(offs) != n {
+		t.Fatalf("%d frames in the image, want %d", len(offs), n)
+	}
+	return append(b, make([]byte, tail)...), offs, ids
+}
+
+// replayed replays b in memory and returns the ids of the records it
+// yields, in order, and what replay found.
+func replayed(t testing.TB, b []byte) ([]string, replayReport) {
+	t.Helper()
+	var got []string
+	rep, err := replayFrames(bytes.NewReader(b), int64(len(b)), func(_ int64, p []byte) error {
+		r, err := decodeRecord(p)
+		if err != nil {
+			return err
+		}
+		got = append(got, r.RequestID)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	return got, rep
+}
+
+// TestReplayEveryBitFlip: a bit flipped anywhere in the spool (one at a
+// time, at every byte offset, a different bit each) loses at most the one
+// frame it hit: every other frame is replayed, once, in order; and replay
+// reports damage (Open then keeps a copy) whenever a frame or the header
+// was hit — but for a flip in the last frame's generation, which makes it
+// look like the tail's zeros or an older generation: that one frame is
+// lost without a trace, as a torn tail is.
+func TestReplayEveryBitFlip(t *testing.T) {
+	const n = 20
+	// Generation 7: no single flipped bit turns zeros into it.
+	good, offs, ids := spoolImage(t, 7, n, 64)
+	end := offs[n-1] + frameHeader + int64(binary.LittleEndian.Uint32(good[offs[n-1]:]))
+	hit := func(at int64) int { // the frame holding byte at, -1 if none
+		for i := n - 1; i >= 0; i-- {
+			if at >= offs[i] {
+				if at < end || i < n-1 {
+					return i
+				}
+				return -1
+			}
+		}
+		return -1
+	}
+	b := make([]byte, len(good))
+	for at := range int64(len(good)) {
+		copy(b, good)
+		b[at] ^= 1 << (at % 8)
+		got, rep := replayed(t, b)
+		frame := -1
+		if at >= frameStart {
+			frame = hit(at)
+		}
+		want := ids
+		if frame >= 0 {
+			want = slices.Delete(slices.Clone(ids), frame, frame+1)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("bit %d of byte %d (frame %d) flipped: replayed %v, want %v", at%8, at, frame, got, want)
+		}
+		inGen := frame >= 0 && at-offs[frame] >= 4 && at-offs[frame] < 12
+		wantDamage := at < int64(headerSize) || frame >= 0 && !(frame == n-1 && inGen)
+		if rep.damaged() != wantDamage {
+			t.Fatalf("bit %d of byte %d (frame %d) flipped: damage reported %v, want %v (%+v)", at%8, at, frame, rep.damaged(), wantDamage, rep)
+		}
+		if frame >= 0 && frame < n-1 && (len(rep.skips) != 1 || rep.skips[0].at != offs[frame] || rep.skips[0].n != offs[frame+1]-offs[frame] || rep.skips[0].frames != n-1-frame) {
+			t.Fatalf("bit %d of byte %d (frame %d) flipped: skipped %+v, want frame %d's %d bytes at %d, %d frames after", at%8, at, frame, rep.skips, frame, offs[frame+1]-offs[frame], offs[frame], n-1-frame)
+		}
+	}
+}
+
+// TestReplayEveryTruncation: a spool cut at any offset replays the frames
+// wholly before the cut, and nothing else; it is no error.
+func TestReplayEveryTruncation(t *testing.T) {
+	const n = 20
+	good, offs, ids := spoolImage(t, 1, n, 64)
+	for cut := range len(good) + 1 {
+		got, rep := replayed(t, good[:cut])
+		whole := 0
+		for i, off := range offs {
+			next := int64(len(good) - 64)
+			if i+1 < n {
+				next = offs[i+1]
+			}
+			if off < int64(cut) && next <= int64(cut) {
+				whole++
+			}
+		}
+		if !slices.Equal(got, ids[:whole]) {
+			t.Fatalf("cut at %d: replayed %v, want %v", cut, got, ids[:whole])
+		}
+		if len(rep.skips) > 0 || rep.headerBad {
+			t.Fatalf("cut at %d: %+v, want no damage but a torn tail", cut, rep)
+		}
+	}
+}
+
+// TestOpenKeepsDamagedSpool: Open replays every undamaged frame of a
+// spool with a damaged frame into SQLite, whose aggregates count them;
+// keeps the damaged spool aside, byte for byte, before it rewinds it;
+// logs the stretch skipped at error level, and counts it.
+func TestOpenKeepsDamagedSpool(t *testing.T) {
+	const n = 20
+	good, offs, ids := spoolImage(t, 5, n, 0)
+	b := bytes.Clone(good)
+	b[offs[3]+frameHeader+5] ^= 0x10 // frame 3's payload
+	b[2] ^= 0x01                     // and the header
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.sqlite")
+	if err := os.WriteFile(path+spoolSuffix, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	l := openTest(t, path, Options{Spool: true, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	want := slices.Delete(slices.Clone(ids), 3, 4)
+	recs := checkAggregates(t, l)
+	if got := storedIDs(t, l); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+		t.Errorf("stored %v, want %v", got, want)
+	}
+	if len(recs) != n-1 {
+		t.Errorf("%d records, want %d", len(recs), n-1)
+	}
+	if got := l.DamagedFrames(); got != 1 {
+		t.Errorf("DamagedFrames = %d, want 1", got)
+	}
+	kept, err := filepath.Glob(path + spoolSuffix + "-damaged-*")
+	if err != nil || len(kept) != 1 {
+		t.Fatalf("kept aside: %v %v, want one copy", kept, err)
+	}
+	if c, err := os.ReadFile(kept[0]); err != nil || !bytes.Equal(c, b) {
+		t.Errorf("the copy kept aside differs from the damaged spool (%v)", err)
+	}
+	if l.sp.off != frameStart || l.sp.gen != 6 {
+		t.Errorf("spool at %d of generation %d, want rewound to %d, generation 6", l.sp.off, l.sp.gen, frameStart)
+	}
+	for _, s := range []string{`"level":"ERROR","msg":"damaged spool frame skipped"`, fmt.Sprintf(`"offset":%d,"bytes_skipped":%d,"frames_recovered_after":%d`, offs[3], offs[4]-offs[3], n-4),
+		"header does not verify"} {
+		if !strings.Contains(logs.String(), s) {
+			t.Errorf("log lacks %s:\n%s", s, logs.String())
+		}
+	}
+
+	// An undamaged spool is not copied.
+	path2 := filepath.Join(dir, "clean.sqlite")
+	if err := os.WriteFile(path2+spoolSuffix, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l2 := openTest(t, path2, Options{Spool: true})
+	if got := storedIDs(t, l2); len(got) != n {
+		t.Errorf("clean spool: stored %d records, want %d", len(got), n)
+	}
+	if kept, _ := filepath.Glob(path2 + spoolSuffix + "-damaged-*"); len(kept) != 0 || l2.DamagedFrames() != 0 {
+		t.Errorf("clean spool: kept %v, %d damaged", kept, l2.DamagedFrames())
 	}
 }
 
@@ -206,33 +390,39 @@ func TestReplayDropsUndecodable(t *testing.T) {
 	}
 }
 
-// TestSecondLedgerCommitsDirectly: two Ledgers of one file — the first
-// has the spool, the second commits to SQLite itself — both work, and
-// each reads the other's records.
-func TestSecondLedgerCommitsDirectly(t *testing.T) {
+// TestSecondWriterRefused: a second Ledger of a file with a spool —
+// another `sluice serve`, which would admit every budget a second time —
+// is refused while the first holds it, whatever process it is in; a
+// Reader (`sluice spend`) is not, and sees the first one's records; once
+// the first is closed, a writer opens.
+func TestSecondWriterRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.sqlite")
 	a := openTest(t, path, Options{Spool: true})
-	b := openTest(t, path, Options{Spool: true})
-	if a.sp == nil || b.sp != nil {
-		t.Fatalf("spools: first %v, second %v; want the first only", a.sp != nil, b.sp != nil)
+	if a.sp == nil {
+		t.Fatal("the first Ledger has no spool")
 	}
-	start(t, a)
-	start(t, b)
+	stop := start(t, a)
 	if err := a.Append(t.Context(), record("from-a")); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Append(t.Context(), record("from-b")); err != nil {
+	b, err := Open(t.Context(), path, Options{Spool: true})
+	var inUse *InUseError
+	if !errors.Is(err, ErrInUse) || !errors.As(err, &inUse) || inUse.Path != path+spoolSuffix {
+		t.Fatalf("second Open: %v %v, want an *InUseError for %s", b, err, path+spoolSuffix)
+	}
+	if _, err := os.Stat("/proc/locks"); err == nil && inUse.PID != os.Getpid() {
+		t.Errorf("the holder's pid is %d, want %d (this process)", inUse.PID, os.Getpid())
+	}
+	r := openTest(t, path, Options{Spool: true, Reader: true})
+	if got := storedIDs(t, r); len(got) != 1 || got[0] != "from-a" {
+		t.Errorf("the reader sees %v, want from-a", got)
+	}
+	if err := errors.Join(stop(), a.Close()); err != nil {
 		t.Fatal(err)
 	}
-	if got := storedIDs(t, a); len(got) != 2 {
-		t.Errorf("first reads %v", got)
-	}
-	if got := storedIDs(t, b); len(got) != 1 || got[0] != "from-b" {
-		// b cannot wait for a's ingester; a's record shows up once a's
-		// ingester ran, which a's own read above forced.
-		if len(got) != 2 {
-			t.Errorf("second reads %v", got)
-		}
+	c := openTest(t, path, Options{Spool: true})
+	if c.sp == nil {
+		t.Error("no spool once the first was closed")
 	}
 }
 
@@ -264,6 +454,9 @@ func TestSpoolRewinds(t *testing.T) {
 		t.Errorf("spool: %v %v, want at most %d bytes", st.Size(), err, growStep)
 	}
 	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil { // the next Open writes: one writer at a time
 		t.Fatal(err)
 	}
 	r := openTest(t, path, Options{Spool: true})
@@ -329,17 +522,45 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
-// FuzzReplay: any spool file replays without panicking, and every record
-// it yields decodes.
+// FuzzReplay: any spool file replays without panicking, in order, each
+// frame it yields within the file, after the last, and verifying; every
+// record it yields decodes or is reported; through a file, too.
 func FuzzReplay(f *testing.F) {
 	dir := f.TempDir()
 	seed := func(name string, recs ...ledger.Record) []byte {
 		return writeSpool(f, filepath.Join(dir, name), 1, recs...)
 	}
 	f.Add(seed("one", fullRecord("a")))
-	f.Add(seed("two", fullRecord("a"), record("b")))
+	two := seed("two", fullRecord("a"), record("b"))
+	f.Add(two)
 	f.Add([]byte(spoolMagic))
+	three := seed("three", fullRecord("a"), record("b"), fullRecord("c"))
+	damaged := bytes.Clone(three) // the first frame's payload damaged
+	damaged[frameStart+frameHeader+2] ^= 4
+	f.Add(damaged)
+	header := bytes.Clone(two) // the header damaged
+	header[len(spoolMagic)] ^= 1
+	f.Add(header)
 	f.Fuzz(func(t *testing.T, b []byte) {
+		last := int64(frameStart)
+		rep, err := replayFrames(bytes.NewReader(b), int64(len(b)), func(off int64, p []byte) error {
+			if off < last || off+frameHeader+int64(len(p)) > int64(len(b)) || !bytes.Equal(b[off+frameHeader:off+frameHeader+int64(len(p))], p) {
+				t.Fatalf("frame at %d of %d bytes, after %d, in a file of %d", off, len(p), last, len(b))
+			}
+			if frameCRC(b[off:off+12], p) != binary.LittleEndian.Uint32(b[off+12:]) {
+				t.Fatalf("the frame at %d does not verify", off)
+			}
+			last = off + frameHeader + int64(len(p))
+			_, _ = decodeRecord(p)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.end != last {
+			t.Fatalf("replay ended at %d, its last frame at %d", rep.end, last)
+		}
+
 		path := filepath.Join(t.TempDir(), "spool")
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
@@ -349,7 +570,7 @@ func FuzzReplay(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer sp.close()
-		if err := sp.replay(func(p []byte) error { _, _ = decodeRecord(p); return nil }); err != nil {
+		if _, err := sp.replay(func(p []byte) error { _, _ = decodeRecord(p); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if sp.off > max(int64(len(b)), frameStart) {
@@ -429,7 +650,7 @@ func TestReaderSeesOwnersRecords(t *testing.T) {
 	if n := owner.Backlog(); n != 5 {
 		t.Fatalf("owner's backlog %d, want 5 (the ingester must not have run)", n)
 	}
-	reader := openTest(t, path, Options{Spool: true})
+	reader := openTest(t, path, Options{Spool: true, Reader: true})
 	if reader.sp != nil {
 		t.Fatal("the reader got the spool")
 	}

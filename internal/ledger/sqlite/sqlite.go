@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,9 +57,21 @@ type Options struct {
 	// Spool makes records durable in the spool beside the file (spool.go)
 	// rather than by a SQLite commit each: a batch costs one write and
 	// one fdatasync, and the ingester moves records into SQLite in larger
-	// transactions. Only one Ledger of a file has the spool (a lock
-	// decides); another commits directly, as without Spool.
+	// transactions. Only one Ledger of a file has the spool, by a lock:
+	// Open of another fails with an *InUseError (ErrInUse), unless it is
+	// a Reader. Two writers of one file would each admit every budget in
+	// full.
 	Spool bool
+	// Reader, with Spool, opens the ledger to read it beside the Ledger
+	// that writes it (`sluice spend` beside `sluice serve`): it never
+	// takes the spool, so it never keeps a writer from starting, and
+	// each read first inserts what the spool holds into SQLite itself,
+	// duplicates skipped, so it sees every record the writer
+	// acknowledged.
+	Reader bool
+	// Logger is told, at error level, the damage Open's replay of the
+	// spool found and skipped (spool.go). Nil: discarded.
+	Logger *slog.Logger
 	// OnError is told what a spooled Append can no longer return: a
 	// record SQLite refused at ingestion (dropped, as a direct Append
 	// would have failed), an ingestion that failed and is retried, a spool
@@ -70,6 +83,12 @@ type Options struct {
 	// from every record, which takes minutes on a large ledger. It is not
 	// told when Open creates the schema. Nil: not told.
 	OnMigrate func(from, to int)
+	// Fault injects faults, for tests: it is called before every spool
+	// write (op "spool") and every SQLite transaction of records (op
+	// "commit"), and an error it returns fails that write as the disk's
+	// would (syscall.ENOSPC for a full disk); a delay in it delays the
+	// write. Nil: none.
+	Fault func(op string) error
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -86,13 +105,17 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxBatch == 0 {
 		o.MaxBatch = DefaultMaxBatch
 	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 	return o, errors.Join(errs...)
 }
 
 // Ledger is the SQLite ledger.Ledger and ledger.Reader. Its Run must be
 // running for Append to return: see Run. It is safe for concurrent use.
 // Several Ledgers (in one process or several) may share a file, though
-// only one committer writes at a time.
+// only one committer writes at a time; with Options.Spool, only one of
+// them writes (see Options.Reader).
 type Ledger struct {
 	db       *sql.DB
 	maxBatch int
@@ -118,14 +141,18 @@ type Ledger struct {
 	sp        *spool
 	spoolPath string // "" without Options.Spool
 	onError   func(error)
+	fault     func(op string) error
 	ing       ingestState
+	log       *slog.Logger
+	damaged   atomic.Int64 // DamagedFrames
 }
 
 // Open opens the ledger in the SQLite file at path, creating the file and
 // its parent directories if missing, and migrates its schema to the
 // current version. It fails if the file is not a SQLite database, if its
-// schema is newer than this code knows, or if opts is invalid. It starts
-// no goroutine: the committer is Run.
+// schema is newer than this code knows, if opts is invalid, or, with
+// Options.Spool and not Options.Reader, if another Ledger writes the file
+// (*InUseError). It starts no goroutine: the committer is Run.
 func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -143,10 +170,15 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 		slots:    make(chan struct{}, max(4*opts.MaxBatch, 1024)),
 		wake:     make(chan struct{}, 1),
 		onError:  opts.OnError,
+		fault:    opts.Fault,
+		log:      opts.Logger,
 	}
 	l.ing.init()
 	if opts.Spool {
 		l.spoolPath = path + spoolSuffix
+		if opts.Reader {
+			return l, nil
+		}
 		if err := l.openSpool(ctx, l.spoolPath); err != nil {
 			return nil, errors.Join(fmt.Errorf("ledger/sqlite: spool: %w", err), db.Close())
 		}
@@ -181,6 +213,14 @@ func (l *Ledger) Close() error {
 // the mean batch size.
 func (l *Ledger) Stats() (records, commits int64) {
 	return l.nRecords.Load(), l.nCommits.Load()
+}
+
+// injected is Options.Fault's outcome for op: nil without one.
+func (l *Ledger) injected(op string) error {
+	if l.fault == nil {
+		return nil
+	}
+	return l.fault(op)
 }
 
 func sqliteCode(err error) int { return sqlitedb.Code(err) }
