@@ -310,6 +310,18 @@
 // stream is reset. Tests: TestLocalReplyThroughEncoderFilters
 // (localreply_chain_test.go).
 //
+// # Path normalization
+//
+// The connection manager's normalize_path, merge_slashes and
+// path_with_escaped_slashes_action are applied as Envoy's
+// ConnectionManagerUtility::maybeNormalizePath applies them
+// (source/common/http/conn_manager_utility.cc, path_utility.cc, and the
+// Chromium path canonicalizer Envoy links), before any filter: ext_authz's
+// CheckRequest, ext_proc's :path and the upstream see the normalized path,
+// and a request refused (an escaped slash under REJECT_REQUEST, a fragment,
+// a NUL) gets a 400 local reply, details path_normalization_failed.
+// UNESCAPE_AND_REDIRECT is refused at load. Tests: path_test.go.
+//
 // # Local replies (local_reply_config)
 //
 // Every local reply — the router's, the buffer limits' 413, and ext_authz
