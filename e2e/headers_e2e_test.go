@@ -116,8 +116,8 @@ func TestUnknownPathsPass(t *testing.T) {
 		}{
 			{"/v1/files?purpose=batch", `{}`, "authorization", "Bearer sk-upstream-compat", "openai-organization",
 				`{"error":{"message":"mock: no endpoint at /v1/files","type":"invalid_request_error","param":null,"code":"model_not_found"}}`},
-			{"/v1/messages/batches", `{"requests":[]}`, "x-api-key", "sk-ant-upstream", "anthropic-workspace-id",
-				`{"type":"error","error":{"type":"not_found_error","message":"mock: no endpoint at /v1/messages/batches"}}`},
+			{"/v1/messages/unlisted", `{"requests":[]}`, "x-api-key", "sk-ant-upstream", "anthropic-workspace-id",
+				`{"type":"error","error":{"type":"not_found_error","message":"mock: no endpoint at /v1/messages/unlisted"}}`},
 		} {
 			for _, routing := range []string{"", "fwd", "ant", "keyed"} {
 				n := mock.Requests()

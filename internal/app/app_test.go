@@ -338,7 +338,7 @@ func TestCheckConfigCAFiles(t *testing.T) {
   - {name: public, kind: openai-compatible, base_url: "https://API.example.com/v1"}
   - {name: plain, kind: openai-compatible, base_url: "http://127.0.0.1:8000"}
 models:
-  - {name: m, provider: corp}
+  - {name: m, provider: corp, context_window: 128000}
 pricing: {m: {input: 1, output: 1}}
 xds:
   upstream_ca_file: %q
@@ -552,7 +552,9 @@ security: {principal_keys: [{value: test-principal-key-0123456789abcdef}]}
 		"warning: pricing.claude.cached_input: not set: the provider reports cached prompt tokens, and they are charged at the input price (OpenAI bills them at a discount, Anthropic at 0.1 × input)\n" +
 		`warning: pricing.free: model "free" has no price: its requests are recorded at cost 0, which no budget counts (gateway.unpriced_models: allow)` + "\n" +
 		"warning: pricing.gpt-4o.cached_input: not set: the provider reports cached prompt tokens, and they are charged at the input price (OpenAI bills them at a discount, Anthropic at 0.1 × input)\n" +
-		"warning: pricing.voice.audio_output: not set: the model's name says it speaks audio, and audio output tokens are charged at the text output price\n"
+		"warning: pricing.voice.audio_output: not set: the model's name says it speaks audio, and audio output tokens are charged at the text output price\n" +
+		"warning: models.llama.context_window: not set and not known for this model: requests whose input is by reference (file ids, document URLs, stored responses, conversations, prompts) are refused\n" +
+		"warning: models.free.context_window: not set and not known for this model: requests whose input is by reference (file ids, document URLs, stored responses, conversations, prompts) are refused\n"
 	if stderr != want {
 		t.Errorf("stderr:\n%s\nwant:\n%s", stderr, want)
 	}

@@ -53,6 +53,9 @@ func runCheckConfig(args []string, stdout, stderr io.Writer, env Env) error {
 	for _, w := range snap.PricingWarnings() {
 		fmt.Fprintln(stderr, "warning: "+w.String())
 	}
+	for _, w := range snap.ContextWindowWarnings() {
+		fmt.Fprintln(stderr, "warning: "+w.String())
+	}
 	for _, w := range securityWarnings(snap, snap.Listen()) {
 		fmt.Fprintln(stderr, "warning: "+w)
 	}
