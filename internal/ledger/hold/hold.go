@@ -110,7 +110,9 @@ func New(next Appender, o Options) *Ledger {
 // as invalid is returned with its error, not held; one beyond the bound
 // is lost: logged at error level and ErrFull returned.
 func (h *Ledger) Append(ctx context.Context, r ledger.Record) error {
-	if h.Unavailable() != nil {
+	// Behind records already held, never before them. (A degraded
+	// ledger still takes records: only new requests are refused.)
+	if h.Held() > 0 {
 		return h.hold(r, nil)
 	}
 	actx, cancel := context.WithTimeout(ctx, h.o.Wait)
@@ -159,11 +161,25 @@ func (h *Ledger) hold(r ledger.Record, cause error) error {
 // recorded).
 func (h *Ledger) Unavailable() error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.held) == 0 {
-		return nil
+	n, cause := len(h.held), h.cause
+	h.mu.Unlock()
+	if n > 0 {
+		return fmt.Errorf("spend ledger unavailable: %d records held: %w", n, cause)
 	}
-	return fmt.Errorf("spend ledger unavailable: %d records held: %w", len(h.held), h.cause)
+	// A ledger that still takes records but is near its end (a full disk,
+	// the spool writing into its reserve) takes no new requests' records.
+	if d, ok := h.next.(degrader); ok {
+		if err := d.Degraded(); err != nil {
+			return fmt.Errorf("spend ledger unavailable: %w", err)
+		}
+	}
+	return nil
+}
+
+// degrader is a ledger that can tell it should take no new requests'
+// records although it still takes the answered ones' (sqlite.Ledger).
+type degrader interface {
+	Degraded() error
 }
 
 // Held reports how many records are held; Lost how many were lost (beyond

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -167,5 +168,43 @@ func TestBoundLosesAndSaysWhat(t *testing.T) {
 	}
 	if h.Lost() != 3 || h.Held() != 0 {
 		t.Fatalf("Lost %d Held %d, want 3 and 0", h.Lost(), h.Held())
+	}
+}
+
+// degradedLedger takes every record but may say it should take no new
+// requests' records (sqlite.Ledger writing into its spool's reserve).
+type degradedLedger struct {
+	fakeLedger
+	degraded atomic.Pointer[error]
+}
+
+func (d *degradedLedger) Degraded() error {
+	if e := d.degraded.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// TestDegradedIsUnavailable: a ledger that still takes records but says
+// it is degraded (a full disk, the spool's reserve in use) makes the held
+// ledger unavailable — new requests are refused — while its Appends still
+// succeed, and available again once it is not.
+func TestDegradedIsUnavailable(t *testing.T) {
+	d := &degradedLedger{fakeLedger: fakeLedger{fn: func(context.Context, ledger.Record) error { return nil }}}
+	h := hold.New(d, hold.Options{})
+	if err := h.Unavailable(); err != nil {
+		t.Fatalf("unavailable before: %v", err)
+	}
+	low := errors.New("no space left on device")
+	d.degraded.Store(&low)
+	if err := h.Unavailable(); err == nil || !errors.Is(err, low) {
+		t.Errorf("Unavailable = %v, want one wrapping %v", err, low)
+	}
+	if err := h.Append(t.Context(), rec("answered")); err != nil || !d.has("answered") {
+		t.Errorf("an answered request's record while degraded: %v (written %v)", err, d.has("answered"))
+	}
+	d.degraded.Store(nil)
+	if err := h.Unavailable(); err != nil {
+		t.Errorf("still unavailable: %v", err)
 	}
 }

@@ -176,9 +176,19 @@ func (l *Ledger) Run(ctx context.Context) error {
 		n, first := len(l.queue), l.first
 		l.mu.Unlock()
 		if n == 0 {
+			// While the spool writes into its reserve, grow it again
+			// every second, on this goroutine, which alone writes it.
+			var regrow <-chan time.Time
+			if l.sp != nil && l.sp.low != nil {
+				regrow = time.After(time.Second)
+			}
 			select {
 			case <-l.wake:
 				idle.stop()
+				continue
+			case <-regrow:
+				l.sp.regrow()
+				l.noteLow()
 				continue
 			case <-idle.due():
 				idle.checkpoint(dbctx)

@@ -92,6 +92,7 @@ func (l *Ledger) openSpool(ctx context.Context, path string) error {
 	if err != nil {
 		return errors.Join(err, sp.close())
 	}
+	sp.fault = l.fault
 	l.sp = sp
 	return nil
 }
@@ -295,6 +296,7 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 			}
 			if err = l.injected("spool"); err == nil {
 				err = l.sp.write(l.sp.frames(payloads))
+				l.noteLow()
 			}
 		}
 		if err != nil {

@@ -75,7 +75,9 @@ import (
 //
 // The file is grown in growStep steps of written zeros, and synced with
 // its metadata once per step, so that the fdatasync of a batch has no
-// metadata to write.
+// metadata to write; it is kept spoolReserve bytes ahead of the frames,
+// so that a full disk still takes the records of requests already
+// answered (spool.low, Ledger.Degraded).
 const (
 	spoolSuffix = "-spool"
 	spoolMagic  = "SLSPOOL\x01"
@@ -101,7 +103,21 @@ type spool struct {
 	size int64 // bytes the file holds
 	buf  []byte
 	zero []byte
+	// low is why the spool could not grow its reserve (a full disk): it
+	// is writing into the reserve it grew earlier; nil otherwise.
+	low error
+	// fault, for tests, is called before the spool grows (op "grow"):
+	// an error fails the growth as the disk's would.
+	fault func(op string) error
 }
+
+// spoolReserve is how much space, past the frames written, the spool
+// keeps grown and synced ahead of them (a variable for tests): when the
+// disk fills, the records of requests already answered are still written
+// there, durably, while the ledger refuses new requests
+// (Ledger.Degraded). At a few hundred bytes a record it holds thousands,
+// more than the requests in flight when the disk fills.
+var spoolReserve int64 = growStep
 
 // ErrInUse is what Open returns, in an *InUseError, when another Ledger —
 // in another process, or in this one — holds the spool: that one writes
@@ -443,9 +459,14 @@ func (s *spool) frames(payloads [][]byte) []byte {
 // meanwhile are the next batch.
 func (s *spool) write(frames []byte) error {
 	end := s.off + int64(len(frames))
-	if end > s.size {
-		if err := s.grow(end); err != nil {
-			return err
+	if end+spoolReserve > s.size {
+		if err := s.grow(end + spoolReserve); err != nil {
+			if end > s.size {
+				return err // the reserve is spent too
+			}
+			s.low = err // written into the reserve
+		} else {
+			s.low = nil
 		}
 	}
 	if _, err := s.f.WriteAt(frames, s.off); err != nil {
@@ -461,6 +482,11 @@ func (s *spool) write(frames []byte) error {
 // grow writes zeros up to the next growStep past end and syncs the file
 // with its metadata.
 func (s *spool) grow(end int64) error {
+	if s.fault != nil {
+		if err := s.fault("grow"); err != nil {
+			return err
+		}
+	}
 	target := (end + growStep - 1) / growStep * growStep
 	if s.zero == nil {
 		s.zero = make([]byte, 64<<10)
@@ -477,6 +503,20 @@ func (s *spool) grow(end int64) error {
 	}
 	s.size = target
 	return nil
+}
+
+// regrow tries again to grow the reserve the spool is writing into
+// (low set), so that the ledger takes new requests again once the disk
+// has room.
+func (s *spool) regrow() {
+	if s.low == nil {
+		return
+	}
+	if err := s.grow(s.off + spoolReserve); err != nil {
+		s.low = err
+		return
+	}
+	s.low = nil
 }
 
 // rewind starts the next generation: its header at offset 0, frames from

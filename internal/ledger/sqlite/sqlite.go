@@ -135,7 +135,10 @@ type Ledger struct {
 	closed  bool      // no more Appends: Run returned, or Close was called
 
 	nRecords, nCommits atomic.Int64
-	nCheckpoints       atomic.Int64 // idle checkpoints (see checkpointIdle)
+	// low is why the spool is writing into its reserve (spool.low), as
+	// the committer last saw it; Degraded reads it.
+	low          atomic.Pointer[error]
+	nCheckpoints atomic.Int64 // idle checkpoints (see checkpointIdle)
 
 	// With a spool (nil without): see spool.go and ingest.go.
 	sp        *spool
@@ -213,6 +216,28 @@ func (l *Ledger) Close() error {
 // the mean batch size.
 func (l *Ledger) Stats() (records, commits int64) {
 	return l.nRecords.Load(), l.nCommits.Load()
+}
+
+// Degraded is nil while the ledger takes records as it should, else why
+// it should take no new requests' records: the disk is full and the spool
+// is writing into its reserve, which holds the records of requests
+// already answered but not many more. The committer grows the reserve
+// again every second until the disk has room.
+func (l *Ledger) Degraded() error {
+	if e := l.low.Load(); e != nil {
+		return fmt.Errorf("ledger/sqlite: the spool %s cannot grow and is writing into its reserve: %w", l.spoolPath, *e)
+	}
+	return nil
+}
+
+// noteLow publishes the spool's state for Degraded.
+func (l *Ledger) noteLow() {
+	if l.sp.low == nil {
+		l.low.Store(nil)
+		return
+	}
+	err := l.sp.low
+	l.low.Store(&err)
 }
 
 // injected is Options.Fault's outcome for op: nil without one.

@@ -1,0 +1,73 @@
+package sqlite
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/testctx"
+)
+
+// TestSpoolReserveWhenDiskFull: when the disk fills (the spool cannot
+// grow), the records of requests already answered are still written,
+// durably, into the reserve the spool grew ahead of them, and the ledger
+// says it is degraded — new requests must not be admitted — until the
+// disk has room again, when the committer grows the reserve back. Every
+// record appended is in the ledger.
+func TestSpoolReserveWhenDiskFull(t *testing.T) {
+	var full atomic.Bool
+	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{Spool: true, Fault: func(op string) error {
+		if op == "grow" && full.Load() {
+			return syscall.ENOSPC
+		}
+		return nil
+	}})
+	start(t, l)
+	ctx := testctx.Deadline(t)
+	big := strings.Repeat("m", 4<<10) // 4 KiB records: the reserve is reached after a few hundred
+	n := 0
+	appendOne := func() {
+		t.Helper()
+		r := record(fmt.Sprintf("r%04d", n))
+		r.UpstreamModel = big
+		if err := l.Append(ctx, r); err != nil {
+			t.Fatalf("record %d: %v", n, err)
+		}
+		n++
+	}
+	appendOne()
+	if err := l.Degraded(); err != nil {
+		t.Fatalf("degraded with room on the disk: %v", err)
+	}
+	full.Store(true)
+	for l.Degraded() == nil {
+		if n > 2*int(growStep+spoolReserve)/len(big) {
+			t.Fatalf("still not degraded after %d records with the disk full", n)
+		}
+		appendOne()
+	}
+	if err := l.Degraded(); !strings.Contains(err.Error(), "reserve") {
+		t.Errorf("Degraded = %v", err)
+	}
+	// The answered requests' records still go in, into the reserve.
+	for range 50 {
+		appendOne()
+	}
+	full.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Degraded() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("still degraded with room on the disk: %v", l.Degraded())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	recs, err := l.Records(ctx, ledger.Filter{})
+	if err != nil || len(recs) != n {
+		t.Fatalf("Records: %d, %v; want %d", len(recs), err, n)
+	}
+}
