@@ -51,8 +51,11 @@ func (p *Processor) unknown(get func(string) (string, bool)) *extprocsvc.Process
 
 // unmeteredPrefixes are APIs that bill for model work Sluice does not
 // meter, so never passed: the batch APIs of OpenAI and Anthropic (work
-// billed later, asynchronously) and Anthropic's legacy Text Completions.
+// billed later, asynchronously), Anthropic's legacy Text Completions, and
+// OpenAI's Realtime API (its client secrets are keys a client then uses at
+// the provider directly). Compared without case, as endpoints are.
 var unmeteredPrefixes = []struct{ prefix, what string }{
+	{"/v1/realtime", "OpenAI's Realtime API, whose sessions and client secrets this gateway cannot meter; it is refused"},
 	{"/v1/batches", "a batch API: its work is billed later, where this gateway cannot meter it; send the requests one by one"},
 	{"/v1/messages/batches", "a batch API: its work is billed later, where this gateway cannot meter it; send the requests one by one"},
 	{"/v1/complete", "Anthropic's legacy Text Completions API, which this gateway does not meter; use /v1/messages"},
@@ -61,10 +64,10 @@ var unmeteredPrefixes = []struct{ prefix, what string }{
 // notMetered is the refusal of a call to an API of unmeteredPrefixes
 // (canon is the canonical path, query included), or nil for any other.
 func notMetered(canon string) *apierr.Error {
-	path := pathOnly(canon)
+	path := strings.ToLower(pathOnly(canon))
 	for _, u := range unmeteredPrefixes {
 		if path == u.prefix || strings.HasPrefix(path, u.prefix+"/") {
-			return apierr.New(400, apierr.CodeNotMetered, "%s is %s", path, u.what)
+			return apierr.New(400, apierr.CodeNotMetered, "%s is %s", pathOnly(canon), u.what)
 		}
 	}
 	return nil

@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"math"
@@ -126,6 +125,9 @@ type Processor struct {
 	clientRequest
 	principal *keyring.Principal
 	counted   bool // ext_authz counted the request
+	// context1M: the client asked for Anthropic's 1M-token window
+	// (asksContext1M), which a by-reference prompt then reserves.
+	context1M bool
 
 	req   payload.Request
 	route *policies.ModelRoute
@@ -215,6 +217,7 @@ func headerGetter(h *corev3.HeaderMap) func(string) (string, bool) {
 func (p *Processor) requestHeaders(ctx context.Context, m *extprocsvc.ProcessingRequest, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
 	get := headerGetter(h.GetHeaders())
 	p.note(get)
+	p.context1M = asksContext1M(get)
 
 	// The principal: from ext_authz's signed metadata, else authenticate
 	// here (principal.go).
@@ -380,7 +383,7 @@ func (p *Processor) resolve(body []byte) (resolved, *apierr.Error) {
 	if err == nil {
 		// Only the reservation reads it, so only the downstream
 		// processor looks (not every fallback attempt's).
-		r.cacheControl = bytes.Contains(body, []byte(`"cache_control"`))
+		r.cacheControl = namesCacheControl(body)
 	}
 	return r, err
 }

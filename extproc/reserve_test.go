@@ -162,6 +162,10 @@ func TestReserveCacheWrites(t *testing.T) {
 	}{
 		{"no cache_control", `"hi"`, 150_000_000},
 		{"cache_control", `[{"type":"text","text":"hi","cache_control":{"type":"ephemeral","ttl":"1h"}}]`, 300_000_000},
+		// The same key to the provider's JSON parser.
+		{"cache_control escaped", `[{"type":"text","text":"hi","cache\u005fcontrol":{"type":"ephemeral","ttl":"1h"}}]`, 300_000_000},
+		{"cache_control all escaped", `[{"type":"text","text":"hi","\u0063\u0061che_control":{"type":"ephemeral"}}]`, 300_000_000},
+		{"other escapes only", `"h\u00e9llo \"quoted\""`, 150_000_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, spy, _ := reserveDeps(t)

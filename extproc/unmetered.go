@@ -5,6 +5,7 @@ import (
 	"github.com/sluicegw/sluice/internal/payload"
 	"github.com/sluicegw/sluice/internal/usage"
 	"github.com/sluicegw/sluice/policies"
+	"strings"
 )
 
 // Input Sluice cannot see and work it cannot meter (docs/limits.md,
@@ -42,7 +43,23 @@ func (p *Processor) claimInput(r resolved) (int64, *apierr.Error) {
 	if w <= 0 {
 		return 0, inputByReference(r.route.Name, req.ByReference)
 	}
+	if p.context1M {
+		// The client asked Anthropic for the 1M-token window
+		// (anthropic-beta: context-1m-…), which Sluice forwards: the
+		// provider may then bill that much.
+		w = max(w, context1MTokens)
+	}
 	return max(w, req.InputTokens), nil
+}
+
+// context1MTokens is the window Anthropic's context-1m beta opens.
+const context1MTokens = 1_000_000
+
+// asksContext1M reports whether the anthropic-beta header (get) asks for
+// the 1M-token context window.
+func asksContext1M(get func(string) (string, bool)) bool {
+	v, ok := get("anthropic-beta")
+	return ok && strings.Contains(strings.ToLower(v), "context-1m")
 }
 
 // inputByReference refuses a prompt by reference for a model whose

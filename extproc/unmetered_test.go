@@ -223,3 +223,22 @@ func TestInputByReferenceSettles(t *testing.T) {
 		})
 	}
 }
+
+// TestContext1MReserved: a prompt by reference for a client that asks
+// Anthropic for the 1M-token window (anthropic-beta: context-1m-…, which
+// Sluice forwards) reserves that window, not the model's default.
+func TestContext1MReserved(t *testing.T) {
+	ctx := testctx.Deadline(t)
+	const body = `{"model":"sonnet","max_tokens":10,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"file","file_id":"file_011"}}]}]}`
+	for beta, want := range map[string]int64{"files-api-2025-04-14,context-1m-2025-08-07": 1_000_000, "files-api-2025-04-14": 200_000} {
+		d, spy, _ := unmeteredDeps(t, "")
+		p := NewProcessor(d)
+		p.Handle(ctx, reqHeaders("/v1/messages", false, authzMeta("config:k"), "anthropic-beta", beta))
+		if im := p.Handle(ctx, reqBody(body)).GetImmediateResponse(); im != nil {
+			t.Fatalf("%s: refused: %s", beta, im.GetBody())
+		}
+		if got := spy.claims[0].InputTokens; got != want {
+			t.Errorf("anthropic-beta %s: reserved %d input tokens, want %d", beta, got, want)
+		}
+	}
+}

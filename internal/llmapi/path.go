@@ -138,7 +138,9 @@ func canonicalPath(p string) (string, bool) {
 			case isUnreserved(v):
 				dec = append(dec, v)
 			default:
-				if v <= ' ' || v == 0x7f {
+				// An escaped delimiter (?, #, ;) splits the path
+				// differently for whoever decodes it again.
+				if v <= ' ' || v == 0x7f || v == '?' || v == '#' || v == ';' {
 					suspicious = true
 				}
 				dec = append(dec, '%', upperHex[v>>4], upperHex[v&15])
@@ -175,6 +177,11 @@ func canonicalPath(p string) (string, bool) {
 				segs = segs[:len(segs)-1]
 			}
 		default:
+			// A segment that ends in a dot ("completions.") is one some
+			// servers read without it.
+			if strings.HasSuffix(s, ".") {
+				suspicious = true
+			}
 			segs = append(segs, s)
 		}
 	}

@@ -47,13 +47,18 @@ func TestClassifyPath(t *testing.T) {
 		{"/v1/x/%2E%2E/chat/completions", "/v1/chat/completions", ChatCompletions, false, false},
 		{"/v1/x/%2e%2e%2fchat/completions", "/v1/chat/completions", ChatCompletions, false, false},
 		{"/v1/models/x/../../messages", "/v1/messages", Messages, false, false},
-		{"/v1/...", "/v1/...", Unknown, false, false},
+		{"/v1/...", "/v1/...", Unknown, false, true}, // a segment ending in a dot
 		// Path parameters.
 		{"/v1/chat/completions;x", "/v1/chat/completions", ChatCompletions, false, false},
 		{"/v1;a=b/chat;c/completions;d", "/v1/chat/completions", ChatCompletions, false, false},
 		{"/v1/x/..;y/chat/completions", "/v1/chat/completions", ChatCompletions, false, false},
-		{"/v1/chat/completions%3Bx", "/v1/chat/completions%3Bx", Unknown, false, false},
-		{"/v1/files/a%3bb", "/v1/files/a%3Bb", Unknown, false, false},
+		// An escaped delimiter splits the path otherwise for whoever
+		// decodes it again: suspicious.
+		{"/v1/chat/completions%3Bx", "/v1/chat/completions%3Bx", Unknown, false, true},
+		{"/v1/files/a%3bb", "/v1/files/a%3Bb", Unknown, false, true},
+		{"/v1/chat/completions%3Fx", "/v1/chat/completions%3Fx", Unknown, false, true},
+		{"/v1/chat/completions%23x", "/v1/chat/completions%23x", Unknown, false, true},
+		{"/v1/chat/completions.", "/v1/chat/completions.", Unknown, false, true},
 		// Case: /v1 folded in the canonical form; the rest kept, but
 		// compared without case.
 		{"/V1/chat/completions", "/v1/chat/completions", ChatCompletions, false, false},

@@ -73,14 +73,15 @@ func (s *ingestState) poke() {
 	}
 }
 
-// openSpool takes the spool at path, replays its frames into SQLite, and
-// rewinds it. Another Ledger holding it fails Open (*InUseError). A spool
-// in which replay found damage is copied aside first (keepAside), and
-// what was found is logged and counted.
-func (l *Ledger) openSpool(ctx context.Context, path string) error {
-	sp, err := openSpool(path)
-	if err != nil || sp == nil {
-		return err
+// recoverSpool replays the frames of the spool Open took (and locked,
+// before the database was opened: another Ledger holding it failed Open
+// with *InUseError) into SQLite, and rewinds it; nil sp (a system that
+// cannot lock files) means no spool. A spool in which replay found damage
+// is copied aside first (keepAside), and what was found is logged and
+// counted.
+func (l *Ledger) recoverSpool(ctx context.Context, sp *spool) error {
+	if sp == nil {
+		return nil
 	}
 	rep, err := l.replay(ctx, sp)
 	if err == nil && rep.damaged() {

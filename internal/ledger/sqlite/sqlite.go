@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,8 +163,23 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger/sqlite: options: %w", err)
 	}
+	// The writer's lock first: a second writer must learn that it is one
+	// before it touches the database (a newer binary would otherwise
+	// migrate the schema under the running writer).
+	var sp *spool
+	if opts.Spool && !opts.Reader {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("ledger/sqlite: %w", err)
+		}
+		if sp, err = openSpool(path + spoolSuffix); err != nil {
+			return nil, fmt.Errorf("ledger/sqlite: spool: %w", err)
+		}
+	}
 	db, err := sqlitedb.Open(ctx, path, pragmas, migrations, "ledger", opts.OnMigrate)
 	if err != nil {
+		if sp != nil {
+			err = errors.Join(err, sp.close())
+		}
 		return nil, fmt.Errorf("ledger/sqlite: %w", err)
 	}
 	l := &Ledger{
@@ -182,7 +199,7 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 		if opts.Reader {
 			return l, nil
 		}
-		if err := l.openSpool(ctx, l.spoolPath); err != nil {
+		if err := l.recoverSpool(ctx, sp); err != nil {
 			return nil, errors.Join(fmt.Errorf("ledger/sqlite: spool: %w", err), db.Close())
 		}
 	}
