@@ -214,6 +214,9 @@ func (a *authzInstance) check(s *stream, h *Headers, held []frame) bool {
 			}
 			lr.headers.Add(k, hv.GetHeader().GetValue())
 		}
+		// Filter::onComplete, CheckStatus::Denied: "setResponseFlag must
+		// be called before sendLocalReply" — UAEX (ext_authz.cc).
+		s.rec.addFlag("UAEX")
 		s.sendLocalReply(lr)
 		return false
 	}
@@ -230,6 +233,8 @@ func (a *authzInstance) onError(s *stream, h *Headers, er *authv3.DeniedHttpResp
 	}
 	status := a.f.onError
 	lr := localReply{status: status, details: "ext_authz_error"}
+	// CheckStatus::Error without failure_mode_allow: UAEX, as a denial.
+	s.rec.addFlag("UAEX")
 	if er != nil {
 		if c := int(er.GetStatus().GetCode()); c > 0 {
 			lr.status = c

@@ -31,6 +31,9 @@ const (
 // order.
 type cluster struct {
 	name string
+	// statName is Envoy's observabilityName(): alt_stat_name, else the
+	// name (%UPSTREAM_CLUSTER% in access logs).
+	statName string
 
 	// members is set for an aggregate cluster (envoy.clusters.aggregate),
 	// in priority order; memberNames until they are linked.
@@ -79,7 +82,7 @@ const defaultConnectTimeout = 5 * time.Second
 // newCluster builds one cluster; aggregate members and upstream filters
 // are linked afterwards (linkClusters), once every cluster exists.
 func (e *Emulator) newCluster(c *clusterv3.Cluster, eds map[string]*endpointv3.ClusterLoadAssignment) (*cluster, error) {
-	cl := &cluster{name: c.GetName(), overprov: defaultOverprovison, rr: map[int]uint32{}}
+	cl := &cluster{name: c.GetName(), statName: or(c.GetAltStatName(), c.GetName()), overprov: defaultOverprovison, rr: map[int]uint32{}}
 	fail := func(format string, a ...any) error {
 		return fmt.Errorf("cluster %q: %s", c.GetName(), fmt.Sprintf(format, a...))
 	}

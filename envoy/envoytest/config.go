@@ -56,6 +56,7 @@ type config struct {
 	requestID   requestIDPolicy
 	path        pathPolicy        // the connection manager's path normalization (path.go)
 	localReply  *localReplyConfig // nil: none configured
+	accessLogs  []accessLogger    // the connection manager's access_log (accesslog.go)
 }
 
 // httpFilter is one configured HTTP filter (the router excluded: it is
@@ -150,6 +151,9 @@ func (e *Emulator) build(l *listenerv3.Listener, rds map[string]*routev3.RouteCo
 		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
 	}
 	if cfg.localReply, err = newLocalReplyConfig(hcm.GetLocalReplyConfig()); err != nil {
+		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
+	}
+	if cfg.accessLogs, err = e.newAccessLoggers(hcm); err != nil {
 		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
 	}
 	if cfg.path, err = newPathPolicy(hcm); err != nil {

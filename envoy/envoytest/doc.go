@@ -346,6 +346,24 @@
 // rewritten. Tests: TestLocalReplyConfig, TestLocalReplyConfigRefused,
 // TestLocalReplyRewrite (localreply_test.go).
 //
+// # Access logs (access_log)
+//
+// The connection manager's access_log is written when a stream ends, as
+// Envoy writes it (accesslog.go has the rules and their sources):
+// envoy.access_loggers.file (the path opened once, Write|Create|Append;
+// /dev/stdout is a path) and envoy.access_loggers.stdout, each with
+// log_format.json_format — keys sorted, a lone operator typed (numbers
+// as numbers, a missing value null), mixed text a string with "-" for
+// what is missing. Operators: START_TIME (default format), REQ,
+// RESPONSE_CODE, RESPONSE_FLAGS, RESPONSE_CODE_DETAILS, UPSTREAM_CLUSTER,
+// UPSTREAM_REQUEST_ATTEMPT_COUNT, DURATION, DYNAMIC_METADATA,
+// BYTES_RECEIVED, BYTES_SENT. Refused at load, by name: every other
+// operator, logger, filter and format. Envoy flushes the file about once
+// a second; the emulator writes each line at once. Options.AccessLog is
+// the emulator's own summary line, not Envoy's. Tests: TestAccessLogFormat,
+// TestAccessLogRefused, TestAccessLogFile (accesslog_test.go),
+// TestAccessLogEndToEnd (e2e).
+//
 // # Left out or approximated in ext_proc, and why
 //
 //   - FULL_DUPLEX_STREAMED and GRPC body modes are refused at config time

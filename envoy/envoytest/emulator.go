@@ -22,7 +22,10 @@ import (
 type Options struct {
 	// Logger receives the emulator's own logs; nil discards them.
 	Logger *slog.Logger
-	// AccessLog receives one line per request; nil writes none.
+	// AccessLog receives the emulator's own summary line per request (not
+	// Envoy's format); nil writes none. The listener's configured
+	// access_log (envoy.access_loggers.file / stdout) is written as
+	// Envoy writes it regardless (accesslog.go).
 	AccessLog io.Writer
 	// AccessLogMetadata lists dynamic metadata to print in access log
 	// lines, as "namespace:key".
@@ -43,6 +46,7 @@ type Emulator struct {
 	opts  Options
 	log   *slog.Logger
 	conns *connPool
+	logs  logFiles               // access-log files, one per path (accesslog.go)
 	cfg   atomic.Pointer[config] // nil until ADS gives a complete one
 	xds   *adsClient             // nil for a static bootstrap
 	tls   clusterTLS             // the clusters' TLS contexts and the bootstrap's static secrets
@@ -71,6 +75,7 @@ func New(b *bootstrapv3.Bootstrap, opts Options) (*Emulator, error) {
 	cfg, err = e.withBootstrapRules(b, cfg, err)
 	if err != nil {
 		e.conns.close()
+		e.logs.close()
 		return nil, err
 	}
 	if cfg != nil {
@@ -106,6 +111,7 @@ func (e *Emulator) Serve(ctx context.Context, ln net.Listener) error {
 	if e.waitConfig(ctx) != nil {
 		ln.Close()
 		e.conns.close()
+		e.logs.close()
 		return nil
 	}
 	var protos http.Protocols
@@ -138,6 +144,7 @@ func (e *Emulator) Serve(ctx context.Context, ln net.Listener) error {
 		c.close()
 	}
 	e.conns.close()
+	e.logs.close()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -490,6 +497,7 @@ func (e *Emulator) writeLocalReply(s *stream, w http.ResponseWriter, lr localRep
 }
 
 func (e *Emulator) accessLog(s *stream) {
+	e.writeAccessLogs(s)
 	if e.opts.AccessLog == nil {
 		return
 	}
