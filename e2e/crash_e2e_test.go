@@ -182,7 +182,7 @@ func TestCrashSafety(t *testing.T) {
 				}
 				body, _ := io.ReadAll(bufio.NewReader(resp.Body))
 				resp.Body.Close()
-				id = resp.Header.Get("x-request-id") // what Sluice's listener replaced it with
+				id = resp.Header.Get("x-sluice-request-id") // what Sluice's listener replaced it with
 				done := resp.StatusCode == 200 && bytes.Contains(body, []byte("data: [DONE]"))
 				mu.Lock()
 				outcomes = append(outcomes, outcome{id: id, complete: done})

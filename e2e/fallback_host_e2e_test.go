@@ -123,7 +123,7 @@ func TestFallbackSkippedMemberGetsItsOwnCredential(t *testing.T) {
 				}
 			}
 		}
-		if rec := s.awaitRecord(t, h.Get("x-request-id")); rec.Provider != "p2" || rec.Model != "m-ha" || rec.Status != 200 {
+		if rec := s.awaitRecord(t, h.Get("x-sluice-request-id")); rec.Provider != "p2" || rec.Model != "m-ha" || rec.Status != 200 {
 			t.Errorf("spend record %+v; want provider p2, model m-ha, 200", rec)
 		}
 		if p.emu != nil {

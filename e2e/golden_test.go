@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/envoy/envoytest"
+	"github.com/sluicegw/sluice/internal/chain"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden exchanges in testdata/golden")
@@ -164,8 +165,11 @@ func describeReceived(m *extprocsvc.ProcessingResponse) string {
 	out := kind
 	for _, h := range cr.GetHeaderMutation().GetSetHeaders() {
 		v := string(h.GetHeader().GetRawValue())
-		if h.GetHeader().GetKey() == "content-length" {
+		switch h.GetHeader().GetKey() {
+		case "content-length":
 			v = "N"
+		case chain.RequestIDHeader: // Envoy's x-request-id, a UUID
+			v = "ID"
 		}
 		out += fmt.Sprintf(" set(%s=%s)", h.GetHeader().GetKey(), v)
 	}

@@ -57,7 +57,7 @@ func TestHugeUsageKeepsServing(t *testing.T) {
 		}
 		// Sluice's listener replaces a client's x-request-id with Envoy's,
 		// which the response carries and the record correlates with.
-		rec := s.awaitRecord(t, h.Get("x-request-id"))
+		rec := s.awaitRecord(t, h.Get("x-sluice-request-id"))
 		// The 3 words delivered, counted by the tokenizer, at 10 µ$ each.
 		if rec.Outcome != "unparsed" || !rec.Estimated || rec.OutputTokens < 3 || rec.OutputTokens > 100 || rec.CostPico != rec.OutputTokens*10_000_000 {
 			t.Errorf("record: outcome %s, estimated %v, output %d tokens, cost %d µ$; want unparsed, estimated, the delivered words' count at 10 µ$ each",
@@ -69,7 +69,7 @@ func TestHugeUsageKeepsServing(t *testing.T) {
 		if st != 200 {
 			t.Fatalf("the request after: %d %s", st, body)
 		}
-		if rec := s.awaitRecord(t, h.Get("x-request-id")); rec.CostPico <= 0 {
+		if rec := s.awaitRecord(t, h.Get("x-sluice-request-id")); rec.CostPico <= 0 {
 			t.Errorf("the request after was charged %d p$", rec.CostPico)
 		}
 	})
@@ -334,7 +334,7 @@ func TestHostileInputs(t *testing.T) {
 					t.Errorf("status %d %.300s; want %d %s", st, body, row.status, row.code)
 				}
 				if row.requestID != nil && (respID == "" || respID == *row.requestID) {
-					t.Errorf("the response's x-request-id is %q; want the one Envoy generated", respID)
+					t.Errorf("the response's x-sluice-request-id is %q; want the one Envoy generated", respID)
 				}
 				if row.rec != nil {
 					rec := s.awaitRecord(t, respID)
@@ -357,7 +357,7 @@ func TestHostileInputs(t *testing.T) {
 				if pst != 200 {
 					t.Fatalf("the request after: %d %s", pst, pbody)
 				}
-				seen[s.awaitRecord(t, pid.Get("x-request-id")).RequestID] = true
+				seen[s.awaitRecord(t, pid.Get("x-sluice-request-id")).RequestID] = true
 				recs := s.records(t)
 				if want := before + 1; row.rec != nil {
 					want++
@@ -402,7 +402,7 @@ func (row hostileRow) send(t *testing.T, base, key string) (int, string, string)
 	if row.cut && err == nil {
 		t.Errorf("the stream was not cut: %.300s", b)
 	}
-	return resp.StatusCode, resp.Header.Get("x-request-id"), string(b)
+	return resp.StatusCode, resp.Header.Get("x-sluice-request-id"), string(b)
 }
 
 // checkTeamBudget reads team t's budget from the admin API, once nothing

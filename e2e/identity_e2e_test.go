@@ -114,7 +114,7 @@ func TestClientRequestIDIsNotIdentity(t *testing.T) {
 		t.Fatalf("through Sluice's listener: %d %s %v", r.status, r.body, r.err)
 	}
 	if r.requestID == "" || r.requestID == "same-id" {
-		t.Errorf("response x-request-id %q; want Envoy's own", r.requestID)
+		t.Errorf("response x-sluice-request-id %q; want Envoy's own", r.requestID)
 	}
 	if rec := s2.awaitRecord(t, r.requestID); rec.ClientRequestID != r.requestID || strings.Contains(rec.RequestID, "same-id") {
 		t.Errorf("record %+v", rec)

@@ -89,7 +89,7 @@ func TestSlowLedgerEndToEnd(t *testing.T) {
 			wg.Go(func() {
 				stream := i%2 == 0
 				st, h, body := chatCall(stream).do(t, p.url, key)
-				out[i] = res{st, h.Get("x-request-id"), body, stream}
+				out[i] = res{st, h.Get("x-sluice-request-id"), body, stream}
 			})
 		}
 		wg.Wait()
@@ -121,13 +121,13 @@ func TestDiskFullEndToEnd(t *testing.T) {
 	each(t, func(t *testing.T, p proxy) {
 		st, h, body := chatCall(true).do(t, p.url, key)
 		answered(t, "before", true, st, body)
-		s.awaitRecord(t, h.Get("x-request-id"))
+		s.awaitRecord(t, h.Get("x-sluice-request-id"))
 
 		f.full.Store(true)
 		// Answered while the disk is full: the client gets it whole.
 		st, h, body = chatCall(true).do(t, p.url, key)
 		answered(t, "disk full", true, st, body)
-		held := h.Get("x-request-id")
+		held := h.Get("x-sluice-request-id")
 
 		st, _, body = chatCall(false).do(t, p.url, key)
 		if st != 503 || !strings.Contains(body, "ledger_unavailable") {
@@ -155,7 +155,7 @@ func TestDiskFullEndToEnd(t *testing.T) {
 		}
 		st, h, body = chatCall(false).do(t, p.url, key)
 		answered(t, "after", false, st, body)
-		s.awaitRecord(t, h.Get("x-request-id"))
+		s.awaitRecord(t, h.Get("x-sluice-request-id"))
 	})
 	page := s.metrics(t)
 	if v := metricValue(page, "sluice_ledger_lost_records_total"); v != 0 {

@@ -47,7 +47,7 @@ func TestSecondServeOfALedgerRefused(t *testing.T) {
 		if st != 200 {
 			t.Fatalf("request %s through the first server: %d %s", id, st, body)
 		}
-		return h.Get("x-request-id")
+		return h.Get("x-sluice-request-id")
 	}
 	before := chat("before-second")
 

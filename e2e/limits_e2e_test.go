@@ -200,7 +200,7 @@ func TestAbortChargesReceivedChunks(t *testing.T) {
 		m := usage.NewMeter(usage.Options{Endpoint: llmapi.ChatCompletions, Stream: true, ContentType: "text/event-stream", Model: "m"})
 		m.Write(sent)
 		want := m.Close(false, 0)
-		rec := s.awaitRecord(t, resp.Header.Get("x-request-id"))
+		rec := s.awaitRecord(t, resp.Header.Get("x-sluice-request-id"))
 		if rec.OutputTokens != want.OutputTokens || rec.OutputTokens == 0 || !rec.Estimated || rec.CostPico != rec.OutputTokens*1_000_000 {
 			t.Errorf("record: output %d (estimated %v, cost %d p$); the 3 chunks received carry %d tokens", rec.OutputTokens, rec.Estimated, rec.CostPico, want.OutputTokens)
 		}
@@ -230,5 +230,5 @@ func send(client *http.Client, url, key, id string) result {
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return result{status: resp.StatusCode, body: string(body), requestID: resp.Header.Get("x-request-id"), err: err}
+	return result{status: resp.StatusCode, body: string(body), requestID: resp.Header.Get("x-sluice-request-id"), err: err}
 }

@@ -161,7 +161,7 @@ xds:
 		if st != 200 {
 			t.Fatalf("over mTLS: %d %s", st, body)
 		}
-		s.awaitRecord(t, h.Get("x-request-id"))
+		s.awaitRecord(t, h.Get("x-sluice-request-id"))
 	})
 
 	// A static Envoy whose sluice cluster speaks ts, with both filters or,

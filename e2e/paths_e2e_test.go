@@ -140,7 +140,7 @@ func TestPathTricks(t *testing.T) {
 					t.Errorf("%s (%s): %s", tc.path, model, bad)
 					continue
 				}
-				if id := h.Get("x-request-id"); id != "" {
+				if id := h.Get("x-sluice-request-id"); id != "" {
 					rid = id
 				}
 				if rec := s.awaitRecord(t, rid); rec.Model != allowed || rec.CostPico <= 0 {

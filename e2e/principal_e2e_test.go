@@ -269,7 +269,7 @@ func TestForgedStreamsGetNoCredential(t *testing.T) {
 			if st != 200 {
 				t.Fatalf("%s: %d %s", body, st, resp)
 			}
-			if rec := s.awaitRecord(t, h.Get("x-request-id")); rec.KeyID != victimID {
+			if rec := s.awaitRecord(t, h.Get("x-sluice-request-id")); rec.KeyID != victimID {
 				t.Errorf("record %+v, want the victim key's", rec)
 			}
 		}

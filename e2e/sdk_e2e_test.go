@@ -250,3 +250,63 @@ func TestOfficialSDKEndpoints(t *testing.T) {
 		t.Errorf("spend records %+v, want what the SDKs reported %+v", got, want)
 	}
 }
+
+// TestSDKProviderHeaders: through each proxy, the official SDKs get the
+// provider's x-request-id unchanged (the id the provider's support asks
+// for) and the gateway's own in x-sluice-request-id, which names the
+// spend record (client_request_id); no response header naming the
+// gateway's provider account reaches them; and no provider receives
+// Envoy's x-envoy-attempt-count.
+func TestSDKProviderHeaders(t *testing.T) {
+	account := http.Header{
+		"Openai-Organization": {"org-gateway"}, "Openai-Project": {"proj_gateway"},
+		"Anthropic-Organization-Id": {"00000000-gateway"},
+	}
+	mock, mockAddr := mockProvider(t, mockllm.Options{APIKey: openaiKey, AnthropicAPIKey: anthropicKey, AzureAPIKey: azureKey, ResponseHeaders: account})
+	s := startSluice(t, gatewayConfig)
+	_, key := s.createKey(t, "apps")
+	b := gatewayBootstrap(t, s.grpcAddr, mockAddr)
+	eachProxy(t, b, func(t *testing.T, p proxy) {
+		ctx := testctx.Deadline(t)
+		oc, ac := sdkClients(p.url, key)
+		var or, ar *http.Response
+		chat, err := oc.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model:    "gpt-4o-mini",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")},
+		}, openaioption.WithResponseInto(&or))
+		if err != nil || len(chat.Choices) == 0 {
+			t.Fatalf("chat: %v %+v", err, chat)
+		}
+		if _, err := ac.Messages.New(ctx, anthropic.MessageNewParams{
+			Model:     "claude-sonnet-4",
+			MaxTokens: 16,
+			Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))},
+		}, anthropicoption.WithResponseInto(&ar)); err != nil {
+			t.Fatalf("messages: %v", err)
+		}
+		for name, r := range map[string]*http.Response{"openai": or, "anthropic": ar} {
+			// The mock's OpenAI ids are req_mock…, Envoy's UUIDs;
+			// Anthropic's id is request-id, which nothing touched.
+			if got := r.Header.Get("x-request-id"); name == "openai" && !strings.HasPrefix(got, "req_mock") {
+				t.Errorf("%s: x-request-id %q, want the provider's (req_mock…)", name, got)
+			}
+			for k := range account {
+				if v := r.Header.Values(k); len(v) > 0 {
+					t.Errorf("%s: the client got %s: %q", name, k, v)
+				}
+			}
+			id := r.Header.Get("x-sluice-request-id")
+			if id == "" || strings.HasPrefix(id, "req_mock") {
+				t.Fatalf("%s: x-sluice-request-id %q, want the gateway's id", name, id)
+			}
+			if rec := s.awaitRecord(t, id); rec.ClientRequestID != id {
+				t.Errorf("%s: record client_request_id %q, want %q", name, rec.ClientRequestID, id)
+			}
+		}
+		for _, r := range mock.Received() {
+			if v := r.Header.Values("x-envoy-attempt-count"); len(v) > 0 {
+				t.Errorf("the provider received x-envoy-attempt-count %q on %s", v, r.Path)
+			}
+		}
+	})
+}

@@ -63,7 +63,7 @@ func TestTLSProvider(t *testing.T) {
 			if !ok || hello.ServerName != host || !slices.Equal(hello.ALPN, []string{"http/1.1"}) {
 				t.Errorf("ClientHello %+v, want SNI %s and ALPN [http/1.1]", hello, host)
 			}
-			rec := s.awaitRecord(t, h.Get("x-request-id"))
+			rec := s.awaitRecord(t, h.Get("x-sluice-request-id"))
 			if rec.Provider != "good" || rec.Model != "m-good" || rec.Status != 200 || rec.OutputTokens == 0 {
 				t.Errorf("spend record %+v, want provider good, model m-good, status 200 and output tokens", rec)
 			}
@@ -81,7 +81,7 @@ func TestTLSProvider(t *testing.T) {
 			if p.emu == nil {
 				return
 			}
-			x := exchangeOf(t, p.emu, h.Get("x-request-id"))
+			x := exchangeOf(t, p.emu, h.Get("x-sluice-request-id"))
 			const details = "upstream_reset_before_response_started{remote_connection_failure|TLS_error:|268435581:SSL_routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED:verify_cert_failed:_X509_verify_cert:_certificate_verification_error_at_depth_0:_unable_to_get_local_issuer_certificate:TLS_error_end}"
 			if x.Details != details || len(x.Attempts) != 2 {
 				t.Errorf("details %q after %d attempts\nwant %q after 2 (retries.on connect-failure)", x.Details, len(x.Attempts), details)

@@ -129,5 +129,5 @@ func doResult(client *http.Client, req *http.Request) result {
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return result{status: resp.StatusCode, body: string(body), requestID: resp.Header.Get("x-request-id"), err: err}
+	return result{status: resp.StatusCode, body: string(body), requestID: resp.Header.Get("x-sluice-request-id"), err: err}
 }

@@ -54,10 +54,10 @@ func TestXDSEndToEnd(t *testing.T) {
 		chat := func(model, rid string) (int, string) {
 			st, h, body := call{path: "/v1/chat/completions", body: `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`,
 				headers: map[string]string{"x-request-id": rid}}.do(t, p.url, key)
-			if got := h.Get("x-request-id"); got == "" || got == rid {
+			if got := h.Get("x-sluice-request-id"); got == "" || got == rid {
 				t.Errorf("%s: response x-request-id %q; want Envoy's own, not the client's %q", model, got, rid)
 			}
-			ids[rid] = h.Get("x-request-id")
+			ids[rid] = h.Get("x-sluice-request-id")
 			return st, body
 		}
 		down0, up0 := downMock.Requests(), upMock.Requests()

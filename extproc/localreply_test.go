@@ -3,10 +3,13 @@ package extproc
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/testctx"
 )
 
@@ -45,7 +48,16 @@ func TestLocalReplyOfAnotherFilter(t *testing.T) {
 			for _, m := range tc.before {
 				p.Handle(ctx, m)
 			}
-			plain(t, p.Handle(ctx, respHeaders(tc.status, "application/json")))
+			// The reply's headers pass unchanged but for the gateway's
+			// request id, when the request headers brought one.
+			rh := p.Handle(ctx, respHeaders(tc.status, "application/json"))
+			want := mutation{}
+			if tc.before != nil {
+				want.Set = []string{chain.RequestIDHeader + ": rid-1"}
+			}
+			if diff := cmp.Diff(want, flatten(rh.GetResponseHeaders().GetResponse().GetHeaderMutation())); diff != "" || rh.GetImmediateResponse() != nil || rh.GetDynamicMetadata() != nil {
+				t.Errorf("response headers reply %v (-want +got):\n%s", rh, diff)
+			}
 			plain(t, p.Handle(ctx, respBody(denial, true)))
 			// Envoy sends nothing of the request after its local reply;
 			// a body now must not admit what can never be settled.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,8 +196,8 @@ func TestPassedResponseServedBy(t *testing.T) {
 	r := p.Handle(ctx, &extprocsvc.ProcessingRequest{Request: &extprocsvc.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocsvc.HttpHeaders{
 		Headers: hdrs(":status", "200", chain.ServedByHeader, "x", chain.ServedModelHeader, "y")}}})
 	got := r.GetResponseHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders()
-	if len(got) != 2 || got[0] != chain.ServedByHeader || got[1] != chain.ServedModelHeader {
-		t.Errorf("removed %v, want the served-by headers", got)
+	if want := append([]string{chain.ServedByHeader, chain.ServedModelHeader}, accountHeaders()...); !slices.Equal(got, want) {
+		t.Errorf("removed %v, want the served-by and the account headers %v", got, want)
 	}
 	if len(led.records) != 0 {
 		t.Errorf("records %v", led.records)

@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -24,6 +26,7 @@ import (
 	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/payload"
 	"github.com/sluicegw/sluice/internal/principal"
+	"github.com/sluicegw/sluice/internal/provider"
 	"github.com/sluicegw/sluice/internal/sat"
 	"github.com/sluicegw/sluice/internal/ssefilter"
 	"github.com/sluicegw/sluice/internal/usage"
@@ -544,11 +547,14 @@ func compatible(ep llmapi.Endpoint, pr *policies.Provider) string {
 func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
 	if p.state == forwarded {
 		p.state = finished
-		return headersResponse(p.servedBy(headerGetter(h.GetHeaders())))
+		return headersResponse(p.toClient(p.servedBy(headerGetter(h.GetHeaders()))))
 	}
 	if p.state != awaitResponseHeaders {
 		if p.state == awaitRequestHeaders || p.state == awaitRequestBody {
 			p.localReply(h)
+			if p.requestID != "" {
+				return headersResponse(&extprocsvc.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{rawHeader(chain.RequestIDHeader, p.requestID)}})
+			}
 		}
 		return headersResponse(nil)
 	}
@@ -557,7 +563,7 @@ func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeade
 	p.status, _ = strconv.Atoi(st)
 	ct, _ := get("content-type")
 	ce, _ := get("content-encoding")
-	hm := p.servedBy(get)
+	hm := p.toClient(p.servedBy(get))
 	// What the covering limits have left: one complete set per kind Sluice
 	// limits, the provider's of those kinds renamed (ratelimit.go).
 	hm = rateLimitHeaders(hm, p.grant.Remaining.Headers(), h.GetHeaders().GetHeaders())
@@ -594,6 +600,49 @@ func (p *Processor) localReply(h *extprocsvc.HttpHeaders) {
 	}
 	p.d.Metrics.localReplies.WithLabelValues(st).Inc()
 	p.state = finished
+}
+
+// accountHeaders are the account headers of every kind
+// (provider.AccountHeaders), each once, in the order of provider.Kinds.
+var accountHeaders = sync.OnceValue(func() []string {
+	var hs []string
+	for _, k := range provider.Kinds() {
+		for _, h := range provider.AccountHeaders(k) {
+			if !slices.Contains(hs, h) {
+				hs = append(hs, h)
+			}
+		}
+	}
+	return hs
+})
+
+// toClient adds to hm what every response of an admitted or forwarded
+// request gets on its way to the client: the gateway's id of the request
+// (chain.RequestIDHeader, the x-request-id seen at request headers; the
+// response's own x-request-id is the provider's and passes unchanged), and
+// the removal of the response headers that name the provider account the
+// gateway's credential belongs to — the account headers of every kind
+// (openai-organization, openai-project, anthropic-organization-id, …),
+// whatever the answering provider's kind, since an openai-compatible
+// server may front any — but those the answering provider's
+// forward_client_headers lists. hm may be nil.
+func (p *Processor) toClient(hm *extprocsvc.HeaderMutation) *extprocsvc.HeaderMutation {
+	if hm == nil {
+		hm = &extprocsvc.HeaderMutation{}
+	}
+	if p.requestID != "" {
+		hm.SetHeaders = append(hm.SetHeaders, rawHeader(chain.RequestIDHeader, p.requestID))
+	}
+	var keep []string
+	if pr, ok := p.snap.Provider(p.provider); ok {
+		keep = pr.ForwardClientHeaders
+	}
+	for _, h := range accountHeaders() {
+		if !slices.Contains(keep, h) {
+			hm.RemoveHeaders = append(hm.RemoveHeaders, h)
+		}
+	}
+	return hm
 }
 
 // servedBy reads who answered a fallback request from the served-by
@@ -785,6 +834,9 @@ type usageMD struct {
 // refuse ends the request with e, in the dialect of the API called.
 func (p *Processor) refuse(e *apierr.Error) *extprocsvc.ProcessingResponse {
 	p.state = finished
+	if p.requestID != "" {
+		return denial(p.d.Metrics, p.dialect, e, rawHeader(chain.RequestIDHeader, p.requestID))
+	}
 	return denial(p.d.Metrics, p.dialect, e)
 }
 

@@ -434,10 +434,18 @@ func (b *builder) sluiceCluster() (*clusterv3.Cluster, error) {
 // routeConfig routes on the routing header: one route per provider, one
 // per fallback model, and a catch-all that answers with a clear error.
 func (b *builder) routeConfig() *routev3.RouteConfiguration {
-	// Envoy numbers attempts in x-envoy-attempt-count, which the fallback
-	// upstream processor removes before a provider sees it (an attempt's
-	// provider comes from its host, not its number).
-	vh := &routev3.VirtualHost{Name: "sluice", Domains: []string{"*"}, IncludeRequestAttemptCount: true}
+	// No include_request_attempt_count: Envoy has it on the virtual host
+	// only (route_components.proto; the router copies it to every route
+	// entry, RouteEntryImplBase::includeAttemptCountInRequest), so it would
+	// number every provider's requests, and a plain provider's retries
+	// would carry x-envoy-attempt-count (the router sets it again in
+	// doRetry, after request_headers_to_remove ran). Nothing needs the
+	// number: a fallback attempt's provider comes from its upstream host
+	// (chain.UpstreamHostProviderAttribute), never from its number, which
+	// an aggregate cluster skipping unhealthy members makes unreliable
+	// (envoy-protocol.md §6). The fallback upstream processor still
+	// removes the header should one arrive (attemptHeaders).
+	vh := &routev3.VirtualHost{Name: "sluice", Domains: []string{"*"}}
 	for _, p := range b.snap.Providers() {
 		vh.Routes = append(vh.Routes, headerRoute(p.Name, p.Name, p.Timeout, p.IdleTimeout, retryPolicy(p)))
 	}
@@ -570,11 +578,14 @@ func (b *builder) listener() (*listenerv3.Listener, error) {
 	// edge_request). Without it no request is an edge request and a
 	// client's id is kept. Sluice never trusts that id for identity (the
 	// spend record's id is its own) but logs and stores it for correlation;
-	// preserve_external_request_id stays false so it is Envoy's, and the
-	// response carries it (always_set_request_id_in_response), so a client
-	// can quote the id its request is logged and recorded under.
+	// preserve_external_request_id stays false so it is Envoy's. The
+	// response's x-request-id is left alone (no
+	// always_set_request_id_in_response, which would overwrite it): it is
+	// the provider's, the id OpenAI's SDKs expose and the provider's
+	// support asks for. The gateway's id reaches the client in its own
+	// header, x-sluice-request-id, set by the downstream ext_proc
+	// processor (chain.RequestIDHeader).
 	hcm.UseRemoteAddress = wrapperspb.Bool(true)
-	hcm.AlwaysSetRequestIdInResponse = true
 	// One path for everyone: the connection manager rewrites :path before
 	// routing and before any filter sees it, so ext_authz's CheckRequest,
 	// ext_proc's request headers (where Sluice classifies the endpoint)

@@ -134,8 +134,8 @@ func TestBuild(t *testing.T) {
 	if openai.GetOutlierDetection() == nil || cl["openai.fallback"].GetOutlierDetection() != nil {
 		t.Errorf("outlier detection: openai %v, openai.fallback %v; want it on the plain cluster only", openai.GetOutlierDetection(), cl["openai.fallback"].GetOutlierDetection())
 	}
-	if !r.Routes[0].GetVirtualHosts()[0].GetIncludeRequestAttemptCount() {
-		t.Error("the virtual host must number attempts (x-envoy-attempt-count) for the fallback upstream processor")
+	if vh := r.Routes[0].GetVirtualHosts()[0]; vh.GetIncludeRequestAttemptCount() || vh.GetIncludeAttemptCountInResponse() {
+		t.Error("the virtual host numbers attempts: x-envoy-attempt-count would reach every provider (Envoy has no per-route switch)")
 	}
 	agg := &aggregatev3.ClusterConfig{}
 	if err := cl["sluice.fallback.gpt-4o-ha"].GetClusterType().GetTypedConfig().UnmarshalTo(agg); err != nil {
@@ -192,8 +192,8 @@ func TestBuild(t *testing.T) {
 	// The edge listener replaces a client's x-request-id with Envoy's own:
 	// use_remote_address makes every request from a client an edge request,
 	// and the external id is not preserved.
-	if !hcm.GetUseRemoteAddress().GetValue() || hcm.GetPreserveExternalRequestId() || hcm.GetInternalAddressConfig() != nil || !hcm.GetAlwaysSetRequestIdInResponse() {
-		t.Errorf("use_remote_address %v, preserve_external_request_id %v, internal_address_config %v, always_set_request_id_in_response %v; want true, false, unset, true",
+	if !hcm.GetUseRemoteAddress().GetValue() || hcm.GetPreserveExternalRequestId() || hcm.GetInternalAddressConfig() != nil || hcm.GetAlwaysSetRequestIdInResponse() {
+		t.Errorf("use_remote_address %v, preserve_external_request_id %v, internal_address_config %v, always_set_request_id_in_response %v; want true, false, unset, false (the provider's x-request-id reaches the client)",
 			hcm.GetUseRemoteAddress(), hcm.GetPreserveExternalRequestId(), hcm.GetInternalAddressConfig(), hcm.GetAlwaysSetRequestIdInResponse())
 	}
 	// Envoy's own local replies are rewritten into JSON errors that state

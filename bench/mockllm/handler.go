@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -97,6 +98,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.requests.Add(1)
+	for k, v := range s.opts.ResponseHeaders {
+		w.Header()[http.CanonicalHeaderKey(k)] = slices.Clone(v)
+	}
 	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	s.record(r, body)
 	rt := parseRoute(r.URL.Path)

@@ -65,6 +65,9 @@ type Options struct {
 	// status, as x-mock-status does for one request: a provider that is
 	// down, for fallback tests.
 	Status int
+	// ResponseHeaders are added to every response but /healthz's, as a
+	// provider adds its own (x-request-id, openai-organization, …).
+	ResponseHeaders http.Header
 	// CachedTokens is the part of the prompt reported as read from the
 	// provider's prompt cache (capped at the prompt size).
 	CachedTokens int64

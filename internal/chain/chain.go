@@ -44,6 +44,14 @@ const (
 // provider ever sees it.
 const RoutingHeader = "x-sluice-provider"
 
+// RequestIDHeader is the response header in which the downstream
+// processor gives the client the gateway's id of its request: the
+// x-request-id Envoy set on the request, which access logs and the spend
+// record's client_request_id carry. The response's own x-request-id is
+// the provider's, passed unchanged (the listener does not set
+// always_set_request_id_in_response).
+const RequestIDHeader = "x-sluice-request-id"
+
 // Fallback attempts. Each attempt of a fallback request runs, in the
 // upstream filter chain of the model's aggregate cluster (Envoy builds an
 // attempt's upstream filters from the route's cluster, never from the
