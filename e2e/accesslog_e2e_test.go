@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,17 +66,17 @@ func TestAccessLogEndToEnd(t *testing.T) {
 		}
 		metered := func(rid string) string {
 			r := s.awaitRecord(t, rid)
-			return fmt.Sprintf(`{"attempts":1,"cost_micros":%d,"details":"via_upstream","duration_ms":D,"estimated":%t,"flags":"-",`+
+			return fmt.Sprintf(`{"attempts":1,"caller_key_id":%q,"caller_team":"t","cost_micros":%d,"details":"via_upstream","duration_ms":D,"estimated":%t,"flags":"-",`+
 				`"input_tokens":%d,"key_id":%q,"method":"POST","model":"m1","outcome":"ok","output_tokens":%d,"path":"/v1/chat/completions",`+
 				`"provider":"p1","request_id":%q,"start_time":T,"status":200,"team":"t","upstream_cluster":"p1"}`,
-				money.FromPico(r.CostPico).MicrosUp(), r.Estimated, r.InputTokens, keyID, r.OutputTokens, rid)
+				keyID, money.FromPico(r.CostPico).MicrosUp(), r.Estimated, r.InputTokens, keyID, r.OutputTokens, rid)
 		}
-		unmetered := func(status int, details, flags, path, cluster string, attempts int) func(string) string {
+		unmetered := func(status int, details, flags, path, cluster string, attempts int, caller string) func(string) string {
 			return func(rid string) string {
-				return fmt.Sprintf(`{"attempts":%d,"cost_micros":null,"details":%q,"duration_ms":D,"estimated":null,"flags":%q,`+
+				return fmt.Sprintf(`{"attempts":%d,"caller_key_id":%s,"caller_team":%s,"cost_micros":null,"details":%q,"duration_ms":D,"estimated":null,"flags":%q,`+
 					`"input_tokens":null,"key_id":null,"method":"POST","model":null,"outcome":null,"output_tokens":null,"path":%q,`+
 					`"provider":null,"request_id":%q,"start_time":T,"status":%d,"team":null,"upstream_cluster":%s}`,
-					attempts, details, flags, path, rid, status, cluster)
+					attempts, caller, map[bool]string{true: "null", false: `"t"`}[caller == "null"], details, flags, path, rid, status, cluster)
 			}
 		}
 		cases := []struct {
@@ -91,10 +92,10 @@ func TestAccessLogEndToEnd(t *testing.T) {
 			// route resolved before Sluice chose a provider names no
 			// cluster.
 			{"denied", call{path: "/v1/chat/completions", body: chat}, "sk-sluice-not-a-key", 401,
-				unmetered(401, "ext_authz_denied", "UAEX", "/v1/chat/completions", "null", 0)},
+				unmetered(401, "ext_authz_denied", "UAEX", "/v1/chat/completions", "null", 0, "null")},
 			// Passed to p1 untouched; the mock answers 404.
 			{"passed", call{path: "/v1/files", body: `{}`}, key, 404,
-				unmetered(404, "via_upstream", "-", "/v1/files", `"p1"`, 1)},
+				unmetered(404, "via_upstream", "-", "/v1/files", `"p1"`, 1, strconv.Quote(keyID))},
 		}
 		for _, c := range cases {
 			if st, _, body := c.call.do(t, p.url, c.key); st != c.status {

@@ -675,6 +675,11 @@ var accessLogFields = [][2]string{
 	{"cost_micros", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":cost_micros)%"},
 	{"estimated", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":estimated)%"},
 	{"outcome", "%DYNAMIC_METADATA(" + chain.UsageNamespace + ":outcome)%"},
+	// The caller ext_authz accepted, for every request it accepted —
+	// passed and refused ones too, which write no usage: named fields
+	// only, never its signature.
+	{"caller_key_id", "%DYNAMIC_METADATA(" + chain.AuthzNamespace + ":key_id)%"},
+	{"caller_team", "%DYNAMIC_METADATA(" + chain.AuthzNamespace + ":team)%"},
 }
 
 func accessLog(path string) *accesslogv3.AccessLog {
