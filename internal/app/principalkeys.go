@@ -2,7 +2,7 @@ package app
 
 import (
 	"log/slog"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicegw/sluice/internal/principal"
@@ -22,12 +22,17 @@ type principalSource struct {
 	log *slog.Logger
 	now func() time.Time
 
-	mu      sync.Mutex
-	inForce *principal.Keys // the keys of the last snapshot seen
-	// keys is what keys() returns: inForce, or inForce also accepting the
-	// keys before it until graceEnd.
-	keys     *principal.Keys
-	graceEnd time.Time
+	// cur is read on every request (get) without a lock; reloaded, on
+	// the config watcher's goroutine alone, replaces it.
+	cur atomic.Pointer[keySet]
+}
+
+// keySet is the keys in force: inForce, the keys of the last snapshot
+// seen, and what get returns until graceEnd — inForce also accepting the
+// keys before it (zero graceEnd: inForce alone).
+type keySet struct {
+	inForce, during *principal.Keys
+	graceEnd        time.Time
 }
 
 func newPrincipalSource(snap *policies.Snapshot, log *slog.Logger, now func() time.Time) (*principalSource, error) {
@@ -36,8 +41,8 @@ func newPrincipalSource(snap *policies.Snapshot, log *slog.Logger, now func() ti
 		return nil, err
 	}
 	s := &principalSource{own: own, log: log, now: now}
-	s.inForce = s.of(snap)
-	s.keys = s.inForce
+	k := s.of(snap)
+	s.cur.Store(&keySet{inForce: k, during: k})
 	return s, nil
 }
 
@@ -51,20 +56,17 @@ func (s *principalSource) of(snap *policies.Snapshot) *principal.Keys {
 
 // get returns the keys in force now.
 func (s *principalSource) get() *principal.Keys {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.graceEnd.IsZero() && !s.now().Before(s.graceEnd) {
-		s.keys, s.graceEnd = s.inForce, time.Time{}
+	c := s.cur.Load()
+	if c.graceEnd.IsZero() || s.now().Before(c.graceEnd) {
+		return c.during
 	}
-	return s.keys
+	return c.inForce
 }
 
-// reloaded takes the keys of a reloaded snapshot.
+// reloaded takes the keys of a reloaded snapshot. Only the config
+// watcher calls it, one reload at a time.
 func (s *principalSource) reloaded(snap *policies.Snapshot) {
-	next := s.of(snap)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	prev := s.inForce
+	next, prev := s.of(snap), s.cur.Load().inForce
 	if next == prev {
 		return
 	}
@@ -72,5 +74,5 @@ func (s *principalSource) reloaded(snap *policies.Snapshot) {
 		s.log.Warn("the reloaded config has no security.principal_keys: this process now signs with a random key of its own, which other replicas refuse; what the previous keys signed verifies for a while")
 	}
 	grace := max(snap.PrincipalMaxAge(), snap.Gateway().ReservationTTL)
-	s.inForce, s.keys, s.graceEnd = next, next.AlsoAccepting(prev), s.now().Add(grace)
+	s.cur.Store(&keySet{inForce: next, during: next.AlsoAccepting(prev), graceEnd: s.now().Add(grace)})
 }
