@@ -52,4 +52,11 @@ func TestQuickstartBootstrapMatchesChain(t *testing.T) {
 	if got, want := int64(b.GetStaticResources().GetListeners()[0].GetPerConnectionBufferLimitBytes().GetValue()), g.BodyBufferBytes(); got != want {
 		t.Errorf("per_connection_buffer_limit_bytes %d, want %d (policies.Gateway.BodyBufferBytes)", got, want)
 	}
+	// And the default edge timers (xds/build.go).
+	if got := hcm.GetStreamIdleTimeout().AsDuration(); got != g.StreamIdleTimeout {
+		t.Errorf("stream_idle_timeout %v, want %v (gateway.stream_idle_timeout)", got, g.StreamIdleTimeout)
+	}
+	if got := hcm.GetRequestTimeout().AsDuration(); got != g.RequestTimeout {
+		t.Errorf("request_timeout %v, want %v (gateway.request_timeout)", got, g.RequestTimeout)
+	}
 }

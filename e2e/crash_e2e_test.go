@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -36,7 +37,10 @@ func TestMain(m *testing.M) {
 				break
 			}
 		}
-		err := app.Run(context.Background(), args, os.Stdout, os.Stderr, os.LookupEnv)
+		// As cmd/sluice: SIGTERM and SIGINT stop it gracefully.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := app.Run(ctx, args, os.Stdout, os.Stderr, os.LookupEnv)
+		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
@@ -58,13 +62,21 @@ func startLimitsChild(t *testing.T, opts mockllm.Options, env ...string) (*exec.
 }
 
 // startChild runs `sluice serve` as a subprocess, with env added to its
-// environment, and waits for it to be ready.
+// environment, and waits for it to be ready. It stops at once when told
+// to (no drain).
 func startChild(t *testing.T, config string, env ...string) (*exec.Cmd, *sluiceProcess) {
+	t.Helper()
+	return startChildArgs(t, config, []string{"--shutdown-drain", "0"}, env...)
+}
+
+// startChildArgs is startChild with more serve flags.
+func startChildArgs(t *testing.T, config string, flags []string, env ...string) (*exec.Cmd, *sluiceProcess) {
 	t.Helper()
 	dir := filepath.Dir(config)
 	ready := filepath.Join(dir, fmt.Sprintf("ready-%d.json", time.Now().UnixNano()))
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "serve", "--config", config,
-		"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn")
+	args := append([]string{"-test.run=^$", "--", "serve", "--config", config,
+		"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn"}, flags...)
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
 	var logs syncBuf
 	cmd.Stdout, cmd.Stderr = &logs, &logs

@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/xds"
@@ -139,6 +143,8 @@ func TestDiskFullEndToEnd(t *testing.T) {
 		if v := metricValue(s.metrics(t), "sluice_ledger_unavailable"); v != 1 {
 			t.Fatalf("sluice_ledger_unavailable = %v, want 1", v)
 		}
+		// gRPC health follows: Envoy's health check takes the replica out.
+		awaitGRPCHealth(t, s, healthpb.HealthCheckResponse_NOT_SERVING)
 
 		f.full.Store(false)
 		for deadline := time.Now().Add(15 * time.Second); ; {
@@ -150,6 +156,7 @@ func TestDiskFullEndToEnd(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+		awaitGRPCHealth(t, s, healthpb.HealthCheckResponse_SERVING)
 		if rec := s.awaitRecord(t, held); rec.Status != 200 || rec.Outcome == "cancelled" {
 			t.Errorf("the held record: %+v", rec)
 		}
@@ -164,6 +171,29 @@ func TestDiskFullEndToEnd(t *testing.T) {
 	if strings.Contains(s.log.String(), "spend record lost") || strings.Contains(s.log.String(), "spend record not written") {
 		t.Errorf("a record was lost:\n%s", s.log.String())
 	}
+}
+
+// awaitGRPCHealth polls the replica's gRPC health (the server's overall
+// status, which Envoy's health check asks) until it is want.
+func awaitGRPCHealth(t *testing.T, s *sluiceProcess, want healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := healthpb.NewHealthClient(conn)
+	var got healthpb.HealthCheckResponse_ServingStatus
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		resp, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = resp.GetStatus(); got == want {
+			return
+		}
+	}
+	t.Fatalf("gRPC health %v, want %v", got, want)
 }
 
 func readyz(t *testing.T, s *sluiceProcess) (int, string) {

@@ -53,7 +53,7 @@ func TestSecondServeOfALedgerRefused(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	second := exec.CommandContext(ctx, os.Args[0], "-test.run=^$", "--", "serve", "--config", config,
+	second := exec.CommandContext(ctx, os.Args[0], "-test.run=^$", "--", "serve", "--shutdown-drain", "0", "--config", config,
 		"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--log-level", "warn")
 	second.Env = append(os.Environ(), childEnv+"=1")
 	var out bytes.Buffer

@@ -49,7 +49,7 @@ func startSluiceCtx(t *testing.T, parent context.Context, configYAML string) *sl
 	ctx, cancel := context.WithCancel(parent)
 	done := make(chan error, 1)
 	go func() {
-		done <- app.Run(ctx, []string{"serve", "--config", p.config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn"}, out, out, noEnv)
+		done <- app.Run(ctx, []string{"serve", "--config", p.config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn", "--shutdown-drain", "0"}, out, out, noEnv)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -134,6 +134,11 @@ type Processor struct {
 
 	req   payload.Request
 	route *policies.ModelRoute
+	// noFallback: the Envoy running this stream was served no fallback
+	// cluster, being too old for it (chain.FallbackMetadataKey), so a
+	// fallback model goes to its first provider, as a single-provider
+	// model does (fallback).
+	noFallback bool
 	// provider and upstream are who the request is metered and recorded
 	// against: the chosen target, or for a fallback model the first one
 	// until the response's served-by headers name the one that answered.
@@ -158,6 +163,13 @@ type Processor struct {
 	// on the stream's goroutine (server.go's waiter); nil: Append is
 	// called directly.
 	await func(done <-chan error) error
+}
+
+// fallback reports whether a request for route goes to the model's
+// fallback cluster, each attempt rewritten by the upstream processor: a
+// fallback model, on an Envoy that was served its fallback cluster.
+func (p *Processor) fallback(route *policies.ModelRoute) bool {
+	return route.Fallback() && !p.noFallback
 }
 
 // NewProcessor returns a processor for one request.
@@ -421,6 +433,9 @@ func (p *Processor) authorize(r resolved) (destination, *apierr.Error) {
 	}
 	var dst destination
 	dst.target, dst.routing = route.Route(p.d.random())
+	if route.Fallback() && !p.fallback(route) {
+		dst.routing = dst.target.Provider.Name // Route's target is the first provider
+	}
 	if msg := p.compatibleRoute(route); msg != "" {
 		return destination{}, unsupportedEndpoint(r.req.Model, msg)
 	}
@@ -442,7 +457,7 @@ func (p *Processor) authorize(r resolved) (destination, *apierr.Error) {
 func (p *Processor) rewrite(body []byte, r resolved, dst destination) (*extprocsvc.ProcessingResponse, *apierr.Error) {
 	var hm *extprocsvc.HeaderMutation
 	var rw payload.Rewrite
-	if r.route.Fallback() {
+	if p.fallback(r.route) {
 		hm = clientCredentialsRemoved()
 	} else {
 		hm, rw = p.targetRewrite(p.snap, dst.target, r.req.Model)
@@ -456,7 +471,7 @@ func (p *Processor) rewrite(body []byte, r resolved, dst destination) (*extprocs
 	if err != nil {
 		return nil, err
 	}
-	if r.route.Fallback() {
+	if p.fallback(r.route) {
 		keys := p.d.principalKeys()
 		if keys == nil {
 			p.d.refusedPrincipal(context.Background(), reasonNoKeys, "handoff", "model", r.route.Name)
@@ -660,7 +675,7 @@ func (p *Processor) servedBy(get func(string) (string, bool)) *extprocsvc.Header
 	}
 	// A passed request has no route: it was sent to its provider as is,
 	// and a served-by header on its response is the provider's, removed.
-	if p.route != nil && p.route.Fallback() && s.Provider != "" {
+	if p.route != nil && p.fallback(p.route) && s.Provider != "" {
 		// No model when the upstream processor refused the attempt:
 		// nothing was sent.
 		p.provider, p.upstream = s.Provider, s.Model

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"time"
 
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -62,6 +63,9 @@ func (s *Server) Process(stream extprocsvc.ExternalProcessor_ProcessServer) erro
 	} else {
 		pr := NewProcessor(s.deps)
 		pr.await = w.await
+		// Envoy says, in the stream's initial metadata, that it runs no
+		// fallback cluster (chain.ExtProc, Options.NoFallback).
+		pr.noFallback = slices.Contains(metadata.ValueFromIncomingContext(ctx, chain.FallbackMetadataKey), chain.FallbackMetadataWithheld)
 		p = pr
 	}
 	for first := true; ; first = false {

@@ -102,6 +102,18 @@ type Gateway struct {
 	// also when unset: 400 background_not_metered) or "charge_reservation" (served, and
 	// charged its whole reservation when the reply arrives).
 	Background string `yaml:"background"`
+	// RequestTimeout bounds how long Envoy waits for a whole request: from
+	// its first byte until the router has it all, or a response started
+	// (the listener's request_timeout; a streamed response is not
+	// bounded by it). Past it the client gets 408 (504 if it had sent the
+	// whole request). Default 5m; 0 disables it.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// StreamIdleTimeout ends a request that sent or received nothing for
+	// this long before it is routed to a provider (the listener's
+	// stream_idle_timeout; once routed, the provider's idle_timeout
+	// applies): 408 while the request is incomplete, 504 after. Default
+	// 5m; 0 disables it.
+	StreamIdleTimeout time.Duration `yaml:"stream_idle_timeout"`
 }
 
 // gateway.background values.
@@ -255,6 +267,22 @@ type XDS struct {
 	// client sets itself — no key, no allow-list, no limit, no budget,
 	// no provider credential, no spend record.
 	Proxyless string `yaml:"proxyless"`
+	// ExtensionHealthCheck is how each Envoy checks each Sluice replica
+	// of the sluice.extension cluster (gRPC health, grpc.health.v1), so
+	// that a dead, draining or black-holed replica stops taking requests.
+	ExtensionHealthCheck HealthCheck `yaml:"extension_health_check"`
+}
+
+// HealthCheck is Envoy's active gRPC health check of Sluice's replicas.
+// A replica that answers NOT_SERVING (it is shutting down) is taken out
+// at the next check; one that cannot be reached or does not answer within
+// Timeout, after UnhealthyThreshold checks in a row; it is put back after
+// HealthyThreshold good checks.
+type HealthCheck struct {
+	Interval           time.Duration `yaml:"interval"`
+	Timeout            time.Duration `yaml:"timeout"`
+	UnhealthyThreshold int           `yaml:"unhealthy_threshold"`
+	HealthyThreshold   int           `yaml:"healthy_threshold"`
 }
 
 // The values of XDS.Proxyless.

@@ -116,8 +116,8 @@ func TestDefault(t *testing.T) {
 		Listen:   Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "127.0.0.1:10000"},
 		Store:    Store{SQLite: "sluice.db"},
 		Ledger:   Ledger{SQLite: "sluice-ledger.db"},
-		Gateway:  Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
-		XDS:      XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt", Proxyless: "off"},
+		Gateway:  Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute, RequestTimeout: 5 * time.Minute, StreamIdleTimeout: 5 * time.Minute},
+		XDS:      XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt", Proxyless: "off", ExtensionHealthCheck: HealthCheck{Interval: 2 * time.Second, Timeout: time.Second, UnhealthyThreshold: 2, HealthyThreshold: 2}},
 		Security: Security{PrincipalMaxAge: 30 * time.Second},
 	}
 	if diff := cmp.Diff(want, Default()); diff != "" {
@@ -146,8 +146,8 @@ func TestLoadFull(t *testing.T) {
 		Listen:   Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "0.0.0.0:10000"},
 		Store:    Store{SQLite: "data/sluice.db"},
 		Ledger:   Ledger{SQLite: "sluice-ledger.db"},
-		Gateway:  Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute},
-		XDS:      XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt", Proxyless: "off"},
+		Gateway:  Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute, RequestTimeout: 5 * time.Minute, StreamIdleTimeout: 5 * time.Minute},
+		XDS:      XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt", Proxyless: "off", ExtensionHealthCheck: HealthCheck{Interval: 2 * time.Second, Timeout: time.Second, UnhealthyThreshold: 2, HealthyThreshold: 2}},
 		Security: Security{PrincipalMaxAge: 30 * time.Second},
 		Providers: []Provider{
 			{Name: "openai", Kind: provider.KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-test-SECRET-openai"},

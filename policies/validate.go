@@ -114,6 +114,12 @@ func (v *validator) ledgerAndGateway(l Ledger, g Gateway) {
 	if g.ReservationTTL < time.Minute {
 		v.add("gateway.reservation_ttl", "must be at least 1m (longer than your longest stream), got %v", g.ReservationTTL)
 	}
+	if g.RequestTimeout < 0 {
+		v.add("gateway.request_timeout", "must be 0 (none) or more, got %v", g.RequestTimeout)
+	}
+	if g.StreamIdleTimeout < 0 {
+		v.add("gateway.stream_idle_timeout", "must be 0 (none) or more, got %v", g.StreamIdleTimeout)
+	}
 }
 
 func (v *validator) add(path, format string, args ...any) {
@@ -295,6 +301,7 @@ func (v *validator) xds(x XDS) {
 		v.add("xds.grpc_listener", "required (the name proxyless gRPC clients dial as xds:///<name>)")
 	}
 	v.caFile("xds.upstream_ca_file", x.UpstreamCAFile)
+	v.healthCheck("xds.extension_health_check", x.ExtensionHealthCheck)
 	v.names("xds.node_groups", len(x.NodeGroups), func(i int) string { return x.NodeGroups[i].Name })
 	for i, g := range x.NodeGroups {
 		path := indexPath("xds.node_groups", i)
@@ -313,6 +320,25 @@ func (v *validator) xds(x XDS) {
 		if g.UpstreamCAFile != nil {
 			v.caFile(path+".upstream_ca_file", *g.UpstreamCAFile)
 		}
+	}
+}
+
+// healthCheck checks the active health check of Sluice's replicas. The
+// bounds keep Envoy's checks meaningful: at least 100ms apart (each Envoy
+// checks each replica), a timeout within the interval, and a threshold
+// small enough that a dead replica is taken out within a minute.
+func (v *validator) healthCheck(path string, h HealthCheck) {
+	if h.Interval < 100*time.Millisecond || h.Interval > time.Minute {
+		v.add(path+".interval", "must be from 100ms to 1m, got %v", h.Interval)
+	}
+	if h.Timeout <= 0 || h.Timeout > h.Interval {
+		v.add(path+".timeout", "must be positive and at most the interval (%v), got %v", h.Interval, h.Timeout)
+	}
+	if h.UnhealthyThreshold < 1 || h.UnhealthyThreshold > 10 {
+		v.add(path+".unhealthy_threshold", "must be from 1 to 10, got %d", h.UnhealthyThreshold)
+	}
+	if h.HealthyThreshold < 1 || h.HealthyThreshold > 10 {
+		v.add(path+".healthy_threshold", "must be from 1 to 10, got %d", h.HealthyThreshold)
 	}
 }
 

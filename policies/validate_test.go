@@ -3,6 +3,7 @@ package policies
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -53,6 +54,23 @@ func TestValidate(t *testing.T) {
 			`listen.envoy: must be host:port, got "[::1:80"`,
 			`listen.grpc: required (host:port)`,
 			`listen.xds: must be host:port, got "127.0.0.1"`,
+		}},
+		{"extension health check at its bounds", func(c *Config) {
+			c.XDS.ExtensionHealthCheck = HealthCheck{Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond, UnhealthyThreshold: 10, HealthyThreshold: 1}
+		}, nil},
+		{"extension health check out of bounds", func(c *Config) {
+			c.XDS.ExtensionHealthCheck = HealthCheck{Interval: 99 * time.Millisecond, Timeout: 0, UnhealthyThreshold: 0, HealthyThreshold: 11}
+		}, []string{
+			"xds.extension_health_check.healthy_threshold: must be from 1 to 10, got 11",
+			"xds.extension_health_check.interval: must be from 100ms to 1m, got 99ms",
+			"xds.extension_health_check.timeout: must be positive and at most the interval (99ms), got 0s",
+			"xds.extension_health_check.unhealthy_threshold: must be from 1 to 10, got 0",
+		}},
+		{"extension health check timeout past its interval", func(c *Config) {
+			c.XDS.ExtensionHealthCheck.Interval, c.XDS.ExtensionHealthCheck.Timeout = 2*time.Minute, 3*time.Minute
+		}, []string{
+			"xds.extension_health_check.interval: must be from 100ms to 1m, got 2m0s",
+			"xds.extension_health_check.timeout: must be positive and at most the interval (2m0s), got 3m0s",
 		}},
 		{"pprof without an admin token", func(c *Config) { c.Admin = Admin{PProf: true} }, []string{
 			"admin.pprof: requires admin.token: profiles are served only with the admin token (set token: ${SLUICE_ADMIN_TOKEN})",

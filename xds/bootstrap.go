@@ -32,6 +32,9 @@ type BootstrapOptions struct {
 	// TLS is xds.extension_tls: the xDS cluster speaks it as the served
 	// sluice.extension cluster does. Nil: plaintext.
 	TLS *policies.ExtensionTLS
+	// MaxHeapBytes, when not 0, gives Envoy an overload manager that sheds
+	// new requests as its heap nears this size (overloadManager). 0: none.
+	MaxHeapBytes uint64
 }
 
 // Bootstrap is the Envoy bootstrap that takes everything else from
@@ -70,7 +73,8 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 		ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
 	}}}
 	return &bootstrapv3.Bootstrap{
-		Node: &corev3.Node{Id: o.NodeID, Cluster: o.NodeCluster},
+		Node:            &corev3.Node{Id: o.NodeID, Cluster: o.NodeCluster},
+		OverloadManager: overloadManager(o.MaxHeapBytes),
 		Admin: &bootstrapv3.Admin{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 			Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: o.AdminPort},
 		}}}},

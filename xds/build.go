@@ -106,20 +106,41 @@ type Resources struct {
 }
 
 // Build turns a policy snapshot into the resources for one node group and
-// flavour. It is a pure function of its arguments. Proxyless gRPC clients
-// run neither ext_authz nor ext_proc, so unless xds.proxyless is
-// routing_only they get no provider route or cluster (buildWithheld).
+// flavour, with every feature (BuildFor). It is a pure function of its
+// arguments. Proxyless gRPC clients run neither ext_authz nor ext_proc, so
+// unless xds.proxyless is routing_only they get no provider route or
+// cluster (buildWithheld).
 func Build(snap *policies.Snapshot, g Group, f Flavour) (*Resources, error) {
-	b := &builder{snap: snap, group: g, flavour: f, opts: chain.Options{Cluster: SluiceCluster}}
+	return BuildFor(snap, g, f, AllFeatures)
+}
+
+// BuildFor is Build for an Envoy that runs only the features fs
+// (FeaturesOf its release): without FeatureFallback no fallback member or
+// aggregate cluster and no fallback route, and ext_proc told to send a
+// fallback model to its first provider (chain.Options.NoFallback); without
+// FeatureStatusOnError no status_on_error, and the local reply mappers set
+// ext_proc's failure statuses (chain.PinExtProcStatus). Features mean
+// nothing to a proxyless gRPC client, which never gets fallback resources.
+func BuildFor(snap *policies.Snapshot, g Group, f Flavour, fs Features) (*Resources, error) {
+	opts := chain.Options{Cluster: SluiceCluster, NoStatusOnError: !fs.Has(FeatureStatusOnError), NoFallback: !fs.Has(FeatureFallback)}
+	b := &builder{snap: snap, group: g, flavour: f, features: fs, opts: opts}
 	return b.build()
 }
 
 type builder struct {
-	snap    *policies.Snapshot
-	group   Group
-	flavour Flavour
-	opts    chain.Options
-	out     Resources
+	snap     *policies.Snapshot
+	group    Group
+	flavour  Flavour
+	features Features
+	opts     chain.Options
+	out      Resources
+}
+
+// fallback reports whether model m gets its fallback cluster and route:
+// it has several providers in priority order, and the node is an Envoy
+// that runs fallback (proxyless gRPC clients never do: see build).
+func (b *builder) fallback(m *policies.ModelRoute) bool {
+	return m.Fallback() && b.flavour == FlavourEnvoy && b.features.Has(FeatureFallback)
 }
 
 func (b *builder) build() (*Resources, error) {
@@ -129,8 +150,9 @@ func (b *builder) build() (*Resources, error) {
 	}
 	// Fallback needs Envoy's upstream ext_proc to rewrite each attempt:
 	// proxyless gRPC clients get no fallback resources (grpc-go would
-	// also refuse the aggregate's CLUSTER_PROVIDED lb_policy).
-	fallback := func(m *policies.ModelRoute) bool { return m.Fallback() && b.flavour == FlavourEnvoy }
+	// also refuse the aggregate's CLUSTER_PROVIDED lb_policy), nor do
+	// Envoys too old to run it (b.fallback).
+	fallback := b.fallback
 	members := map[string]bool{} // providers that are fallback members
 	for _, m := range b.snap.Models() {
 		if fallback(m) {
@@ -408,7 +430,7 @@ func (b *builder) routeConfig() *routev3.RouteConfiguration {
 		vh.Routes = append(vh.Routes, headerRoute(p.Name, p.Name, p.Timeout, p.IdleTimeout, retryPolicy(p)))
 	}
 	for _, m := range b.snap.Models() {
-		if !m.Fallback() || b.flavour != FlavourEnvoy {
+		if !b.fallback(m) {
 			continue
 		}
 		name := policies.FallbackClusterPrefix + m.Name
@@ -587,6 +609,22 @@ func (b *builder) listener() (*listenerv3.Listener, error) {
 	// upstream timeout or connect failure) in the API's JSON error shape
 	// instead of text/plain; Sluice's own replies pass through unchanged.
 	hcm.LocalReplyConfig = chain.LocalReply(b.snap.Gateway().MaxRequestBodyBytes)
+	// The edge timers Envoy recommends (best_practices/edge.rst): a
+	// request that goes quiet before it is routed ends after
+	// gateway.stream_idle_timeout (once routed, the provider route's
+	// idle_timeout replaces it: ActiveStream::refreshIdleTimeout), and a
+	// client gets gateway.request_timeout to send its whole request — the
+	// timer stops once the router has it, or a response starts, so it
+	// never cuts a long generation (the HCM proto's request_timeout).
+	// Both answer 408 while the request is incomplete, 504 after
+	// (ActiveStream::onIdleTimeout, onRequestTimeout), in the API's JSON
+	// (chain.LocalReply). request_headers_timeout is left unset: the
+	// request timeout bounds the headers too.
+	hcm.StreamIdleTimeout = durationpb.New(b.snap.Gateway().StreamIdleTimeout)
+	hcm.RequestTimeout = durationpb.New(b.snap.Gateway().RequestTimeout)
+	if b.opts.NoStatusOnError {
+		chain.PinExtProcStatus(hcm.LocalReplyConfig)
+	}
 	if path := b.snap.XDS().AccessLog; path != "off" {
 		hcm.AccessLog = []*accesslogv3.AccessLog{accessLog(path)}
 	}

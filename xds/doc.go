@@ -12,11 +12,15 @@
 // cross-references), and serves them over ADS, state-of-the-world and
 // delta, with go-control-plane (Server).
 //
-// Server keeps one cache entry per node, all nodes of a group sharing one
-// immutable snapshot; its callbacks detect NACKs, which go-control-plane
-// ignores, and pin the node to the version it accepted so the rejected one
-// is not resent in a loop, and it warns once per proxyless node that is
-// served no routes. Bootstrap prints the Envoy bootstrap that points an
+// Server keeps one cache entry per node, all nodes of a group and variant
+// sharing one immutable snapshot; a variant is the node's flavour and, for
+// an Envoy, the features its release runs (envoyversion.go: NodeVersion,
+// FeaturesOf, BuildFor; envoy/README.md, "Envoy versions"), so an Envoy too
+// old for fallback or status_on_error is served the config without it,
+// with a warning, and one older than MinEnvoy is refused. Its callbacks
+// detect NACKs, which go-control-plane ignores, and pin the node to the
+// version it accepted so the rejected one is not resent in a loop, and it
+// warns once per proxyless node that is served no routes. Bootstrap prints the Envoy bootstrap that points an
 // Envoy at this server, over the same TLS.
 //
 // It must not make per-request decisions: that is authz's and extproc's.

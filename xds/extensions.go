@@ -42,6 +42,9 @@ import (
 	// envoy.filters.network.http_connection_manager — the listeners' (and
 	// the gRPC api_listener's) network filter.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	// envoy.resource_monitors.fixed_heap — the overload manager's heap
+	// monitor in a bootstrap with a heap limit (BootstrapOptions.MaxHeapBytes).
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/resource_monitors/fixed_heap/v3"
 	// envoy.retry_priorities.previous_priorities — moves each retry of a
 	// fallback route to the next provider of the aggregate cluster.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"

@@ -10,6 +10,9 @@ type Metrics struct {
 	nodes          prometheus.Gauge
 	version        *prometheus.GaugeVec
 	withheld       prometheus.Counter
+	// featuresWithheld and nodesRefused: Envoy releases (envoyversion.go).
+	featuresWithheld *prometheus.CounterVec
+	nodesRefused     *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (none when
@@ -35,9 +38,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_xds_proxyless_withheld_total",
 			Help: "Proxyless gRPC clients (by node, once each while connected) served no provider routes or clusters because xds.proxyless is not routing_only.",
 		}),
+		featuresWithheld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_xds_features_withheld_total",
+			Help: "Envoy nodes (by node, once each per feature while connected) served the config without a feature their release is too old for, by feature (status_on_error, fallback).",
+		}, []string{"feature"}),
+		nodesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_xds_nodes_refused_total",
+			Help: "xDS streams refused before anything was served, by reason (envoy_too_old: an Envoy older than the oldest release Sluice serves; no_node_id).",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.nacks, m.snapshotErrors, m.updates, m.nodes, m.version, m.withheld)
+		reg.MustRegister(m.nacks, m.snapshotErrors, m.updates, m.nodes, m.version, m.withheld, m.featuresWithheld, m.nodesRefused)
 	}
 	return m
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -48,18 +49,70 @@ type Server struct {
 	m      *Metrics
 	cache  cachev3.SnapshotCache
 	sluice []string // Options.SluiceAddresses
-	// build is Build; tests replace it to produce what no config can.
-	build func(*policies.Snapshot, Group, Flavour) (*Resources, error)
+	// build is BuildFor; tests replace it to produce what no config can.
+	build func(*policies.Snapshot, Group, Flavour, Features) (*Resources, error)
 
 	mu      sync.Mutex
 	policy  *policies.Snapshot
 	groups  []policies.NodeGroup
-	snaps   [][2]*cachev3.Snapshot // by group index, then flavour
+	snaps   [][]*cachev3.Snapshot // by group index, then variant
 	version string
 	nodes   map[string]*node
 	streams map[int64]*xdsStream
 	history [types.UnknownType]*history
+	// refused is when each refused node id was last warned about
+	// (refuseTooOld), so that an Envoy retrying every few seconds is not
+	// a warning each time; bounded by maxRefusedRemembered.
+	refused map[string]time.Time
 }
+
+// variant is one kind of node a group's config is built for: its flavour
+// and, for an Envoy, the features its release runs. Nodes of a group share
+// the snapshot of their variant, so a group has a snapshot per variant,
+// whatever the releases in its fleet.
+type variant struct {
+	flavour  Flavour
+	features Features
+}
+
+func (v variant) String() string {
+	if v.flavour == FlavourGRPC || v.features == AllFeatures {
+		return v.flavour.String()
+	}
+	return v.flavour.String() + " without " + strings.Join((AllFeatures&^v.features).List(), ", ")
+}
+
+// variants are the variants every group is built for: every feature for
+// Envoy and for proxyless gRPC clients (indexes 0 and 1: FlavourEnvoy and
+// FlavourGRPC), then one per older Envoy feature level (envoyLevels).
+var variants = func() []variant {
+	vs := []variant{{FlavourEnvoy, AllFeatures}, {FlavourGRPC, AllFeatures}}
+	for _, l := range envoyLevels[1:] {
+		vs = append(vs, variant{FlavourEnvoy, l})
+	}
+	return vs
+}()
+
+// variantOf is the index in variants of a node of flavour f running the
+// features fs (a gRPC client's features do not matter).
+func variantOf(f Flavour, fs Features) int {
+	if f == FlavourGRPC {
+		return 1
+	}
+	for i, v := range variants {
+		if v.flavour == FlavourEnvoy && v.features == fs {
+			return i
+		}
+	}
+	return 0 // not a level: unreachable, features come from envoyLevels
+}
+
+// maxRefusedRemembered bounds Server.refused; refusedQuiet is how long a
+// refused node id is not warned about again.
+const (
+	maxRefusedRemembered = 4096
+	refusedQuiet         = 10 * time.Minute
+)
 
 // node is one xDS client, by node id; several streams (ADS and its
 // reconnections) may share it.
@@ -69,21 +122,31 @@ type node struct {
 	streams int
 	group   int
 	flavour Flavour
-	pinned  bool
+	// release is the Envoy version the node reports, for logs ("" for a
+	// proxyless gRPC client); features what it is served (the features
+	// its release runs: Features of every stream's node in common, see
+	// levels).
+	release  string
+	features Features
+	levels   map[Features]int // open streams by the features their node reported
+	pinned   bool
 	// warned: the node was told (logged, counted) that it is served no
-	// provider routes (a proxyless gRPC client, xds.proxyless off).
-	warned  bool
-	acked   map[string]string // type URL → version last ACKed
-	nacked  map[string]string // type URL → version last rejected
-	lastErr string
+	// provider routes (a proxyless gRPC client, xds.proxyless off);
+	// warnedFeatures: which withheld features it was told about.
+	warned         bool
+	warnedFeatures Features
+	acked          map[string]string // type URL → version last ACKed
+	nacked         map[string]string // type URL → version last rejected
+	lastErr        string
 }
 
 // xdsStream remembers, per type, the version of each response sent, to
 // name the version a NACK rejects and the one a delta ACK accepts.
 type xdsStream struct {
-	node   string
-	sent   map[string]string // nonce → version
-	byType map[string]string // type URL → last nonce sent
+	node     string
+	features Features          // what the stream's node reported it runs
+	sent     map[string]string // nonce → version
+	byType   map[string]string // type URL → last nonce sent
 }
 
 // history holds the last versions of one resource type.
@@ -106,7 +169,7 @@ func (h *history) add(r cachev3.Resources) {
 
 // New returns a server with no configuration; Update gives it one.
 func New(opts Options) *Server {
-	s := &Server{log: opts.Log, m: opts.Metrics, sluice: opts.SluiceAddresses, build: Build, nodes: map[string]*node{}, streams: map[int64]*xdsStream{}}
+	s := &Server{log: opts.Log, m: opts.Metrics, sluice: opts.SluiceAddresses, build: BuildFor, nodes: map[string]*node{}, streams: map[int64]*xdsStream{}, refused: map[string]time.Time{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -155,22 +218,23 @@ func (s *Server) Update(p *policies.Snapshot) (changed bool, err error) {
 			}
 		}
 	}
-	snaps := make([][2]*cachev3.Snapshot, len(groups))
-	versions := make([]string, 0, 2*len(groups))
+	snaps := make([][]*cachev3.Snapshot, len(groups))
+	versions := make([]string, 0, len(variants)*len(groups))
 	for i, g := range groups {
-		for _, f := range []Flavour{FlavourEnvoy, FlavourGRPC} {
-			r, err := s.build(p, g, f)
+		snaps[i] = make([]*cachev3.Snapshot, len(variants))
+		for vi, v := range variants {
+			r, err := s.build(p, g, v.flavour, v.features)
 			if err == nil {
-				snaps[i][f], _, err = Snapshot(r)
+				snaps[i][vi], _, err = Snapshot(r)
 			}
 			if err != nil {
 				s.m.snapshotErrors.Inc()
-				err = fmt.Errorf("xds: config %s: group %q, %s clients: %w", p.Version(), g.Name, f, err)
+				err = fmt.Errorf("xds: config %s: group %q, %s clients: %w", p.Version(), g.Name, v, err)
 				s.log.Error("invalid xDS snapshot not served; the previous one stays", "config_version", p.Version(), "err", err)
 				return false, err
 			}
 			for _, typ := range typeOrder {
-				versions = append(versions, snaps[i][f].GetVersion(typ))
+				versions = append(versions, snaps[i][vi].GetVersion(typ))
 			}
 		}
 	}
@@ -221,7 +285,7 @@ func (s *Server) setSnapshot(n *node) {
 		return // no config yet: the node's watches wait
 	}
 	s.warnWithheld(n)
-	snap := s.snaps[n.group][n.flavour]
+	snap := s.snaps[n.group][n.variant()]
 	var pinned *cachev3.Snapshot
 	for typ, rejected := range n.nacked {
 		if snap.GetVersion(typ) != rejected {
@@ -258,6 +322,7 @@ func (s *Server) setSnapshot(n *node) {
 // before the first config, or while xds.proxyless was routing_only, is
 // told when that changes. s.mu is held.
 func (s *Server) warnWithheld(n *node) {
+	s.warnFeatures(n)
 	if n.warned || n.flavour != FlavourGRPC || !withholdsProxyless(s.policy) {
 		return
 	}
@@ -318,7 +383,10 @@ func FlavourOf(n *corev3.Node) Flavour {
 	return FlavourEnvoy
 }
 
-// attach registers the stream's node on its first request.
+// attach registers the stream's node on its first request. It refuses a
+// stream without node.id, and one from an Envoy older than MinEnvoy
+// (refuseTooOld): the stream ends with the error, before the node is
+// registered or served anything.
 func (s *Server) attach(streamID int64, md *corev3.Node) (*node, *xdsStream, error) {
 	st := s.streams[streamID]
 	if st != nil {
@@ -326,22 +394,139 @@ func (s *Server) attach(streamID int64, md *corev3.Node) (*node, *xdsStream, err
 	}
 	id := md.GetId()
 	if id == "" {
+		s.m.nodesRefused.WithLabelValues(refusedNoNodeID).Inc()
 		return nil, nil, status.Error(codes.InvalidArgument, "xds: the first request of a stream must carry node.id")
 	}
-	st = &xdsStream{node: id, sent: map[string]string{}, byType: map[string]string{}}
+	flavour := FlavourOf(md)
+	features := AllFeatures
+	release, known := "", true
+	if flavour == FlavourEnvoy {
+		// Envoy's release decides what it is served. A proxyless gRPC
+		// client's version is gRPC's, not Envoy's: no floor applies.
+		var v EnvoyVersion
+		v, known = NodeVersion(md)
+		release = versionLabel(md)
+		if known && v.Less(MinEnvoy) {
+			return nil, nil, s.refuseTooOld(md, v)
+		}
+		if known {
+			features = FeaturesOf(v)
+		}
+	}
+	st = &xdsStream{node: id, features: features, sent: map[string]string{}, byType: map[string]string{}}
 	s.streams[streamID] = st
 	n := s.nodes[id]
 	if n == nil {
-		n = &node{id: id, md: md, acked: map[string]string{}, nacked: map[string]string{}}
+		n = &node{id: id, md: md, release: release, features: features, levels: map[Features]int{}, acked: map[string]string{}, nacked: map[string]string{}}
 		n.group = s.groupOf(md)
-		n.flavour = FlavourOf(md)
+		n.flavour = flavour
+		n.levels[features]++
 		s.nodes[id] = n
 		s.setSnapshot(n)
-		s.log.Info("xDS node connected", "node", id, "cluster", md.GetCluster(), "flavour", n.flavour, "user_agent", md.GetUserAgentName())
+		s.log.Info("xDS node connected", "node", id, "cluster", md.GetCluster(), "flavour", n.flavour, "user_agent", md.GetUserAgentName(), "envoy_version", release)
+		if !known {
+			s.log.Warn("xDS node reports no Envoy version it can read: served every feature; an Envoy older than a feature's floor may reject or misrun that config (envoy/README.md, \"Envoy versions\")",
+				"node", id, "user_agent", md.GetUserAgentName(), "user_agent_version", release)
+		}
+	} else {
+		n.levels[features]++
+		s.relevel(n)
 	}
 	n.streams++
 	s.m.nodes.Set(float64(len(s.nodes)))
 	return n, st, nil
+}
+
+// Reasons a stream is refused, the label of sluice_xds_nodes_refused_total.
+const (
+	refusedNoNodeID    = "no_node_id"
+	refusedEnvoyTooOld = "envoy_too_old"
+)
+
+// refuseTooOld is the error that ends the stream of an Envoy older than
+// MinEnvoy, counted and logged at warn (once per node id every
+// refusedQuiet: such an Envoy reconnects every few seconds). Ending the
+// stream, rather than serving it nothing, is what tells the Envoy's
+// operator: Envoy logs a config stream closed with any status but
+// Unavailable, DeadlineExceeded and ResourceExhausted at warn at once,
+// with the message ("StreamAggregatedResources gRPC config stream to … closed:
+// 9, …": GrpcStream::logClose,
+// source/extensions/config_subscription/grpc/grpc_stream.h), and keeps
+// retrying with backoff, up to 30 s apart. Served an empty snapshot, it
+// would wait out initial_fetch_timeout and run without listeners, saying
+// nothing. s.mu is held.
+func (s *Server) refuseTooOld(md *corev3.Node, v EnvoyVersion) error {
+	s.m.nodesRefused.WithLabelValues(refusedEnvoyTooOld).Inc()
+	msg := fmt.Sprintf("xds: Envoy %s is older than %s, the oldest release Sluice serves (envoy/README.md, \"Envoy versions\"); no configuration is served to node %q until it runs %s or newer", v, MinEnvoy, md.GetId(), MinEnvoy)
+	now := time.Now()
+	level := slog.LevelWarn
+	if last, ok := s.refused[md.GetId()]; ok && now.Sub(last) < refusedQuiet {
+		level = slog.LevelDebug
+	} else {
+		if len(s.refused) >= maxRefusedRemembered {
+			clear(s.refused)
+		}
+		s.refused[md.GetId()] = now
+	}
+	s.log.Log(context.Background(), level, "xDS node refused: its Envoy is older than the oldest release Sluice serves; it is served nothing",
+		"node", md.GetId(), "cluster", md.GetCluster(), "envoy_version", v.String(), "min_envoy_version", MinEnvoy.String())
+	return status.Error(codes.FailedPrecondition, msg)
+}
+
+// relevel recomputes what node n is served after a stream opened or
+// closed: the features every open stream's node reported in common (two
+// Envoys may share a node id during a hot restart or an upgrade, and one
+// cache entry serves them both), and gives it that snapshot if it changed.
+// s.mu is held.
+func (s *Server) relevel(n *node) {
+	fs := AllFeatures
+	for l, c := range n.levels {
+		if c > 0 {
+			fs &= l
+		}
+	}
+	if fs == n.features {
+		return
+	}
+	n.features = fs
+	s.setSnapshot(n)
+}
+
+// variant is the index in Server.snaps of what n is served.
+func (n *node) variant() int { return variantOf(n.flavour, n.features) }
+
+// warnFeatures logs at warn level and counts
+// (sluice_xds_features_withheld_total{feature}), once per connected node
+// and feature, each feature the policy uses that the node's Envoy is too
+// old for and so is served without (BuildFor). s.mu is held.
+func (s *Server) warnFeatures(n *node) {
+	if n.flavour != FlavourEnvoy {
+		return
+	}
+	missing := AllFeatures &^ n.features &^ n.warnedFeatures
+	for f := range numFeatures {
+		if !missing.Has(f) || !uses(s.policy, f) {
+			continue
+		}
+		n.warnedFeatures |= 1 << f
+		s.m.featuresWithheld.WithLabelValues(f.String()).Inc()
+		s.log.Warn("xDS node's Envoy is too old for a feature: served the config without it",
+			"node", n.id, "cluster", n.md.GetCluster(), "envoy_version", n.release, "feature", f.String(), "min_envoy_version", f.Floor().String(), "effect", featureTable[f].why)
+	}
+}
+
+// uses reports whether policy p's config uses feature f: every config has
+// ext_proc (status_on_error); fallback only one with a fallback model.
+func uses(p *policies.Snapshot, f Feature) bool {
+	if f != FeatureFallback {
+		return true
+	}
+	for _, m := range p.Models() {
+		if m.Fallback() {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) closed(streamID int64) {
@@ -356,11 +541,16 @@ func (s *Server) closed(streamID int64) {
 	if n == nil {
 		return
 	}
+	if n.levels[st.features]--; n.levels[st.features] == 0 {
+		delete(n.levels, st.features)
+	}
 	if n.streams--; n.streams == 0 {
 		delete(s.nodes, n.id)
 		s.cache.ClearSnapshot(n.id)
 		s.m.nodes.Set(float64(len(s.nodes)))
+		return
 	}
+	s.relevel(n)
 }
 
 // sent records the version of a response, by nonce.
@@ -445,7 +635,7 @@ func (s *Server) nack(n *node, typ, rejected, accepted, msg string) {
 		return
 	}
 	if rejected == "" { // a response this stream did not see sent: the current one
-		rejected = s.snaps[n.group][n.flavour].GetVersion(typ)
+		rejected = s.snaps[n.group][n.variant()].GetVersion(typ)
 	}
 	n.nacked[typ], n.acked[typ] = rejected, accepted
 	s.setSnapshot(n)
@@ -456,7 +646,12 @@ type NodeStatus struct {
 	ID      string
 	Group   string // "" for the default group
 	Flavour Flavour
-	Streams int
+	// EnvoyVersion is the release the node reports ("" for a proxyless
+	// gRPC client; quoted when it could not be read), and Withheld the
+	// features it is served without, being too old for them.
+	EnvoyVersion string
+	Withheld     []string
+	Streams      int
 	// Pinned: the node rejected a version and is held at what it accepted
 	// until the next config change.
 	Pinned bool
@@ -472,7 +667,10 @@ func (s *Server) Nodes() []NodeStatus {
 	defer s.mu.Unlock()
 	out := make([]NodeStatus, 0, len(s.nodes))
 	for _, n := range s.nodes {
-		ns := NodeStatus{ID: n.id, Flavour: n.flavour, Streams: n.streams, Pinned: n.pinned, LastError: n.lastErr, Acked: map[string]string{}, Nacked: map[string]string{}}
+		ns := NodeStatus{ID: n.id, Flavour: n.flavour, EnvoyVersion: n.release, Streams: n.streams, Pinned: n.pinned, LastError: n.lastErr, Acked: map[string]string{}, Nacked: map[string]string{}}
+		if n.flavour == FlavourEnvoy {
+			ns.Withheld = (AllFeatures &^ n.features).List()
+		}
 		if n.group > 0 && n.group <= len(s.groups) {
 			ns.Group = s.groups[n.group-1].Name
 		}
@@ -489,16 +687,22 @@ func (s *Server) Nodes() []NodeStatus {
 }
 
 // Served returns the version of each type (short names) that a node of
-// the given group index and flavour is served now.
+// the given group index and flavour, running every feature, is served now.
 func (s *Server) Served(group int, f Flavour) (map[string]string, error) {
+	return s.ServedTo(group, f, AllFeatures)
+}
+
+// ServedTo is Served for an Envoy whose release runs the features fs
+// (FeaturesOf).
+func (s *Server) ServedTo(group int, f Flavour, fs Features) (map[string]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if group >= len(s.snaps) {
+	if group < 0 || group >= len(s.snaps) {
 		return nil, errors.New("xds: no such group")
 	}
 	out := map[string]string{}
 	for _, typ := range typeOrder {
-		out[ShortType(typ)] = s.snaps[group][f].GetVersion(typ)
+		out[ShortType(typ)] = s.snaps[group][variantOf(f, fs)].GetVersion(typ)
 	}
 	return out, nil
 }

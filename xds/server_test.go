@@ -485,15 +485,15 @@ func TestUpdateRefusesInvalidResources(t *testing.T) {
 	// The policy checks keep every config this test could write valid,
 	// so the builder is made to produce what Envoy would refuse: a
 	// negative connect timeout.
-	ts.Server.build = func(p *policies.Snapshot, g Group, f Flavour) (*Resources, error) {
-		r, err := Build(p, g, f)
+	ts.Server.build = func(p *policies.Snapshot, g Group, f Flavour, fs Features) (*Resources, error) {
+		r, err := BuildFor(p, g, f, fs)
 		if err == nil {
 			r.Clusters[0].ConnectTimeout = durationpb.New(-time.Second)
 		}
 		return r, err
 	}
 	changed, err := ts.Update(compile(t, serverPolicy("1m", "2s")))
-	ts.Server.build = Build
+	ts.Server.build = BuildFor
 	if err == nil || changed || !strings.Contains(err.Error(), "ConnectTimeout") {
 		t.Fatalf("Update(invalid) = %v, %v; want false and a ConnectTimeout error", changed, err)
 	}

@@ -287,12 +287,19 @@ func (e *Emulator) newADSClient(b *bootstrapv3.Bootstrap) (*adsClient, error) {
 	for _, h := range ads.GetGrpcServices()[0].GetInitialMetadata() {
 		c.md = metadata.Join(c.md, metadata.Pairs(h.GetKey(), h.GetValue()))
 	}
-	// What Envoy puts in the node it sends (LocalInfo): the bootstrap's
-	// node, with user_agent_name "envoy" so that control planes treat the
-	// emulator as an Envoy.
+	// What Envoy puts in the node it sends (source/server/server.cc, as it
+	// initializes): the bootstrap's node, with user_agent_name "envoy"
+	// unless the bootstrap names one, and user_agent_build_version — the
+	// emulated release's (Options.EnvoyVersion) unless the bootstrap
+	// sets one with a version. A bootstrap's user_agent_version string is
+	// replaced: it is the other half of the same oneof.
 	c.node = proto.Clone(n).(*corev3.Node)
-	c.node.UserAgentName = "envoy"
-	c.node.UserAgentVersionType = &corev3.Node_UserAgentVersion{UserAgentVersion: "envoytest"}
+	if c.node.GetUserAgentName() == "" {
+		c.node.UserAgentName = "envoy"
+	}
+	if c.node.GetUserAgentBuildVersion().GetVersion() == nil {
+		c.node.UserAgentVersionType = &corev3.Node_UserAgentBuildVersion{UserAgentBuildVersion: e.version.buildVersion()}
+	}
 	return c, nil
 }
 

@@ -79,6 +79,7 @@ func (c *adsClient) accept(t *xdsType, r *discoveryv3.DiscoveryResponse) error {
 	}
 	cfg, in, fallback, complete, err := c.assemble(next)
 	if err != nil {
+		c.e.health.retain(c.e.cfg.Load()) // the health checkers a refused cluster started
 		return err
 	}
 	initialized := c.cmReady
@@ -340,6 +341,7 @@ func (c *adsClient) assembleFor(l *listenerv3.Listener, next *xdsResources) (*co
 // first.
 func (c *adsClient) activate(cfg *config, in *xdsInputs) bool {
 	old := c.refs.swap(&c.e.cfg, cfg)
+	c.e.health.retain(cfg)
 	c.inForce = in
 	if old != nil && old.listenAddr != cfg.listenAddr {
 		// Envoy binds the new address and drains the old listener; the

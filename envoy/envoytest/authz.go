@@ -34,7 +34,6 @@ type authzFilter struct {
 	name    string
 	cfg     *extauthzv3.ExtAuthz
 	svc     *grpcService
-	client  authv3.AuthorizationClient
 	timeout time.Duration
 	onError int
 }
@@ -47,7 +46,7 @@ func (e *Emulator) newAuthzFilter(name string, c *extauthzv3.ExtAuthz, cfg *conf
 	if err != nil {
 		return nil, err
 	}
-	f := &authzFilter{name: name, cfg: c, svc: svc, client: authv3.NewAuthorizationClient(svc.conn), timeout: defaultAuthzTimeout, onError: defaultAuthzOnError}
+	f := &authzFilter{name: name, cfg: c, svc: svc, timeout: defaultAuthzTimeout, onError: defaultAuthzOnError}
 	if svc.timeoutSet {
 		f.timeout = svc.timeout // 0 means no timeout
 	}
@@ -160,7 +159,12 @@ func (a *authzInstance) check(s *stream, h *Headers, held []frame) bool {
 		ctx, cancel = context.WithTimeout(ctx, f.timeout)
 	}
 	start := time.Now()
-	resp, err := f.client.Check(ctx, req)
+	var resp *authv3.CheckResponse
+	conn, upstream, err := f.svc.pick()
+	if err == nil {
+		resp, err = authv3.NewAuthorizationClient(conn).Check(ctx, req)
+		f.svc.report(upstream, err, err == nil, s.ctx)
+	}
 	cancel()
 	s.rec.addAuthz(AuthzCall{Filter: f.name, Request: req, Response: resp, Err: err})
 	if s.ctx.Err() != nil {

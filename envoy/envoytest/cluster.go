@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sort"
 	"sync"
@@ -60,6 +59,14 @@ type cluster struct {
 	retries  resource // retries in flight (the route cluster's)
 
 	outlier *outlierDetector
+	// hc is the active health checker, shared with the other
+	// configurations that define the cluster the same; hcFresh says this
+	// configuration started it, and waits for its first checks.
+	hc      *clusterHC
+	hcFresh bool
+	// keepalive is the HTTP/2 connection_keepalive of the cluster's
+	// connections (emulated on gRPC services' connections only).
+	keepalive *corev3.KeepaliveSettings
 
 	mu sync.Mutex
 	rr map[int]uint32 // round-robin position per priority
@@ -73,6 +80,7 @@ type host struct {
 	priority int
 	health   corev3.HealthStatus
 	od       *hostOutlier
+	hc       *hostHC          // active health; nil without a health checker
 	metadata *corev3.Metadata // the LbEndpoint's (xds.upstream_host_metadata)
 }
 
@@ -157,6 +165,7 @@ func (e *Emulator) newCluster(c *clusterv3.Cluster, eds map[string]*endpointv3.C
 		}
 		cl.httpOpts = opts
 		cl.http2 = opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil
+		cl.keepalive = opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions().GetConnectionKeepalive()
 	}
 	if c.GetHttp2ProtocolOptions() != nil { //nolint:staticcheck // the deprecated form is still accepted by Envoy
 		cl.http2 = true
@@ -181,28 +190,23 @@ func (e *Emulator) newCluster(c *clusterv3.Cluster, eds map[string]*endpointv3.C
 		}
 	}
 	cl.connectTimeout = durationOr(c.GetConnectTimeout(), defaultConnectTimeout)
-	dialer := &net.Dialer{Timeout: cl.connectTimeout}
-	tr := &http.Transport{
-		DialContext:         dialer.DialContext,
-		MaxIdleConnsPerHost: 64,
-		DisableCompression:  true, // bytes pass through exactly as the upstream sent them
-	}
-	if cl.tls != nil {
-		// The dialer hands the transport a TLS connection it treats as
-		// plain: HTTP/1.1, or HTTP/2 with prior knowledge, as configured.
-		tr.DialContext = cl.tls.dial(dialer, cl.connectTimeout)
-	}
-	if cl.http2 {
-		var p http.Protocols
-		p.SetUnencryptedHTTP2(true)
-		tr.Protocols = &p
-	} else {
-		// HTTP/1.1: one request per connection; max_connections bounds
-		// them (per host here, per cluster in Envoy) and further requests
-		// wait, pending, for one to free up.
-		tr.MaxConnsPerHost = int(cl.breakers.maxConnections)
-	}
+	tr := cl.newTransport(cl.http2)
 	cl.client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	hcCfg, err := newHealthCheck(c.GetHealthChecks())
+	if err != nil {
+		return nil, fail("%v", err)
+	}
+	if hcCfg != nil {
+		if cl.members != nil || len(cl.memberNames) > 0 {
+			return nil, fail("health_checks on an aggregate cluster are not supported by the emulator")
+		}
+		cl.hc, cl.hcFresh = e.healthFor(c, cl, hcCfg)
+		for _, hs := range cl.priorities {
+			for _, h := range hs {
+				h.hc = cl.hc.hosts[h.addr]
+			}
+		}
+	}
 	return cl, nil
 }
 
@@ -212,8 +216,6 @@ func checkClusterFields(c *clusterv3.Cluster) error {
 	switch {
 	case len(c.GetTransportSocketMatches()) > 0:
 		return errors.New("transport_socket_matches is not supported by the emulator")
-	case c.GetHealthChecks() != nil:
-		return errors.New("health_checks are not supported by the emulator")
 	case c.GetLbSubsetConfig() != nil:
 		return errors.New("lb_subset_config is not supported by the emulator")
 	case c.GetLoadBalancingPolicy() != nil:
@@ -502,6 +504,9 @@ const (
 // state is the host's health: EDS health_status, then outlier ejection.
 func (h *host) state() hostState {
 	if h.od != nil && h.od.isEjected() {
+		return hostUnhealthy
+	}
+	if h.hc != nil && h.hc.failed.Load() {
 		return hostUnhealthy
 	}
 	switch h.health {

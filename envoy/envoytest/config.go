@@ -1,6 +1,7 @@
 package envoytest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/resource_monitors/fixed_heap/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -55,6 +57,7 @@ type config struct {
 	clusters    map[string]*cluster
 	requestID   requestIDPolicy
 	path        pathPolicy        // the connection manager's path normalization (path.go)
+	hcm         hcmPolicy         // the connection manager's limits and timers (hcm.go)
 	localReply  *localReplyConfig // nil: none configured
 	accessLogs  []accessLogger    // the connection manager's access_log (accesslog.go)
 }
@@ -159,6 +162,9 @@ func (e *Emulator) build(l *listenerv3.Listener, rds map[string]*routev3.RouteCo
 	if cfg.path, err = newPathPolicy(hcm); err != nil {
 		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
 	}
+	if cfg.hcm, err = newHCMPolicy(hcm); err != nil {
+		return nil, fmt.Errorf("listener %q: %w", l.GetName(), err)
+	}
 	switch rs := hcm.GetRouteSpecifier().(type) {
 	case *hcmv3.HttpConnectionManager_RouteConfig:
 		cfg.routes, err = newRouteTable(rs.RouteConfig)
@@ -181,6 +187,20 @@ func (e *Emulator) build(l *listenerv3.Listener, rds map[string]*routev3.RouteCo
 	}
 	if err := e.linkClusters(cfg); err != nil {
 		return nil, err
+	}
+	// A cluster with a new health checker is ready once each of its hosts
+	// has had its first check (ClusterImplBase::onPreInitComplete); each
+	// check ends within the check's timeout.
+	for _, cl := range cfg.clusters {
+		if cl.hc == nil || !cl.hcFresh {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*cl.hc.cfg.timeout+cl.connectTimeout)
+		err := cl.hc.waitFirst(ctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
 	}
 	filters := hcm.GetHttpFilters()
 	if len(filters) == 0 || filters[len(filters)-1].GetTypedConfig().MessageName() != typeRouter {

@@ -23,8 +23,8 @@ func TestLoadBootstrap(t *testing.T) {
 	if len(cfg.filters) != 1 || cfg.filters[0].filterName() != "envoy.filters.http.ext_authz" {
 		t.Fatalf("filters %v", cfg.filters)
 	}
-	if a := cfg.filters[0].(*authzFilter); a.timeout != 200*time.Millisecond || a.svc.target != "127.0.0.1:9001" {
-		t.Errorf("authz timeout %s target %s", a.timeout, a.svc.target)
+	if a := cfg.filters[0].(*authzFilter); a.timeout != 200*time.Millisecond || a.svc.cluster != cfg.clusters["sluice"] {
+		t.Errorf("authz timeout %s cluster %v", a.timeout, a.svc.cluster)
 	}
 	if !cfg.clusters["sluice"].http2 || cfg.clusters["provider"].http2 {
 		t.Error("http2 flags wrong")

@@ -63,7 +63,8 @@
 //   - The router: TestRouterMatching, TestRouterFailures,
 //     TestConfigRefusesWhatItCannotEmulate; retries, aggregate clusters,
 //     host rewriting, the route idle timeout and TLS clusters:
-//     TestRouterRetries (router_retry_test.go); circuit breakers:
+//     TestRouterRetries (router_retry_test.go); a cluster gone from the
+//     configuration in force: TestClusterNotFoundAfterUpdate; circuit breakers:
 //     TestRouterCircuitBreakers; outlier detection: TestRouterOutlier*;
 //     a reset while the request still streams:
 //     TestRouterResetWhileRequestStreams;
@@ -119,9 +120,16 @@
 //     selected host's endpoint.hostname, or for STRICT_DNS / LOGICAL_DNS
 //     the DNS name of its address; nothing for a host with neither. Both
 //     with append_x_forwarded_host.
-//   - The route's idle_timeout (the stream idle timeout): 504 "stream
-//     timeout" (408 if the request is incomplete), details
-//     stream_idle_timeout, flag SI; a reset once the response started.
+//   - The route's idle_timeout, which replaces the connection manager's
+//     stream_idle_timeout when the route is chosen (0 turns the timer
+//     off): see "The connection manager" below.
+//   - The cluster is looked up when the router gets the request, in the
+//     configuration in force then (router.cc, Filter::decodeHeaders:
+//     getThreadLocalCluster), while the stream keeps the route table it
+//     started with: a cluster that a newer configuration no longer has
+//     gives 503 (cluster_not_found_response_code), details
+//     cluster_not_found, flag NC. Otherwise a stream keeps using its own
+//     configuration's cluster, an updated one's old version included.
 //   - Clusters: STATIC, STRICT_DNS, LOGICAL_DNS, EDS (health_status:
 //     UNHEALTHY/DRAINING/TIMEOUT hosts are unhealthy, DEGRADED degraded)
 //     and envoy.clusters.aggregate (ClusterConfig.clusters, which must
@@ -178,6 +186,33 @@
 //     split_external_local_origin_errors, which is refused),
 //     max_ejection_time_jitter, successful_active_health_check_uneject_host
 //     and monitors.
+//   - Active gRPC health checking (healthcheck.go; one health_checks
+//     entry, grpc_health_check): each host starts out failed and the
+//     cluster is ready once every host has had its first check; a
+//     grpc.health.v1.Health/Check on a connection of its own (HTTP/2,
+//     the cluster's TLS; reuse_connection), :authority from authority,
+//     the host's hostname or the cluster name, service_name; success only
+//     for grpc-status 0 and SERVING; an answer that is not, or not gRPC,
+//     fails a host at once (ACTIVE), a failed connection or reset
+//     (NETWORK) or no answer within timeout (NETWORK_TIMEOUT) after
+//     unhealthy_threshold in a row; a failed host is healthy again at its
+//     first check or after healthy_threshold successes; interval,
+//     unhealthy_interval, the edge intervals, no_traffic_interval and
+//     no_traffic_healthy_interval (until the cluster has carried a
+//     request), initial_jitter, interval_jitter and
+//     interval_jitter_percent. A cluster whose definition an xDS update
+//     leaves unchanged keeps its checker and its hosts' health. Refused:
+//     other checkers, several checks, initial_metadata, tls_options,
+//     transport_socket_match_criteria, event logs.
+//   - gRPC services on an envoy_grpc cluster (ext_authz, ext_proc) pick a
+//     host per call or stream through the cluster's load balancer (above:
+//     active health, outlier ejection, panic), and report to its outlier
+//     detector as the router does: 200 for an answer, a trailers-only
+//     status's HTTP mapping (Grpc::Utility::grpcToHttpStatus), 503 for a
+//     failed connection, 504 for a timeout. HTTP/2 connection_keepalive
+//     is grpc-go's client keepalive (interval and timeout, PINGs with or
+//     without streams; grpc-go pings no more often than every 10 s and
+//     without interval_jitter); on other clusters it is not emulated.
 //   - Transport sockets: envoy.transport_sockets.tls, an
 //     UpstreamTlsContext (tls.go), spoken with crypto/tls and verified
 //     exactly as far as the context asks, as Envoy's TLS socket does
@@ -249,8 +284,8 @@
 // Router local replies: 404 no route (NR), 503 no cluster (NC) or
 // cluster_not_found_response_code, 503 no healthy upstream (UH), 503
 // upstream reset / connect failure / overflow, 504 route or per-try
-// timeout (UT), 504/408 stream idle timeout (SI); Exchange.ResponseFlags
-// holds the flags in %RESPONSE_FLAGS% order.
+// timeout (UT); Exchange.ResponseFlags holds the flags in
+// %RESPONSE_FLAGS% order.
 //
 // Not supported, refused at load naming the field: regex, query-parameter,
 // runtime and grpc route matches; redirects, filter and non-forwarding
@@ -266,8 +301,8 @@
 // rate_limited_retry_back_off, retriable_headers,
 // retriable_request_headers, per_try_idle_timeout; other cluster_types,
 // lb_policy other than ROUND_ROBIN (CLUSTER_PROVIDED for an aggregate),
-// load_balancing_policy, lb_subset_config, health_checks,
-// transport_socket_matches; HttpProtocolOptions retry_policy,
+// load_balancing_policy, lb_subset_config, health checks other than
+// grpc_health_check (above), transport_socket_matches; HttpProtocolOptions retry_policy,
 // outlier_detection, request_mirror_policies and HTTP/3; upstream filters
 // other than ext_proc; nested aggregate clusters; circuit-breaker
 // retry_budget, max_connection_pools and per_host_thresholds;
@@ -277,11 +312,81 @@
 // upstream; request_headers_to_add, response_headers_to_add and
 // response_headers_to_remove (route, virtual host, route configuration)
 // are ignored; the x-envoy-retry-on / x-envoy-max-retries / … request headers
-// are neither honoured nor removed; the connection manager's
-// stream_idle_timeout (only the route's idle_timeout is emulated, timed
-// from when the router receives the request headers and reset by
-// request and response data passing the router); locality weights (round
+// are neither honoured nor removed; locality weights (round
 // robin over hosts); the x-envoy-upstream-service-time header.
+//
+// # The connection manager
+//
+// What Envoy's connection manager and HTTP/1 codec answer themselves,
+// before or around the filter chain (hcm.go, overload.go; each a local
+// reply through local_reply_config):
+//
+//   - stream_idle_timeout (default 5 min), replaced by a route's
+//     idle_timeout when the route is chosen (refreshIdleTimeout), reset by
+//     the request and response frames passing: the stream's idle timer
+//     (ActiveStream::onIdleTimeout) answers "stream timeout", details
+//     stream_idle_timeout, flag SI, 408 while the client has not sent the
+//     whole request and 504 once it has (Utility::maybeRequestTimeoutCode);
+//     through the encoder filters, or directly, or — response headers
+//     gone downstream — as a reset.
+//   - request_timeout (default none): "request timeout", details
+//     request_overall_timeout, 408 or 504 likewise; disarmed once the
+//     router has the whole request or a response started.
+//   - The HTTP/1 codec (ServerConnectionImpl::sendProtocolError, before
+//     the stream has request headers, so no :path matches; DPE; the
+//     connection closed after it): a method the Balsa parser does not
+//     know (unless http_protocol_options.allow_custom_methods) or a
+//     request-target byte outside its URL characters (any byte ≥ 0x80):
+//     400 "Bad Request", http1.codec_error; a header block (request line
+//     and header lines) over max_request_headers_kb (default 60 KiB): 431,
+//     http1.headers_too_large; more headers than
+//     common_http_protocol_options.max_headers_count (default 100): 431,
+//     http1.too_many_headers. An h2c upgrade is served as a plain request
+//     (the codec removes it). Over HTTP/2 a header block past either limit
+//     is a stream reset, details http2.too_many_headers, no reply.
+//   - The overload manager (the bootstrap's overload_manager): resource
+//     monitor envoy.resource_monitors.fixed_heap, whose pressure is what
+//     Emulator.SetResourcePressure sets (the emulator measures no heap),
+//     threshold and scaled triggers, actions
+//     envoy.overload_actions.stop_accepting_requests — every new request
+//     shed with that action's probability: 503 "envoy overloaded", details
+//     overload, before any filter — and shrink_heap (nothing to do).
+//     Refused: other monitors and actions, loadshed_points,
+//     buffer_factory_config, what OverloadManagerImpl refuses.
+//   - HTTP/1.0 (and any HTTP/1.x but 1.1): 426 with no body, details
+//     low_version, unless http_protocol_options.accept_http_10.
+//   - An upgrade (connection: upgrade, upgrade: websocket): 403 with no
+//     body, details upgrade_failed, through the encoder filters, none of
+//     the decoder filters seeing the request.
+//   - "connection: close" on an HTTP/1 response sent before the client
+//     finished its request, after a 400 local reply or a refused upgrade
+//     (ActiveStream::encodeHeaders on a closing connection).
+//
+// Refused at load: request_headers_timeout, upgrade_configs,
+// common_http_protocol_options.max_stream_duration and a
+// headers_with_underscores_action other than ALLOW. Not emulated, because
+// Go's HTTP server, which parses requests for the emulator, answers them
+// itself before the emulator sees them: invalid characters in a header
+// name or value, a malformed request line or Content-Length, two
+// Content-Lengths, HTTP/1.1 without Host (Go's own 400 "Bad Request",
+// text/plain, where Envoy's codec answers 400 through local_reply_config:
+// http1.codec_error, http1.invalid_characters); a transfer-encoding other
+// than chunked (Go's 501, where Envoy answers 501
+// http1.invalid_transfer_encoding); a header block over 1 MiB (Go's own
+// 431). Go serves a request with both Content-Length and
+// Transfer-Encoding: chunked, dropping the length, where Envoy answers 400
+// http1.content_length_and_chunked_not_allowed. A body that breaks the
+// chunked framing ends the stream as a client that went away
+// (downstream_remote_disconnect); Envoy's codec answers it 400
+// http1.codec_error, which ext_proc then holds while the codec closes
+// the connection, so there too the client gets no reply. The stream's
+// timers start when Go's server has read the request headers, where
+// Envoy's start at their first byte; Go closes a connection whose headers
+// take over 30 s (its ReadHeaderTimeout) without a reply. The header
+// block's size is counted on the block as Go parsed it (whitespace around
+// values and obsolete line folding not counted). Tests: TestHTTP1Codec,
+// TestHTTP2HeaderOverflow, TestStreamTimeouts, TestOverloadManager,
+// TestHCMRefusals (hcm_test.go).
 //
 // # Local replies
 //
@@ -339,12 +444,14 @@
 // the filters and_filter, header_filter (string_match exact, prefix or
 // safe_regex, matched on the whole value) and the CEL extension filter
 // (envoy.access_loggers.extension_filters.cel) with exactly
-// `response.code_details == '…'` or `response.code_details.startsWith('…')`.
+// `response.code_details == '…'` or `response.code_details.startsWith('…')`,
+// either optionally followed by `&& response.code == <status>` (the
+// reply's status, set before the mappers are tried).
 // Refused at load: body_format, a mapper's status_code, body and
 // headers_to_add, json_format and every other format, every other filter
 // and CEL expression. A gRPC request's trailers-only reply is not
 // rewritten. Tests: TestLocalReplyConfig, TestLocalReplyConfigRefused,
-// TestLocalReplyRewrite (localreply_test.go).
+// TestLocalReplyRewrite, TestLocalReplyStatusMatch (localreply_test.go).
 //
 // # Access logs (access_log)
 //
@@ -405,6 +512,32 @@
 // reply does not re-route; a server setting both value and raw_value is an
 // error.
 //
+// # Envoy versions
+//
+// Options.EnvoyVersion (MAJOR.MINOR.PATCH[-LABEL], default
+// DefaultEnvoyVersion, the release of the Envoy API the module is built
+// with) is the release the emulator plays. Its node reports it as Envoy
+// does (source/server/server.cc): user_agent_build_version with the
+// version and the metadata of VersionInfo::makeBuildVersion (build.label
+// for a labelled build), unless the bootstrap's node sets a build version
+// of its own; a bootstrap's user_agent_version string is replaced (the two
+// are one oneof; Envoy never sends the string). A labelled build other
+// than "contrib" ("1.36.0-dev") is older than the release it names.
+// Emulated per release, for the features of envoy/README.md ("Envoy
+// versions"): before 1.30.0 ext_proc is no upstream filter, and a cluster
+// naming it in its upstream http_filters is refused at load ("Didn't find
+// a registered implementation for …"); before 1.31.0 ext_proc's message
+// timeout answers 500, not 504; before 1.36.0 ext_proc's status_on_error
+// is an unknown field, ignored with a warning, and a gRPC error answers
+// 500. Not emulated: the upstream host missing from an upstream filter's
+// stream info before 1.31 (xds.upstream_host_metadata does not evaluate
+// there), the router's handling of an upstream filter stopping in
+// encodeHeaders on a 5xx retry before 1.37 (envoy#41879), router local
+// replies skipping ext_proc in 1.34–1.36, and the TLS verification detail
+// in the failure reason before 1.37 (always given). Tests:
+// TestEnvoyVersionReported, TestEnvoyVersionUpstreamExtProc,
+// TestEnvoyVersionExtProcFailures (version_test.go).
+//
 // # xDS
 //
 // A bootstrap with dynamic_resources — ads_config with api_type GRPC,
@@ -426,8 +559,10 @@
 // go-control-plane's own sotw server and SnapshotCache. Emulated:
 //
 //   - One StreamAggregatedResources stream. The node, with user_agent_name
-//     "envoy", on every request (on the first only with
-//     set_node_on_first_message_only); grpc_service.initial_metadata.
+//     "envoy" (unless the bootstrap names one) and the emulated release as
+//     user_agent_build_version (see Envoy versions), on every request (on
+//     the first only with set_node_on_first_message_only);
+//     grpc_service.initial_metadata.
 //   - Subscriptions in Envoy's order: CDS (wildcard); EDS for the EDS
 //     clusters (by service_name, else name); LDS (wildcard) once the
 //     clusters are initialized — the first CDS update handled and its EDS

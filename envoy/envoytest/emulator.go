@@ -33,6 +33,12 @@ type Options struct {
 	// KeepExchanges is how many finished exchanges Exchanges keeps (the
 	// newest); 0 means 10,000.
 	KeepExchanges int
+	// EnvoyVersion is the Envoy release the emulator plays,
+	// MAJOR.MINOR.PATCH[-LABEL]: what its node reports over ADS
+	// (user_agent_build_version, unless the bootstrap's node sets one, as
+	// Envoy does) and the behaviours that differ between releases
+	// (version.go). Empty: DefaultEnvoyVersion.
+	EnvoyVersion string
 }
 
 // Banner is printed by `sluice-dev envoy` and logged at start-up: the
@@ -43,13 +49,18 @@ const Banner = "envoytest: an Envoy EMULATOR for tests and demos — not a produ
 // the ext_authz and ext_proc filters, and the router. See the package
 // documentation for what is and is not emulated.
 type Emulator struct {
-	opts  Options
-	log   *slog.Logger
-	conns *connPool
-	logs  logFiles               // access-log files, one per path (accesslog.go)
-	cfg   atomic.Pointer[config] // nil until ADS gives a complete one
-	xds   *adsClient             // nil for a static bootstrap
-	tls   clusterTLS             // the clusters' TLS contexts and the bootstrap's static secrets
+	opts    Options
+	version envoyVersion // Options.EnvoyVersion
+	log     *slog.Logger
+	conns   *connPool
+	// health holds the clusters' active health checkers.
+	health healthRegistry
+	logs   logFiles               // access-log files, one per path (accesslog.go)
+	cfg    atomic.Pointer[config] // nil until ADS gives a complete one
+	xds    *adsClient             // nil for a static bootstrap
+	tls    clusterTLS             // the clusters' TLS contexts and the bootstrap's static secrets
+	// overload is the bootstrap's overload_manager (overload.go); nil: none.
+	overload *overloadManager
 
 	nextID atomic.Uint64
 
@@ -71,9 +82,24 @@ func New(b *bootstrapv3.Bootstrap, opts Options) (*Emulator, error) {
 	if e.opts.KeepExchanges <= 0 {
 		e.opts.KeepExchanges = 10000
 	}
+	if e.opts.EnvoyVersion == "" {
+		e.opts.EnvoyVersion = DefaultEnvoyVersion
+	}
+	v, err := parseEnvoyVersion(e.opts.EnvoyVersion)
+	if err != nil {
+		return nil, fmt.Errorf("envoytest: Options.EnvoyVersion: %w", err)
+	}
+	e.version = v
+	om, err := newOverloadManager(b.GetOverloadManager())
+	if err != nil {
+		e.conns.close()
+		return nil, err
+	}
+	e.overload = om
 	cfg, err := e.buildConfig(b)
 	cfg, err = e.withBootstrapRules(b, cfg, err)
 	if err != nil {
+		e.health.retain(nil)
 		e.conns.close()
 		e.logs.close()
 		return nil, err
@@ -110,6 +136,7 @@ func (e *Emulator) Listen(ctx context.Context) (net.Listener, error) {
 func (e *Emulator) Serve(ctx context.Context, ln net.Listener) error {
 	if e.waitConfig(ctx) != nil {
 		ln.Close()
+		e.health.retain(nil)
 		e.conns.close()
 		e.logs.close()
 		return nil
@@ -143,6 +170,7 @@ func (e *Emulator) Serve(ctx context.Context, ln net.Listener) error {
 	for _, c := range e.cfg.Load().clusters {
 		c.close()
 	}
+	e.health.retain(nil)
 	e.conns.close()
 	e.logs.close()
 	if errors.Is(err, http.ErrServerClosed) {
@@ -198,6 +226,11 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.downstream = peerOf(r)
 	s.reqHeaders = fromRequest(r, s.downstream.scheme)
 	s.rec = &Exchange{StreamID: s.id, Method: r.Method, Path: s.reqHeaders.Value(":path")}
+	// The codec's and the connection manager's refusals before any filter
+	// exists (hcm.go).
+	if e.refuseEarly(s, w, r) {
+		return
+	}
 	// The connection manager normalizes :path before it builds the filter
 	// chain (path.go): a rejected path gets its 400 from no filter at all,
 	// before the request headers are mutated (decodeHeaders calls
@@ -209,6 +242,11 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// What Envoy's connection manager adds before any filter runs.
 	cfg.requestID.apply(s.reqHeaders, s.downstream.remoteIP)
 	s.reqHeaders.Set("x-forwarded-proto", s.downstream.scheme)
+	// The stream's timers (hcm.go), and its route as decodeHeaders first
+	// chooses it (refreshCachedRoute), whose idle_timeout the idle timer
+	// takes.
+	e.startTimers(s)
+	s.currentRoute()
 
 	var wg sync.WaitGroup
 	run := func(st stage, in <-chan frame, out chan<- frame) {
@@ -221,8 +259,9 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// Decode: source → filters → router; encode: router → the encode
 	// chain's head (where local replies sent before any response headers
 	// join: encodeHead) → filters reversed → downstream writer.
-	decIn := make(chan frame, 16)
-	next := decIn
+	decIn, fromCodec := make(chan frame, 16), make(chan frame, 16)
+	run((*stream).fromClient, decIn, fromCodec)
+	next := fromCodec
 	instances := make([]filterInstance, len(cfg.filters))
 	for i, f := range cfg.filters {
 		instances[i] = f.instance(s)
@@ -248,12 +287,13 @@ func (e *Emulator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		enc = out
 	}
 
-	// Go's HTTP/2 server never hands over http.NoBody; a request whose
-	// HEADERS frame ended the stream shows up as a zero, undeclared
-	// content length. Envoy sends end_of_stream on such headers.
-	hasBody := r.Body != nil && r.Body != http.NoBody &&
-		!(r.ProtoMajor == 2 && r.ContentLength == 0 && len(r.Header["Content-Length"]) == 0)
-	go e.readDownstream(s, r, decIn, hasBody) // not waited for: a blocked body read ends when the handler returns
+	// Envoy sends end_of_stream on headers with no body (requestHasBody).
+	hasBody := requestHasBody(r)
+	if s.refuseUpgrade() {
+		close(decIn) // no decoder filter sees the request
+	} else {
+		go e.readDownstream(s, r, decIn, hasBody) // not waited for: a blocked body read ends when the handler returns
+	}
 
 	e.writeDownstream(s, w, enc)
 	cancel()
@@ -427,6 +467,9 @@ func (d *downstreamWriter) write(f frame) bool {
 		if _, ok := f.headers.Get("content-length"); !ok && !f.end {
 			w.Header().Del("Content-Length")
 		}
+		if s.closesConnection() {
+			w.Header().Set("Connection", "close")
+		}
 		w.WriteHeader(status)
 		s.rec.Status = status
 		s.rec.defaultDetails("via_upstream")
@@ -482,13 +525,18 @@ func (e *Emulator) writeLocalReply(s *stream, w http.ResponseWriter, lr localRep
 	// local_reply_config (localreply.go), and Envoy's content-type rules.
 	body := lr.body
 	if !lr.grpc {
-		body = s.cfg.localReply.rewrite(s.reqHeaders, hd, lr.body, lr.details)
+		body = s.cfg.localReply.rewrite(s.reqHeaders, hd, lr.status, lr.body, lr.details)
 	}
 	hd.toHTTP(h)
 	if id, ok := s.cfg.requestID.inResponse(s.reqHeaders); ok {
 		h.Set("X-Request-Id", id)
 	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
+	// ActiveStream::onLocalReply: a 400 local reply closes an HTTP/1
+	// connection too.
+	if s.closesConnection() || (lr.status == http.StatusBadRequest && s.downstream.protocol != "HTTP/2") {
+		h.Set("Connection", "close")
+	}
 	w.WriteHeader(lr.status)
 	n, _ := w.Write(body)
 	s.rec.Status = lr.status

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -44,8 +43,8 @@ const (
 type extProcFilter struct {
 	name string
 
-	client extprocsvc.ExternalProcessorClient
-	md     metadata.MD // grpc_service.initial_metadata
+	svc *grpcService
+	md  metadata.MD // grpc_service.initial_metadata
 
 	mode                   *extprocv3.ProcessingMode // filter-level processing_mode
 	failureModeAllow       bool
@@ -60,6 +59,7 @@ type extProcFilter struct {
 	maxMessageTimeout      time.Duration
 	deferredClose          time.Duration
 	statusOnError          int
+	timeoutStatus          int // the message timeout's reply: 504 (500 before 1.31)
 
 	allowed, disallowed []stringMatcher // forward_rules
 	checker             *mutationChecker
@@ -150,9 +150,10 @@ func (e *Emulator) newExtProcFilter(name string, c *extprocv3.ExternalProcessor,
 	if c.GetDisableClearRouteCache() {
 		f.routeCacheAction = extprocv3.ExternalProcessor_RETAIN
 	}
-	if s := int(c.GetStatusOnError().GetCode()); s >= 400 && s <= 599 {
+	if s, ok := e.extProcStatusOnError(c.GetStatusOnError()); ok && s >= 400 && s <= 599 {
 		f.statusOnError = s
 	}
+	f.timeoutStatus = e.extProcTimeoutStatus()
 	var err error
 	if f.allowed, err = compileMatchers(c.GetForwardRules().GetAllowedHeaders()); err != nil {
 		bad("forward_rules.allowed_headers: %v", err)
@@ -186,7 +187,7 @@ func (e *Emulator) newExtProcFilter(name string, c *extprocv3.ExternalProcessor,
 	if err != nil {
 		return nil, fmt.Errorf("ext_proc: %w", err)
 	}
-	f.client = extprocsvc.NewExternalProcessorClient(svc.conn)
+	f.svc = svc
 	if im := c.GetGrpcService().GetInitialMetadata(); len(im) > 0 {
 		f.md = metadata.MD{}
 		for _, hv := range im {

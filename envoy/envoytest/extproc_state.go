@@ -1331,7 +1331,8 @@ func (x *epInstance) clearAsyncState() {
 
 // ---- errors, timeouts, local replies -------------------------------------
 
-// onMessageTimeout: fail open, or a hard-coded 504.
+// onMessageTimeout: fail open, or a hard-coded 504 (500 before Envoy 1.31:
+// timeoutStatus).
 func (x *epInstance) onMessageTimeout() {
 	if x.recClosed || x.processingComplete {
 		return
@@ -1345,7 +1346,7 @@ func (x *epInstance) onMessageTimeout() {
 	}
 	x.dec.finishCall(cbIdle)
 	x.enc.finishCall(cbIdle)
-	x.localReply(504, nil, nil, "ext_proc_error_per-message_timeout_exceeded", nil)
+	x.localReply(x.f.timeoutStatus, nil, nil, "ext_proc_error_per-message_timeout_exceeded", nil)
 }
 
 // errorReply is handleErrorResponse: status_on_error, no fail-open.

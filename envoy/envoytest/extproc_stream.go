@@ -82,8 +82,15 @@ func (ss *sidestream) close() {
 func (ss *sidestream) run() {
 	defer close(ss.done)
 	defer ss.cancel()
-	stream, err := ss.x.f.client.Process(ss.ctx)
+	svc := ss.x.f.svc
+	conn, h, err := svc.pick()
 	if err != nil {
+		ss.x.onStreamEnd(ss, err)
+		return
+	}
+	stream, err := extprocsvc.NewExternalProcessorClient(conn).Process(ss.ctx)
+	if err != nil {
+		svc.report(h, err, false, ss.ctx)
 		ss.x.onStreamEnd(ss, err)
 		return
 	}
@@ -93,11 +100,19 @@ func (ss *sidestream) run() {
 	recvDone := make(chan struct{})
 	go func() {
 		defer close(recvDone)
+		answered := false
 		for {
 			resp, err := stream.Recv()
 			if err != nil {
+				if !answered {
+					svc.report(h, err, false, ss.ctx)
+				}
 				ss.x.onStreamEnd(ss, err)
 				return
+			}
+			if !answered {
+				answered = true
+				svc.report(h, nil, true, ss.ctx)
 			}
 			ss.x.onMessage(ss, resp)
 		}

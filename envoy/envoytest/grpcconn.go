@@ -10,34 +10,41 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 )
 
-// grpcService is a dialled GrpcService: the connection and the per-call
-// timeout from grpc_service.timeout (0: none).
+// grpcService is a GrpcService: for envoy_grpc, its cluster, whose load
+// balancer picks a host for each call or stream (Envoy's gRPC async
+// client goes through the cluster's router, Http::AsyncStreamImpl); for
+// google_grpc, one connection to its target. timeout is
+// grpc_service.timeout (0: none).
 type grpcService struct {
-	conn    *grpc.ClientConn
-	target  string
+	e       *Emulator
+	cluster *cluster
+	sec     *grpcTLS
+	conn    *grpc.ClientConn // google_grpc
+	target  string           // google_grpc
 	timeout time.Duration
 	// timeoutSet reports whether grpc_service.timeout was given.
 	timeoutSet bool
 }
 
-// dialService connects to a GrpcService: envoy_grpc names a cluster of
-// cfg (its first endpoint; the cluster must speak HTTP/2), reached through
-// the cluster's transport socket — TLS when it has an UpstreamTlsContext,
-// as Envoy's gRPC client goes through the cluster's connection pool —
-// google_grpc names a target URI (plaintext). Connections are lazy
-// (grpc.NewClient): a server that is down, or a TLS handshake that fails,
-// shows up as call errors, as in Envoy, where both are a connection
-// failure of the stream.
+// dialService prepares a GrpcService: envoy_grpc names a cluster of cfg
+// (it must speak HTTP/2), reached through the cluster's transport socket —
+// TLS when it has an UpstreamTlsContext, as Envoy's gRPC client goes
+// through the cluster's connection pool; google_grpc names a target URI
+// (plaintext). Connections are lazy (grpc.NewClient): a server that is
+// down, or a TLS handshake that fails, shows up as call errors, as in
+// Envoy, where both are a connection failure of the stream.
 func (e *Emulator) dialService(svc *corev3.GrpcService, cfg *config) (*grpcService, error) {
-	gs := &grpcService{}
+	gs := &grpcService{e: e}
 	if t := svc.GetTimeout(); t != nil {
 		gs.timeout, gs.timeoutSet = t.AsDuration(), true
 	}
-	var sec *grpcTLS
 	switch {
 	case svc.GetEnvoyGrpc() != nil:
 		name := svc.GetEnvoyGrpc().GetClusterName()
@@ -48,25 +55,79 @@ func (e *Emulator) dialService(svc *corev3.GrpcService, cfg *config) (*grpcServi
 		if !cl.http2 {
 			return nil, fmt.Errorf("grpc_service cluster %q must enable HTTP/2 (typed_extension_protocol_options %s explicit_http_config.http2_protocol_options)", name, typeHTTPProtoOpt)
 		}
-		ep, ok := cl.firstEndpoint()
-		if !ok {
+		if cl.members != nil || len(cl.memberNames) > 0 {
+			return nil, fmt.Errorf("grpc_service cluster %q: an aggregate cluster is not supported by the emulator here", name)
+		}
+		if cl.allHosts() == 0 {
 			return nil, fmt.Errorf("grpc_service cluster %q has no endpoints", name)
 		}
-		gs.target = ep
+		gs.cluster = cl
 		if cl.tls != nil {
-			sec = &grpcTLS{u: cl.tls, connectTimeout: cl.connectTimeout}
+			gs.sec = &grpcTLS{u: cl.tls, connectTimeout: cl.connectTimeout}
 		}
+		return gs, nil
 	case svc.GetGoogleGrpc() != nil:
 		gs.target = svc.GetGoogleGrpc().GetTargetUri()
-	default:
-		return nil, fmt.Errorf("grpc_service: envoy_grpc or google_grpc required")
+		conn, err := e.conns.get(gs.target, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		gs.conn = conn
+		return gs, nil
 	}
-	conn, err := e.conns.get(gs.target, sec)
+	return nil, fmt.Errorf("grpc_service: envoy_grpc or google_grpc required")
+}
+
+// errNoHealthyUpstream is the async client's answer when the cluster's
+// load balancer has no host (the router's no_healthy_upstream, which the
+// gRPC client sees as UNAVAILABLE).
+var errNoHealthyUpstream = status.Error(codes.Unavailable, "no healthy upstream")
+
+// pick chooses the host for one call or stream: round robin over the
+// cluster's healthy hosts (active health, outlier ejection, EDS health),
+// or over all of them in panic (cluster.pick). The host is nil for a
+// google_grpc target.
+func (gs *grpcService) pick() (*grpc.ClientConn, *host, error) {
+	if gs.cluster == nil {
+		return gs.conn, nil, nil
+	}
+	h, _, ok := gs.cluster.pick(nil)
+	if !ok {
+		return nil, nil, errNoHealthyUpstream
+	}
+	if gs.cluster.hc != nil {
+		gs.cluster.hc.traffic.Store(true)
+	}
+	conn, err := gs.e.conns.get(h.addr, gs.sec, gs.cluster.keepalive)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	gs.conn = conn
-	return gs, nil
+	return conn, h, nil
+}
+
+// report gives a call's or stream's outcome to the host's outlier
+// detector, as the router does for the async client's stream: response
+// headers are a success (200); a gRPC status without a message
+// (trailers-only, grpc-go's way for an error before any answer) its HTTP
+// mapping (onUpstreamHeaders, Grpc::Utility::grpcToHttpStatus); a failed
+// connection or a reset a 503 and a timeout a 504 (putResult in the
+// detector's non-split mode). A call the emulator cancelled itself (its
+// downstream went away) reports nothing. answered says the server sent a
+// message, so a later error came in trailers, which the router does not
+// report.
+func (gs *grpcService) report(h *host, err error, answered bool, own context.Context) {
+	if h == nil || gs.cluster.outlier == nil {
+		return
+	}
+	switch {
+	case err == nil || answered:
+		gs.cluster.outlier.putHTTPCode(h, 200)
+	case own != nil && errors.Is(own.Err(), context.Canceled):
+	case status.Code(err) == codes.DeadlineExceeded:
+		gs.cluster.outlier.putHTTPCode(h, 504)
+	default:
+		gs.cluster.outlier.putHTTPCode(h, grpcToHTTP(status.Code(err)))
+	}
 }
 
 // grpcTLS is a cluster's UpstreamTlsContext as grpc-go transport
@@ -134,17 +195,32 @@ type connPool struct {
 
 func newConnPool() *connPool { return &connPool{conns: map[string]*grpc.ClientConn{}} }
 
-func (p *connPool) get(target string, sec *grpcTLS) (*grpc.ClientConn, error) {
+// get returns the connection to target with the transport security sec
+// and the HTTP/2 keepalive ka (nil: none). Envoy's connection_keepalive
+// sends a PING every interval and closes the connection when one is not
+// answered within the timeout (Http2 ConnectionImpl's keepalive timers);
+// grpc-go's client keepalive does the same, but pings no more often than
+// every 10 s and without interval_jitter.
+func (p *connPool) get(target string, sec *grpcTLS, ka *corev3.KeepaliveSettings) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, fmt.Errorf("dial %s: the emulator has shut down", target)
 	}
 	key := target + " " + sec.key()
+	opts := []grpc.DialOption{sec.dialOption()}
+	if ka != nil && ka.GetInterval().AsDuration() > 0 {
+		kp := keepalive.ClientParameters{Time: ka.GetInterval().AsDuration(), Timeout: durationOr(ka.GetTimeout(), 0), PermitWithoutStream: true}
+		if kp.Timeout <= 0 {
+			return nil, fmt.Errorf("dial %s: connection_keepalive.timeout is required with an interval", target)
+		}
+		key += fmt.Sprintf(" keepalive %s/%s", kp.Time, kp.Timeout)
+		opts = append(opts, grpc.WithKeepaliveParams(kp))
+	}
 	if c := p.conns[key]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(target, sec.dialOption())
+	c, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)
 	}

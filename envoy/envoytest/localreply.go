@@ -40,7 +40,8 @@ import (
 // header_filter (a string_match exact, prefix or safe_regex, no inversion)
 // and the CEL extension filter with the expressions
 // `response.code_details == '…'` and
-// `response.code_details.startsWith('…')`. Not implemented, so refused:
+// `response.code_details.startsWith('…')`, each optionally followed by
+// `&& response.code == <status>`. Not implemented, so refused:
 // body_format, a mapper's status_code, body and headers_to_add, json_format,
 // text_format_source, formatters, every other filter and CEL expression.
 type localReplyConfig struct {
@@ -53,8 +54,9 @@ type replyMapper struct {
 	contentType string
 }
 
-// replyFilter is an access-log filter evaluated on a local reply.
-type replyFilter func(req *Headers, details string) bool
+// replyFilter is an access-log filter evaluated on a local reply: the
+// request's headers, the reply's response-code details and status.
+type replyFilter func(req *Headers, details string, status int) bool
 
 const celFilterName = "envoy.access_loggers.extension_filters.cel"
 
@@ -116,9 +118,9 @@ func newReplyFilter(f *accesslogv3.AccessLogFilter) (replyFilter, error) {
 			}
 			fs = append(fs, rf)
 		}
-		return func(req *Headers, details string) bool {
+		return func(req *Headers, details string, status int) bool {
 			for _, rf := range fs {
-				if !rf(req, details) {
+				if !rf(req, details, status) {
 					return false
 				}
 			}
@@ -161,15 +163,16 @@ func newReplyHeaderFilter(hm *routev3.HeaderMatcher) (replyFilter, error) {
 	default:
 		return nil, errors.New("header_filter: only exact, prefix and safe_regex string_match are supported by the emulator")
 	}
-	return func(req *Headers, _ string) bool {
+	return func(req *Headers, _ string, _ int) bool {
 		v, ok := req.Joined(name)
 		return ok && match(v)
 	}, nil
 }
 
 // celDetails is the CEL the emulator evaluates: a comparison of
-// response.code_details with a string literal.
-var celDetails = regexp.MustCompile(`^response\.code_details(?: == '([^'\\]*)'|\.startsWith\('([^'\\]*)'\))$`)
+// response.code_details with a string literal, optionally and-ed with a
+// comparison of response.code with an integer.
+var celDetails = regexp.MustCompile(`^response\.code_details(?: == '([^'\\]*)'|\.startsWith\('([^'\\]*)'\))(?: && response\.code == ([1-9][0-9]{0,2}))?$`)
 
 // newCELFilter is the CEL access-log filter
 // (source/extensions/access_loggers/filters/cel/cel.cc): the expression
@@ -187,27 +190,34 @@ func newCELFilter(x *accesslogv3.ExtensionFilter) (replyFilter, error) {
 	}
 	m := celDetails.FindStringSubmatch(c.GetExpression())
 	if m == nil {
-		return nil, fmt.Errorf("extension_filter: CEL expression %q: the emulator evaluates only response.code_details == '…' and response.code_details.startsWith('…')", c.GetExpression())
+		return nil, fmt.Errorf("extension_filter: CEL expression %q: the emulator evaluates only response.code_details == '…' and response.code_details.startsWith('…'), each optionally followed by && response.code == <status>", c.GetExpression())
 	}
+	status := 0
+	if m[3] != "" {
+		status, _ = strconv.Atoi(m[3]) // at most three digits
+	}
+	// response.code is the reply's status, which LocalReplyImpl::rewrite
+	// sets on the stream info before it tries the mappers.
+	statusOK := func(code int) bool { return status == 0 || code == status }
 	if strings.HasPrefix(c.GetExpression(), "response.code_details ==") {
 		lit := m[1]
-		return func(_ *Headers, d string) bool { return d == lit }, nil
+		return func(_ *Headers, d string, code int) bool { return d == lit && statusOK(code) }, nil
 	}
 	lit := m[2]
-	return func(_ *Headers, d string) bool { return strings.HasPrefix(d, lit) }, nil
+	return func(_ *Headers, d string, code int) bool { return strings.HasPrefix(d, lit) && statusOK(code) }, nil
 }
 
 // rewrite applies the configuration to a local reply about to be sent: h
-// holds its headers (":status" and those its filter set), body its body,
-// details its response-code details, req the request's headers. It
+// holds its headers (those its filter set), status its status, body its
+// body, details its response-code details, req the request's headers. It
 // returns the body to send and sets content-type and content-length in h,
 // as Utility::sendLocalReply does after LocalReply::rewrite.
-func (c *localReplyConfig) rewrite(req *Headers, h *Headers, body []byte, details string) []byte {
+func (c *localReplyConfig) rewrite(req *Headers, h *Headers, status int, body []byte, details string) []byte {
 	contentType := "text/plain"
 	out := body
 	if c != nil {
 		for _, m := range c.mappers {
-			if m.match(req, details) {
+			if m.match(req, details, status) {
 				out = []byte(m.body)
 				contentType = m.contentType
 				break

@@ -273,9 +273,42 @@ func TestLocalReplyRewrite(t *testing.T) {
 		if tc.ct != "" {
 			h.Set("content-type", tc.ct)
 		}
-		got := tc.c.rewrite(NewHeaders(":path", "/"), h, []byte(tc.body), tc.details)
+		got := tc.c.rewrite(NewHeaders(":path", "/"), h, 500, []byte(tc.body), tc.details)
 		if string(got) != tc.wantBody || h.Value("content-type") != tc.wantCT || h.Value("content-length") != tc.wantLength {
 			t.Errorf("%s: %q type %q length %q, want %q %q %q", tc.name, got, h.Value("content-type"), h.Value("content-length"), tc.wantBody, tc.wantCT, tc.wantLength)
+		}
+	}
+}
+
+// TestLocalReplyStatusMatch: a CEL filter may also compare response.code,
+// the reply's status, which LocalReplyImpl::rewrite sets before it tries
+// the mappers — so a 408 and a 504 with the same details get different
+// bodies — and one with another comparison is refused.
+func TestLocalReplyStatusMatch(t *testing.T) {
+	c, err := newLocalReplyConfig(&hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{
+		{Filter: celFilter(t, "response.code_details == 'stream_idle_timeout' && response.code == 408"), BodyFormatOverride: textBody("408", "")},
+		{Filter: celFilter(t, "response.code_details.startsWith('stream_idle') && response.code == 504"), BodyFormatOverride: textBody("504", "")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		status int
+		want   string
+	}{{408, "408"}, {504, "504"}, {500, "stream timeout"}} {
+		if got := c.rewrite(NewHeaders(":path", "/"), &Headers{}, tc.status, []byte("stream timeout"), "stream_idle_timeout"); string(got) != tc.want {
+			t.Errorf("status %d: %q, want %q", tc.status, got, tc.want)
+		}
+	}
+	for _, x := range []string{
+		"response.code_details == 'x' && response.code >= 400",
+		"response.code_details == 'x' && response.code == 0408",
+		"response.code == 408",
+	} {
+		if _, err := newLocalReplyConfig(&hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{
+			{Filter: celFilter(t, x), BodyFormatOverride: textBody("b", "")},
+		}}); err == nil || !strings.Contains(err.Error(), "CEL expression") {
+			t.Errorf("%q: %v, want it refused", x, err)
 		}
 	}
 }

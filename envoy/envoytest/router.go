@@ -71,7 +71,10 @@ type router struct {
 	globalC      <-chan time.Time
 	globalTimer  *time.Timer
 	completeSeen bool
-	idle         *idleTimer
+	// idle is the stream's idle timer (hcm.go), which data passing the
+	// router resets; its expiry is the stream's to answer, not the
+	// router's.
+	idle *idleTimer
 
 	mu       sync.Mutex
 	attempts []*attemptRun
@@ -99,7 +102,17 @@ func (r *router) run(hf frame, in <-chan frame) {
 	r.rt, r.act = rt, rt.action
 	cl := s.cfg.clusters[rt.cluster]
 	s.rec.Cluster = rt.cluster
-	if rt.clusterMissing || cl == nil {
+	// Envoy looks the route's cluster up in the cluster manager when the
+	// router gets the request headers (Filter::decodeHeaders in
+	// source/common/router/router.cc: getThreadLocalCluster; none is
+	// 503, or the route configuration's cluster_not_found_response_code,
+	// details cluster_not_found, flag NC), while the stream keeps the
+	// route table it started with. So a cluster that a configuration put
+	// in force since the stream started no longer has is not found, even
+	// though the stream's own configuration still routes to it. (The
+	// stream keeps using its own configuration's cluster otherwise: an
+	// updated cluster's new version is not picked up mid-stream.)
+	if rt.clusterMissing || cl == nil || s.e.clusterGone(s.cfg, rt.cluster) {
 		s.rec.addFlag("NC")
 		r.reply(r.act.clusterNotFoundCode, "", "cluster_not_found", nil)
 		return
@@ -125,12 +138,13 @@ func (r *router) run(hf frame, in <-chan frame) {
 	}
 	r.rs = newRetryState(r.act.retry, cl)
 	defer func() { r.rs.release() }()
-	if r.act.idleSet && r.act.idleTimeout > 0 {
-		r.idle = newIdleTimer(r.act.idleTimeout, r.stop, &r.wg)
-	}
+	r.idle = s.idle
 	r.body = newReqBody(r.rs != nil, s.cfg.bufferLimit)
 	if hf.end {
 		r.body.add(nil, true)
+		// Every decoder filter has processed the whole request: the
+		// request timeout is disarmed (FilterManager::decodeHeaders).
+		s.disarmRequestTimer()
 	} else {
 		r.wg.Add(1)
 		go func() {
@@ -224,9 +238,6 @@ func (r *router) loop() {
 			s.rec.updateAttempt(func() { a.Reset = resetLocalReset })
 			r.globalTimeoutReply()
 			return
-		case resultIdleTimeout:
-			r.idleTimeoutReply()
-			return
 		}
 	}
 }
@@ -297,9 +308,6 @@ func (r *router) backoff() bool {
 			r.checkComplete()
 		case <-r.globalC:
 			r.globalTimeoutReply()
-			return false
-		case <-r.idle.c():
-			r.idleTimeoutReply()
 			return false
 		case <-r.body.overflowC:
 			r.reply(507, "exceeded request buffer limit while retrying upstream", "request_payload_exceeded_retry_buffer_limit", nil)
@@ -419,17 +427,6 @@ func (r *router) globalTimeoutReply() {
 	r.reply(504, "upstream request timeout", "upstream_response_timeout", nil)
 }
 
-// idleTimeoutReply is the connection manager's stream idle timeout (the
-// route's idle_timeout): 504 once the request is complete, 408 before.
-func (r *router) idleTimeoutReply() {
-	r.s.rec.addFlag("SI")
-	code := 408
-	if r.body.isComplete() {
-		code = 504
-	}
-	r.reply(code, "stream timeout", "stream_idle_timeout", nil)
-}
-
 // resetFlag is streamResetReasonToResponseFlag.
 func resetFlag(reason string) string {
 	switch reason {
@@ -506,10 +503,6 @@ func (r *router) forward(res attemptResult) {
 			s.rec.addFlag("UT")
 			s.rec.setDetails("upstream_response_timeout")
 			return
-		case <-r.idle.c():
-			s.rec.addFlag("SI")
-			s.rec.setDetails("stream_idle_timeout")
-			return
 		case <-s.ctx.Done():
 			return
 		}
@@ -527,7 +520,6 @@ const (
 	resultLocalReply
 	resultPerTryTimeout
 	resultGlobalTimeout
-	resultIdleTimeout
 )
 
 type attemptResult struct {
@@ -707,9 +699,6 @@ func (r *router) try(h *host, a *UpstreamAttempt) attemptResult {
 		case <-r.globalC:
 			cancel()
 			return attemptResult{kind: resultGlobalTimeout, at: at}
-		case <-r.idle.c():
-			cancel()
-			return attemptResult{kind: resultIdleTimeout, at: at}
 		case <-s.ctx.Done():
 			cancel()
 			return attemptResult{kind: resultGone}
@@ -1000,6 +989,7 @@ func (b *reqBody) read(s *stream, in <-chan frame, idle *idleTimer, stop <-chan 
 			idle.touch()
 			b.add(f.data, f.end) // request trailers are not forwarded
 			if f.end {
+				s.disarmRequestTimer()
 				return
 			}
 		case <-s.ctx.Done():
@@ -1088,52 +1078,4 @@ func (b *reqBody) completedAt() time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.completedTS
-}
-
-// ---- the stream idle timer ------------------------------------------------
-
-// idleTimer is the stream idle timer with the route's idle_timeout: it
-// fires (closes its channel) once nothing was received or sent for d. A
-// nil timer never fires.
-type idleTimer struct {
-	d    time.Duration
-	last atomic.Int64
-	fire chan struct{}
-}
-
-func newIdleTimer(d time.Duration, stop <-chan struct{}, wg *sync.WaitGroup) *idleTimer {
-	t := &idleTimer{d: d, fire: make(chan struct{})}
-	t.touch()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			wait := time.Until(time.Unix(0, t.last.Load()).Add(d))
-			if wait <= 0 {
-				close(t.fire)
-				return
-			}
-			tm := time.NewTimer(wait)
-			select {
-			case <-tm.C:
-			case <-stop:
-				tm.Stop()
-				return
-			}
-		}
-	}()
-	return t
-}
-
-func (t *idleTimer) touch() {
-	if t != nil {
-		t.last.Store(time.Now().UnixNano())
-	}
-}
-
-func (t *idleTimer) c() <-chan struct{} {
-	if t == nil {
-		return nil
-	}
-	return t.fire
 }

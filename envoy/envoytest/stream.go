@@ -97,6 +97,15 @@ type stream struct {
 	respSent                           atomic.Bool
 	rec                                *Exchange
 
+	// The connection manager's timers (hcm.go): the stream idle timer, and
+	// whether the request timer is disarmed (or fired). remoteComplete: the
+	// client sent the whole request (remoteDecodeComplete). closeConn: the
+	// response closes the HTTP/1 connection (saw_connection_close_).
+	idle            *idleTimer
+	requestDisarmed atomic.Bool
+	remoteComplete  atomic.Bool
+	closeConn       atomic.Bool
+
 	// parent is set on the stream an upstream filter chain runs on, for one
 	// router attempt (attempt is its number): it shares the downstream
 	// stream's request headers, dynamic metadata, route and record, as
@@ -184,6 +193,12 @@ func (s *stream) sendLocalReply(r localReply) replyPath {
 		}
 		return replyUpstream
 	}
+	// A response is initiated: the request timer is disarmed.
+	s.disarmRequestTimer()
+	// ActiveStream::onLocalReply: a 400 ends an HTTP/1 connection.
+	if r.status == 400 {
+		s.closeConn.Store(true)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.replyDone {
@@ -216,6 +231,7 @@ func (s *stream) startEncoding() bool {
 		return false
 	}
 	s.encoding = true
+	s.requestDisarmed.Store(true) // a response is initiated
 	return true
 }
 
@@ -305,7 +321,7 @@ func (s *stream) prepareLocalReply(lr localReply) (*Headers, []byte) {
 	}
 	body := lr.body
 	if !lr.grpc {
-		body = s.cfg.localReply.rewrite(s.reqHeaders, h, lr.body, lr.details)
+		body = s.cfg.localReply.rewrite(s.reqHeaders, h, lr.status, lr.body, lr.details)
 	}
 	if len(body) == 0 && !lr.grpc {
 		h.Set("content-length", "0")
@@ -376,6 +392,8 @@ func (s *stream) currentRoute() *matchedRoute {
 	if !s.routeValid {
 		s.route = s.cfg.routes.match(s.reqHeaders)
 		s.routeValid = true
+		// ActiveStream::setRoute → refreshIdleTimeout.
+		s.routeIdleTimeout(s.route)
 	}
 	return s.route
 }

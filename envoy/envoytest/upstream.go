@@ -28,6 +28,9 @@ func (e *Emulator) buildUpstreamFilters(cl *cluster, cfg *config) error {
 			return fmt.Errorf("http_filters[%d] (%s): disabled filters are not supported by the emulator", i, f.GetName())
 		}
 		tc := f.GetTypedConfig()
+		if err := e.checkUpstreamFilterRelease(f.GetName(), string(tc.MessageName())); err != nil {
+			return fmt.Errorf("http_filters[%d] (%s): %w", i, f.GetName(), err)
+		}
 		switch tc.MessageName() {
 		case typeExtProc:
 			c := &extprocv3.ExternalProcessor{}

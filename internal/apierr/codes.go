@@ -52,17 +52,23 @@ const (
 	CodeModelNotAllowed       = "model_not_allowed"       // 403: outside the key's or team's allow-list
 	CodeModelUnpriced         = "model_unpriced"          // 403: gateway.unpriced_models: deny
 	CodeUnsupportedEndpoint   = "unsupported_endpoint"    // 400: the provider does not speak this API
-	CodeProviderNotConfigured = "provider_not_configured" // 503: the configuration changed under a fallback
+	CodeProviderNotConfigured = "provider_not_configured" // 503: the configuration changed under a fallback, or removed the provider a request was routed to (Envoy's cluster_not_found)
 	CodeFallbackMisconfigured = "fallback_misconfigured"  // 503: an attempt whose upstream host names no provider
 	CodeFallbackHostUnknown   = "fallback_host_unknown"   // 503: an attempt whose upstream host is a provider the model does not fall back to
 
 	// Envoy's own local replies, rewritten by the listener's
 	// local_reply_config (chain.LocalReply); body_too_large above is one.
-	CodeUpstreamTimeout     = "upstream_timeout"     // 504: the provider did not answer within the route's timeout
+	CodeUpstreamTimeout     = "upstream_timeout"     // 504: the provider did not answer within the route's timeout, or sent nothing for the stream idle timeout
 	CodeUpstreamUnavailable = "upstream_unavailable" // 503: no healthy endpoint, or the connection failed before a response
 	CodeNoRoute             = "no_route"             // 404: the router met a request Sluice did not route (the no-provider route)
 	CodeGatewayUnavailable  = "gateway_unavailable"  // 503: Envoy could not reach Sluice's ext_authz or ext_proc (their failure replies)
-	CodeGatewayTimeout      = "gateway_timeout"      // 504: Sluice's ext_proc did not answer within its message timeout
+	CodeGatewayTimeout      = "gateway_timeout"      // 504: Sluice's ext_proc did not answer within its message timeout, or the whole request was received but not handed on within the listener's request_timeout
+	CodeGatewayOverloaded   = "gateway_overloaded"   // 503: Envoy's overload manager sheds new requests (stop_accepting_requests)
+	CodeRequestTimeout      = "request_timeout"      // 408: the client did not send the whole request in time (the listener's stream idle timeout or request_timeout)
+	CodeHeadersTooLarge     = "headers_too_large"    // 431: the request's headers are over Envoy's size or count limit (max_request_headers_kb, max_headers_count)
+	CodeMalformedRequest    = "malformed_request"    // 400 (501 for a transfer-encoding other than chunked): Envoy's HTTP/1 codec refused the request
+	CodeHTTPVersion         = "http_version"         // 426: an HTTP/1.0 request; the listener speaks HTTP/1.1 and HTTP/2
+	CodeUpgradeRefused      = "upgrade_refused"      // 403: a protocol upgrade (WebSocket); the listener accepts none
 
 	// Limits and budgets.
 	CodeRateLimited          = "rate_limited"          // 429: a request-rate window is full

@@ -75,7 +75,7 @@ func startServe(t *testing.T, config string, extra ...string) *server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &server{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
-	args := append([]string{"serve", "--config", config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0"}, extra...)
+	args := append([]string{"serve", "--shutdown-drain", "0", "--config", config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0"}, extra...)
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, args, s.stdout, s.stderr, noEnv) }()
 	var once sync.Once
@@ -280,7 +280,7 @@ func TestServeReloadsConfig(t *testing.T) {
 func TestServeRefusesBadConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	os.WriteFile(path, []byte("providers:\n  - name: x\n    kind: opnai\n"), 0o600)
-	_, _, err := run(t, "serve", "--config", path, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0")
+	_, _, err := run(t, "serve", "--shutdown-drain", "0", "--config", path, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0")
 	if err == nil || !strings.Contains(err.Error(), `providers[0].kind: unknown kind "opnai" (did you mean "openai"?)`) {
 		t.Fatalf("serve with a bad config: %v", err)
 	}
@@ -481,6 +481,18 @@ func TestEnvoyBootstrap(t *testing.T) {
 	if _, _, err := run(t, "envoy", "bootstrap", "--xds-addr", "0.0.0.0:18000"); err == nil || !strings.Contains(err.Error(), "name an address Envoy can connect to") {
 		t.Errorf("an unspecified xDS address: %v", err)
 	}
+	if strings.Contains(body(string(shipped)), "overload_manager") {
+		t.Error("the default bootstrap has an overload manager; it needs --max-heap-bytes")
+	}
+	out, _, err = run(t, "envoy", "bootstrap", "--max-heap-bytes", "2147483648")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"overload_manager:", "max_heap_size_bytes: \"2147483648\"", "envoy.overload_actions.stop_accepting_requests"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bootstrap with --max-heap-bytes lacks %q:\n%s", want, out)
+		}
+	}
 }
 
 // TestServeReleasesWhatItOpenedOnFailure: when a listener cannot be
@@ -503,7 +515,7 @@ func TestServeReleasesWhatItOpenedOnFailure(t *testing.T) {
 			free.Close()
 			addrs := map[string]string{"admin": "127.0.0.1:0", "xds": "127.0.0.1:0"}
 			addrs[busy] = taken.Addr().String()
-			_, _, err = run(t, "serve", "--config", quickstart(t), "--grpc-addr", grpcAddr, "--admin-addr", addrs["admin"], "--xds-addr", addrs["xds"])
+			_, _, err = run(t, "serve", "--shutdown-drain", "0", "--config", quickstart(t), "--grpc-addr", grpcAddr, "--admin-addr", addrs["admin"], "--xds-addr", addrs["xds"])
 			if err == nil || !strings.Contains(err.Error(), "listen."+busy+":") {
 				t.Fatalf("serve with listen.%s taken: %v", busy, err)
 			}

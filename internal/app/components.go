@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicegw/sluice/authz"
 	"github.com/sluicegw/sluice/extproc"
@@ -83,6 +84,8 @@ type components struct {
 	// startedUp puts the GC percentage back once start-up is over
 	// (gcpace.StartUp).
 	startedUp func()
+	// started: gRPC health has been reported once (reportHealth).
+	started bool
 
 	reg     *prometheus.Registry
 	metrics serveMetrics
@@ -475,14 +478,14 @@ func (c *components) servers() error {
 	if err != nil {
 		return err
 	}
-	c.grpc = grpc.NewServer(append(append(guard.ServerOptions(), grpcOpts...), grpc.MaxRecvMsgSize(c.grpcRecv),
+	c.grpc = grpc.NewServer(append(append(append(guard.ServerOptions(), grpcOpts...), keepaliveOptions()...), grpc.MaxRecvMsgSize(c.grpcRecv),
 		grpc.ForceServerCodecV2(extproc.Codec{}), grpc.NumStreamWorkers(grpcStreamWorkers),
 		grpc.StaticStreamWindowSize(grpcStreamWindow), grpc.StaticConnWindowSize(grpcConnWindow))...)
 	authv3.RegisterAuthorizationServer(c.grpc, authz.NewServer(checker, authz.NewMetrics(c.reg), c.log))
 	extprocsvc.RegisterExternalProcessorServer(c.grpc, extprocServer)
 	c.health = health.NewServer()
 	healthpb.RegisterHealthServer(c.grpc, c.health)
-	c.xdsGRPC = grpc.NewServer(append(guard.ServerOptions(), xdsOpts...)...)
+	c.xdsGRPC = grpc.NewServer(append(append(guard.ServerOptions(), xdsOpts...), keepaliveOptions()...)...)
 
 	c.admin, err = admin.New(admin.Deps{
 		Gatherer: c.reg, Ready: c.ready, Log: c.log,
@@ -490,6 +493,19 @@ func (c *components) servers() error {
 		Budgets: c.admitter, Spend: c.ledger, Now: time.Now,
 	})
 	return err
+}
+
+// keepaliveMinTime is the shortest interval between a client's HTTP/2
+// PINGs the gRPC servers accept, below the PINGs of the sluice.extension
+// cluster's connection_keepalive (xds.ExtensionKeepaliveInterval).
+var keepaliveMinTime = xds.ExtensionKeepaliveInterval / 2
+
+// keepaliveOptions let Envoy's keepalive PINGs through: grpc-go's default
+// policy (one PING per 5 minutes, none without a stream) would answer
+// them with GOAWAY too_many_pings and close every idle connection Envoy
+// keeps to a replica.
+func keepaliveOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true})}
 }
 
 // serverTLS makes the TLS of the gRPC and xDS servers from security.tls:

@@ -23,12 +23,16 @@ func runEnvoy(args []string, stdout, stderr io.Writer, env Env) error {
 its listeners, routes and clusters from Sluice's xDS server over ADS. Envoy's
 admin interface listens on 127.0.0.1 only. The xDS address is listen.xds from
 --config, unless --xds-addr names one; with neither, 127.0.0.1:18000. With
---config, the xDS cluster speaks the TLS of xds.extension_tls.`, stderr)
+--config, the xDS cluster speaks the TLS of xds.extension_tls. With
+--max-heap-bytes, Envoy's overload manager sheds new requests (503, in the
+API's JSON error) once its heap reaches 98% of that size, and returns free
+memory at 95%: set it below the memory Envoy may use.`, stderr)
 	config := fs.String("config", "", "sluice config `file` to read listen.xds from")
 	nodeID := fs.String("node-id", "sluice-envoy", "the Envoy node id (unique per Envoy; NACKs are reported by it)")
 	nodeCluster := fs.String("node-cluster", "sluice", "the Envoy node cluster (xds.node_groups may match on it)")
 	xdsAddr := fs.String("xds-addr", "", "host:port of Sluice's xDS server, as Envoy reaches it")
 	adminPort := fs.String("admin-port", "9901", "Envoy's admin port on 127.0.0.1")
+	maxHeap := fs.Uint64("max-heap-bytes", 0, "Envoy's heap limit in `bytes` for its overload manager (0: no overload manager)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return cli.FlagErr(err)
 	}
@@ -60,7 +64,7 @@ admin interface listens on 127.0.0.1 only. The xDS address is listen.xds from
 	if addr == "" {
 		addr = policies.Default().Listen.XDS
 	}
-	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: *nodeID, NodeCluster: *nodeCluster, XDSAddress: addr, AdminPort: uint32(port), TLS: tls})
+	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: *nodeID, NodeCluster: *nodeCluster, XDSAddress: addr, AdminPort: uint32(port), TLS: tls, MaxHeapBytes: *maxHeap})
 	if err != nil {
 		return err
 	}

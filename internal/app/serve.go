@@ -34,6 +34,9 @@ const (
 	// holdFlush bounds the last attempt, at shutdown, to write the records
 	// held while the ledger could not take them (internal/ledger/hold).
 	holdFlush = 5 * time.Second
+	// healthPoll is how often gRPC health is brought in line with
+	// readiness.
+	healthPoll = 250 * time.Millisecond
 )
 
 // GC headrooms (internal/gcpace). startHeadroom: start-up keeps
@@ -56,6 +59,10 @@ type serveFlags struct {
 	adminAddr string
 	xdsAddr   string
 	readyFile string
+	// drain is how long, once told to stop, Sluice goes on serving while
+	// reporting NOT_SERVING; negative: the health check's interval plus
+	// its timeout (drainFor).
+	drain time.Duration
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
@@ -69,6 +76,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "override listen.admin (host:port; port 0 picks a free one)")
 	fs.StringVar(&f.xdsAddr, "xds-addr", "", "override listen.xds (host:port; port 0 picks a free one)")
 	fs.StringVar(&f.readyFile, "ready-file", "", "once serving, write {\"grpc\": ADDR, \"admin\": ADDR, \"xds\": ADDR} as JSON to this `file` (for scripts and tests)")
+	fs.DurationVar(&f.drain, "shutdown-drain", -1, "once told to stop, go on serving this long while gRPC health says NOT_SERVING, so that every Envoy's health check takes this replica out before it stops taking requests (default: xds.extension_health_check's interval plus its timeout; 0: stop at once)")
 	if err := fs.Parse(args); err != nil {
 		return cli.FlagErr(err)
 	}
@@ -99,9 +107,11 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 // run serves every component under one errgroup until ctx ends or one of
 // them fails, then shuts down gracefully within shutdownGrace.
 //
-// Shutdown order: health stops reporting SERVING, the xDS server stops,
-// then the gRPC server drains its in-flight ext_authz and ext_proc
-// streams (forced after shutdownGrace); only then is the ledger's
+// Shutdown order: health stops reporting SERVING, and the gRPC server
+// goes on answering for the drain (drainFor), so that each Envoy's next
+// health check takes this replica out before it refuses a connection;
+// then the xDS server stops, and the gRPC server drains its in-flight
+// ext_authz and ext_proc streams (forced after shutdownGrace); only then is the ledger's
 // committer stopped, so every stream that settled has its spend record
 // committed before run returns. The ledger therefore runs on a context of
 // its own, which that last step cancels, not on the group's.
@@ -152,6 +162,10 @@ func (c *components) run(ctx context.Context) error {
 	g.Go(func() error {
 		<-gctx.Done()
 		c.health.Shutdown()
+		if d := c.drainFor(); d > 0 {
+			c.log.Info("draining: gRPC health says NOT_SERVING; still serving", "for", d)
+			time.Sleep(d)
+		}
 		// xDS streams end with gctx; only the Envoys' reconnects remain.
 		stopGRPC(c.xdsGRPC, time.Second)
 		stopGRPC(c.grpc, shutdownGrace)
@@ -166,11 +180,22 @@ func (c *components) run(ctx context.Context) error {
 		return nil
 	})
 
-	if c.ready() == nil {
-		c.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-		c.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-		c.health.SetServingStatus(extprocsvc.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	}
+	serving := c.reportHealth(false)
+	g.Go(func() error {
+		// gRPC health follows readiness, as /readyz does: a replica whose
+		// ledger cannot take records answers NOT_SERVING, and each
+		// Envoy's health check sends its requests to the other replicas.
+		t := time.NewTicker(healthPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+				serving = c.reportHealth(serving)
+			}
+		}
+	})
 	var readyErr error
 	if c.flags.readyFile != "" {
 		addrs := map[string]string{"grpc": c.grpcLn.Addr().String(), "admin": c.adminLn.Addr().String(), "xds": c.xdsLn.Addr().String()}
@@ -199,6 +224,41 @@ func (c *components) run(ctx context.Context) error {
 	err := errors.Join(readyErr, g.Wait())
 	c.log.Info("sluice stopped")
 	return err
+}
+
+// reportHealth sets the gRPC health of the server and of its services
+// from readiness, logging a change from was; it returns the new state.
+// After health.Shutdown (the shutdown's first step) it changes nothing.
+func (c *components) reportHealth(was bool) bool {
+	err := c.ready()
+	now := err == nil
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if now {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, svc := range []string{"", authv3.Authorization_ServiceDesc.ServiceName, extprocsvc.ExternalProcessor_ServiceDesc.ServiceName} {
+		c.health.SetServingStatus(svc, st)
+	}
+	switch {
+	case was && !now:
+		c.log.Warn("not ready: gRPC health says NOT_SERVING, and Envoy's health checks take this replica out", "reason", err)
+	case !was && now && c.started:
+		c.log.Info("ready again: gRPC health says SERVING")
+	}
+	c.started = true
+	return now
+}
+
+// drainFor is --shutdown-drain, by default the time within which every
+// Envoy's health check has asked once more: Envoy takes a replica out at
+// the first answer that is not SERVING (an ACTIVE failure is never
+// retried: health_checker_base_impl.cc, setUnhealthy).
+func (c *components) drainFor() time.Duration {
+	if c.flags.drain >= 0 {
+		return c.flags.drain
+	}
+	hc := c.watcher.Current().XDS().ExtensionHealthCheck
+	return hc.Interval + hc.Timeout
 }
 
 // writeReadyFile writes the bound addresses atomically (write, then

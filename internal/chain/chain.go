@@ -167,6 +167,17 @@ type Options struct {
 	// FailOpen lets requests through when Sluice is unreachable (both
 	// filters' failure_mode_allow). Default false: fail closed.
 	FailOpen bool
+	// NoStatusOnError: the Envoy predates ext_proc's status_on_error
+	// (1.36; envoy/README.md, "Envoy versions"), which it would ignore as
+	// an unknown field, answering 500 when Sluice cannot be reached.
+	// ExtProc and UpstreamExtProc leave it out, and the listener's
+	// local_reply_config sets the status instead (PinExtProcStatus).
+	NoStatusOnError bool
+	// NoFallback: the Envoy is served no fallback cluster (xds withholds
+	// them from releases that cannot run them). ExtProc's stream then
+	// carries the initial metadata FallbackMetadataKey, and the processor
+	// sends a fallback model's requests to its first provider.
+	NoFallback bool
 }
 
 // Authz is Sluice's ext_authz filter configuration: gRPC, 200 ms, no body
@@ -209,10 +220,14 @@ func Authz(o Options) *extauthzv3.ExtAuthz {
 // (Filter::onGrpcError in ext_proc.cc, a second local reply, sent
 // directly).
 func ExtProc(o Options) *extprocv3.ExternalProcessor {
+	gs := grpcService(o, 0)
+	if o.NoFallback {
+		gs.InitialMetadata = []*corev3.HeaderValue{{Key: FallbackMetadataKey, Value: FallbackMetadataWithheld}}
+	}
 	return &extprocv3.ExternalProcessor{
-		GrpcService:      grpcService(o, 0),
+		GrpcService:      gs,
 		FailureModeAllow: o.FailOpen,
-		StatusOnError:    &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
+		StatusOnError:    statusOnError(o),
 		ProcessingMode: &extprocv3.ProcessingMode{
 			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
 			RequestBodyMode:     extprocv3.ProcessingMode_BUFFERED,
@@ -271,7 +286,7 @@ func UpstreamExtProc(o Options) *extprocv3.ExternalProcessor {
 			ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
 		},
 		MessageTimeout: durationpb.New(ExtProcTimeout),
-		StatusOnError:  &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
+		StatusOnError:  statusOnError(o),
 		MetadataOptions: &extprocv3.MetadataOptions{
 			ForwardingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{Untyped: []string{UsageNamespace}},
 		},

@@ -2,6 +2,7 @@ package chain
 
 import (
 	"fmt"
+	"strconv"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -56,9 +57,14 @@ type envoyReply struct {
 	// StreamInfo::ResponseCodeDetails); prefix says they start with it.
 	details string
 	prefix  bool
-	status  int
-	code    string
-	message string
+	// byStatus matches the status too, for details Envoy sends with more
+	// than one status (a timeout is 408 before the request is complete,
+	// 504 after): the body's type follows the status, so each status
+	// needs its own mapper.
+	byStatus bool
+	status   int
+	code     string
+	message  string
 	// anthropic is Anthropic's own words for the reply, when it has them.
 	anthropic string
 }
@@ -114,6 +120,64 @@ func envoyReplies(maxBody int64) []envoyReply {
 		// Sluice's own path classification answers with.
 		{details: "path_normalization_failed", status: 400, code: apierr.CodeNonCanonicalPath,
 			message: "the request path is not canonical: it holds a percent-encoded slash or backslash, a fragment, or a character no path may hold"},
+		// The connection manager's stream idle timeout — the listener's
+		// stream_idle_timeout until a provider route is chosen, then that
+		// route's idle_timeout — and its request_timeout
+		// (ConnectionManagerImpl::ActiveStream::onIdleTimeout and
+		// onRequestTimeout, conn_manager_impl.cc): 408 while the client has
+		// not sent the whole request, 504 once it has
+		// (Utility::maybeRequestTimeoutCode). Once response headers went
+		// out the stream is reset instead, with no reply.
+		{details: "stream_idle_timeout", byStatus: true, status: 408, code: apierr.CodeRequestTimeout,
+			message: "the client sent nothing for too long before the request was complete; send the whole request without pausing"},
+		{details: "stream_idle_timeout", byStatus: true, status: 504, code: apierr.CodeUpstreamTimeout,
+			message: "the provider sent nothing for too long (the stream idle timeout); retry"},
+		{details: "request_overall_timeout", byStatus: true, status: 408, code: apierr.CodeRequestTimeout,
+			message: "the request was not received in time (the gateway's request timeout); send it faster or in fewer bytes"},
+		{details: "request_overall_timeout", byStatus: true, status: 504, code: apierr.CodeGatewayTimeout,
+			message: "the gateway did not hand the request on in time (its request timeout); retry"},
+		// The router found the route's cluster gone (router.cc,
+		// Filter::decodeHeaders: getThreadLocalCluster fails; the route
+		// configuration's cluster_not_found_response_code, 503 unless
+		// set, which Sluice's routes leave). A stream keeps the route table
+		// it started with, but looks clusters up when it is routed, so a
+		// configuration change that removes a provider answers this to a
+		// request already routed to it.
+		{details: "cluster_not_found", status: 503, code: apierr.CodeProviderNotConfigured,
+			message: "the provider this request was routed to is no longer configured (the configuration changed while the request was in flight); retry"},
+		// The overload manager's stop_accepting_requests action
+		// (ConnectionManagerImpl::ActiveStream::decodeHeaders: "envoy
+		// overloaded", before any filter exists). The HTTP/1 codec's own
+		// overload reply has the same details but status 500.
+		{details: "overload", byStatus: true, status: 503, code: apierr.CodeGatewayOverloaded,
+			message: "the gateway is overloaded and sheds new requests; retry after a pause"},
+		// The HTTP/1 codec's protocol errors
+		// (source/common/http/http1/codec_impl.cc,
+		// ServerConnectionImpl::sendProtocolError, with the status in
+		// error_code_ and the details in Http1ResponseCodeDetails). They
+		// come while the request headers are parsed, before the stream
+		// has any, so no :path matches and they are always in OpenAI's
+		// shape. Past the headers (a bad chunk) ext_proc holds the reply
+		// while the codec closes the connection: the client gets none.
+		{details: "http1.headers_too_large", status: 431, code: apierr.CodeHeadersTooLarge,
+			message: "the request headers are larger in total than this gateway accepts; send fewer or smaller headers"},
+		{details: "http1.too_many_headers", status: 431, code: apierr.CodeHeadersTooLarge,
+			message: "the request has more headers than this gateway accepts; send fewer headers"},
+		{details: "http1.invalid_transfer_encoding", status: 501, code: apierr.CodeMalformedRequest,
+			message: "the request's transfer-encoding is not supported: send the body with a content-length or chunked"},
+		{details: "http1.", prefix: true, byStatus: true, status: 400, code: apierr.CodeMalformedRequest,
+			message: "the request is not valid HTTP/1.1 (its request line or headers); check the method, the path's characters and the headers"},
+		// An HTTP/1.0 request, which the connection manager answers
+		// "Upgrade Required" unless http_protocol_options.accept_http_10
+		// (ActiveStream::decodeHeaders, details low_version).
+		{details: "low_version", status: 426, code: apierr.CodeHTTPVersion,
+			message: "HTTP/1.0 is not supported: use HTTP/1.1 or HTTP/2"},
+		// A protocol upgrade (Connection: upgrade, Upgrade: websocket) on a
+		// listener with no upgrade_configs: FilterManager::createFilterChain
+		// finds no upgrade filter chain and decodeHeaders answers 403
+		// (details upgrade_failed) through the encoder filters.
+		{details: "upgrade_failed", status: 403, code: apierr.CodeUpgradeRefused,
+			message: "protocol upgrades (WebSocket) are not supported by this gateway; use plain HTTP requests"},
 		// The listener's no-provider route. Its body is already OpenAI's
 		// JSON, but a direct response gets content-type text/plain
 		// (Utility::prepareLocalReply sets it when no header did), and an
@@ -147,19 +211,32 @@ func LocalReply(maxBody int64) *hcmv3.LocalReplyConfig {
 }
 
 // DetailsExpression is the CEL expression matching Envoy's response-code
-// details d exactly, or those starting with d.
-func DetailsExpression(d string, prefix bool) string {
+// details d exactly, or those starting with d, and, when status is not 0,
+// the status too (response.code, which LocalReplyImpl::rewrite sets on
+// the stream info before it tries the mappers).
+func DetailsExpression(d string, prefix bool, status int) string {
+	x := "response.code_details == '" + d + "'"
 	if prefix {
-		return "response.code_details.startsWith('" + d + "')"
+		x = "response.code_details.startsWith('" + d + "')"
 	}
-	return "response.code_details == '" + d + "'"
+	if status != 0 {
+		x += " && response.code == " + strconv.Itoa(status)
+	}
+	return x
+}
+
+func (r envoyReply) expression() string {
+	if r.byStatus {
+		return DetailsExpression(r.details, r.prefix, r.status)
+	}
+	return DetailsExpression(r.details, r.prefix, 0)
 }
 
 func detailsFilter(r envoyReply) *accesslogv3.AccessLogFilter {
 	return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_ExtensionFilter{ExtensionFilter: &accesslogv3.ExtensionFilter{
 		Name: LocalReplyFilterCEL,
 		ConfigType: &accesslogv3.ExtensionFilter_TypedConfig{TypedConfig: anyOf(&celv3.ExpressionFilter{
-			Expression: DetailsExpression(r.details, r.prefix),
+			Expression: r.expression(),
 		})},
 	}}}
 }

@@ -37,7 +37,7 @@ func TestLocalReply(t *testing.T) {
 				t.Fatalf("%s: Anthropic mapper filter %v", k.details, anth.GetFilter())
 			}
 			for _, f := range []*celv3.ExpressionFilter{celOf(t, and[0].GetExtensionFilter().GetTypedConfig()), celOf(t, oai.GetFilter().GetExtensionFilter().GetTypedConfig())} {
-				if f.GetExpression() != DetailsExpression(k.details, k.prefix) {
+				if f.GetExpression() != k.expression() {
 					t.Errorf("%s: expression %q", k.details, f.GetExpression())
 				}
 			}
@@ -89,6 +89,70 @@ func TestAnthropicPathRegex(t *testing.T) {
 	} {
 		if got, want := re.MatchString(p), llmapi.DialectFor(p) == llmapi.Anthropic; got != want {
 			t.Errorf("%q: regex %v, DialectFor Anthropic %v", p, got, want)
+		}
+	}
+}
+
+// TestLocalReplyFirstMatch: the mappers are tried in order and the first
+// match applies, so no kind may shadow a later one. For each kind's own
+// details (a longer one for a prefix) and status, the first kind that
+// matches is that kind; and a kind matched by status has a mapper for
+// every status Envoy sends with its details.
+func TestLocalReplyFirstMatch(t *testing.T) {
+	kinds := envoyReplies(1 << 20)
+	matches := func(k envoyReply, details string, status int) bool {
+		if k.byStatus && k.status != status {
+			return false
+		}
+		if k.prefix {
+			return strings.HasPrefix(details, k.details)
+		}
+		return details == k.details
+	}
+	for i, k := range kinds {
+		d := k.details
+		if k.prefix {
+			d += "x"
+		}
+		for j, o := range kinds {
+			if matches(o, d, k.status) {
+				if j != i {
+					t.Errorf("%s %d: answered by kind %d (%s %d), not its own", k.details, k.status, j, o.details, o.status)
+				}
+				break
+			}
+		}
+	}
+	// Envoy's timeouts answer 408 before the request is complete and 504
+	// after (Utility::maybeRequestTimeoutCode); both have their mapper.
+	for _, d := range []string{"stream_idle_timeout", "request_overall_timeout"} {
+		for _, st := range []int{408, 504} {
+			var found bool
+			for _, k := range kinds {
+				found = found || (k.details == d && k.status == st && k.byStatus)
+			}
+			if !found {
+				t.Errorf("%s: no mapper for status %d", d, st)
+			}
+		}
+	}
+}
+
+// TestDetailsExpression: the CEL the mappers carry.
+func TestDetailsExpression(t *testing.T) {
+	for _, c := range []struct {
+		d      string
+		prefix bool
+		status int
+		want   string
+	}{
+		{"overload", false, 0, "response.code_details == 'overload'"},
+		{"http1.", true, 0, "response.code_details.startsWith('http1.')"},
+		{"stream_idle_timeout", false, 408, "response.code_details == 'stream_idle_timeout' && response.code == 408"},
+		{"http1.", true, 400, "response.code_details.startsWith('http1.') && response.code == 400"},
+	} {
+		if got := DetailsExpression(c.d, c.prefix, c.status); got != c.want {
+			t.Errorf("%q %v %d: %q, want %q", c.d, c.prefix, c.status, got, c.want)
 		}
 	}
 }

@@ -246,7 +246,7 @@ func startSluiceWith(t *testing.T, extra string) string {
 	var serveErr error
 	go func() {
 		defer close(done)
-		serveErr = app.Run(ctx, []string{"serve", "--config", filepath.Join(dir, "bench.yaml"), "--ready-file", ready, "--log-level", "error"},
+		serveErr = app.Run(ctx, []string{"serve", "--config", filepath.Join(dir, "bench.yaml"), "--ready-file", ready, "--log-level", "error", "--shutdown-drain", "0"},
 			io.Discard, io.Discard, func(string) (string, bool) { return "", false })
 	}()
 	t.Cleanup(func() {
