@@ -18,7 +18,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicegw/sluice/internal/cli"
-	"github.com/sluicegw/sluice/internal/exepages"
 	"github.com/sluicegw/sluice/internal/gcpace"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/policies"
@@ -208,15 +207,7 @@ func (c *components) run(ctx context.Context) error {
 		// rows, the first snapshot's scratch) is handed back to the OS
 		// now, not by the scavenger over minutes: with many declared keys
 		// it is hundreds of MiB. This runs after ready, off the way to it.
-		// So are the binary's pages it touched: package initialisation
-		// and first uses map most of the code and read-only data, which
-		// serving mostly does not touch again (internal/exepages).
-		go func() {
-			debug.FreeOSMemory()
-			if _, err := exepages.Release(); err != nil {
-				c.log.Warn("could not hand back the binary's start-up pages", "err", err)
-			}
-		}()
+		go debug.FreeOSMemory()
 		c.log.Info("sluice serving",
 			"grpc", c.grpcLn.Addr().String(), "admin", c.adminLn.Addr().String(), "xds", c.xdsLn.Addr().String(), "xds_version", c.control.Version(),
 			"config", c.flags.config, "config_version", c.snap.Version(), "keys", c.ring.Len(), "version", Version())
