@@ -226,10 +226,12 @@ func TestEnvoyTooOldRefused(t *testing.T) {
 	}
 }
 
-// TestEnvoyReleaseSharedNodeID: two Envoys sharing a node id (a hot
-// restart onto a new release, or an upgrade) share one cache entry, so
-// the node is served what both can run while both are connected, and
-// every feature again once the old one is gone.
+// TestEnvoyReleaseSharedNodeID: two Envoys of different releases sharing
+// a node id (a rollback, or every replica on the bootstrap's default id)
+// each keep the config of their own release. The newer one is never
+// pushed the older one's — a CDS without the fallback clusters its
+// routes still name would break its fallback models until the routes
+// followed — and a config change reaches each at its own level.
 func TestEnvoyReleaseSharedNodeID(t *testing.T) {
 	checkLeaks(t)
 	ts := startXDS(t)
@@ -241,14 +243,44 @@ func TestEnvoyReleaseSharedNodeID(t *testing.T) {
 	older := newSotwClient(t, cc, releaseNode(t, "edge-1", "1.36.0"), envoyNames("pool", "spare"))
 	old := ts.servedTo(t, "1.36.0")
 	older.syncAll(old)
-	n := ts.waitNode(t, "edge-1", "both streams", func(n NodeStatus) bool { return n.Streams == 2 })
-	if !slices.Equal(n.Withheld, []string{"fallback"}) {
-		t.Errorf("with a 1.36 stream open: withheld %v, want fallback", n.Withheld)
+
+	byRelease := map[string]NodeStatus{}
+	for _, n := range ts.Nodes() {
+		if n.ID == "edge-1" {
+			byRelease[n.EnvoyVersion] = n
+		}
 	}
-	// The newer stream is pushed the older release's config too.
-	newer.until(only(old, resourcev3.ClusterType, resourcev3.RouteType))
+	if n := byRelease["1.40.0"]; n.Streams != 1 || len(n.Withheld) != 0 {
+		t.Errorf("the 1.40 Envoy: %+v; want its own entry, every feature", n)
+	}
+	if n := byRelease["1.36.0"]; n.Streams != 1 || !slices.Equal(n.Withheld, []string{"fallback"}) {
+		t.Errorf("the 1.36 Envoy: %+v; want its own entry without fallback", n)
+	}
+
+	// A config change reaches each at its own level (a downgraded newer
+	// Envoy would never hold the full config's versions).
+	ts.update(t, strings.Replace(releasesPolicy, `10.0.0.2:8000`, `10.0.0.3:8000`, 1))
+	full2, old2 := ts.served(t, FlavourEnvoy), ts.servedTo(t, "1.36.0")
+	newer.until(changed(t, full, full2))
+	older.until(changed(t, old, old2))
+
 	older.stream.CloseSend()
 	older.streamErr()
-	ts.waitNode(t, "edge-1", "the old stream gone", func(n NodeStatus) bool { return n.Streams == 1 && len(n.Withheld) == 0 })
-	newer.until(only(full, resourcev3.ClusterType, resourcev3.RouteType))
+	ts.waitNode(t, "edge-1", "the old stream gone", func(n NodeStatus) bool { return n.Streams == 1 && len(n.Withheld) == 0 && n.EnvoyVersion == "1.40.0" })
+}
+
+// changed is the versions of to whose type's version differs in from;
+// it fails the test when none does.
+func changed(t testing.TB, from, to map[string]string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for typ, v := range to {
+		if from[typ] != v {
+			out[typ] = v
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("the new config changed no resource type")
+	}
+	return out
 }

@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"feature"}),
 		nodesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_xds_nodes_refused_total",
-			Help: "xDS streams refused before anything was served, by reason (envoy_too_old: an Envoy older than the oldest release Sluice serves; no_node_id).",
+			Help: "xDS streams refused before anything was served, by reason (envoy_too_old: an Envoy older than the oldest release Sluice serves; no_node_id; node_id_too_long).",
 		}, []string{"reason"}),
 	}
 	if reg != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -122,13 +123,13 @@ type node struct {
 	streams int
 	group   int
 	flavour Flavour
-	// release is the Envoy version the node reports, for logs ("" for a
-	// proxyless gRPC client); features what it is served (the features
-	// its release runs: Features of every stream's node in common, see
-	// levels).
+	// key is the node's cache key (nodeKey): its id, and the features it
+	// runs when it runs fewer than all. release is the Envoy version its
+	// latest stream reported, for logs ("" for a proxyless gRPC client);
+	// features what it is served.
+	key      string
 	release  string
 	features Features
-	levels   map[Features]int // open streams by the features their node reported
 	pinned   bool
 	// warned: the node was told (logged, counted) that it is served no
 	// provider routes (a proxyless gRPC client, xds.proxyless off);
@@ -143,10 +144,9 @@ type node struct {
 // xdsStream remembers, per type, the version of each response sent, to
 // name the version a NACK rejects and the one a delta ACK accepts.
 type xdsStream struct {
-	node     string
-	features Features          // what the stream's node reported it runs
-	sent     map[string]string // nonce → version
-	byType   map[string]string // type URL → last nonce sent
+	node   string            // the node's key (nodeKey)
+	sent   map[string]string // nonce → version
+	byType map[string]string // type URL → last nonce sent
 }
 
 // history holds the last versions of one resource type.
@@ -180,7 +180,7 @@ func New(opts Options) *Server {
 	for i := range s.history {
 		s.history[i] = &history{res: map[string]cachev3.Resources{}}
 	}
-	s.cache = cachev3.NewSnapshotCache(true, cachev3.IDHash{}, cacheLogger{s.log})
+	s.cache = cachev3.NewSnapshotCache(true, nodeHash{}, cacheLogger{s.log})
 	return s
 }
 
@@ -310,7 +310,7 @@ func (s *Server) setSnapshot(n *node) {
 		}
 		snap = pinned
 	}
-	if err := s.cache.SetSnapshot(context.Background(), n.id, snap); err != nil {
+	if err := s.cache.SetSnapshot(context.Background(), n.key, snap); err != nil {
 		s.log.Error("set snapshot", "node", n.id, "err", err)
 	}
 }
@@ -397,8 +397,11 @@ func (s *Server) attach(streamID int64, md *corev3.Node) (*node, *xdsStream, err
 		s.m.nodesRefused.WithLabelValues(refusedNoNodeID).Inc()
 		return nil, nil, status.Error(codes.InvalidArgument, "xds: the first request of a stream must carry node.id")
 	}
+	if len(id) > maxNodeIDLen {
+		s.m.nodesRefused.WithLabelValues(refusedNodeIDTooLong).Inc()
+		return nil, nil, status.Errorf(codes.InvalidArgument, "xds: node.id is %d bytes, more than the %d Sluice accepts; give this Envoy a shorter --service-node / node.id", len(id), maxNodeIDLen)
+	}
 	flavour := FlavourOf(md)
-	features := AllFeatures
 	release, known := "", true
 	if flavour == FlavourEnvoy {
 		// Envoy's release decides what it is served. A proxyless gRPC
@@ -409,19 +412,16 @@ func (s *Server) attach(streamID int64, md *corev3.Node) (*node, *xdsStream, err
 		if known && v.Less(MinEnvoy) {
 			return nil, nil, s.refuseTooOld(md, v)
 		}
-		if known {
-			features = FeaturesOf(v)
-		}
 	}
-	st = &xdsStream{node: id, features: features, sent: map[string]string{}, byType: map[string]string{}}
+	key := nodeKey(md)
+	st = &xdsStream{node: key, sent: map[string]string{}, byType: map[string]string{}}
 	s.streams[streamID] = st
-	n := s.nodes[id]
+	n := s.nodes[key]
 	if n == nil {
-		n = &node{id: id, md: md, release: release, features: features, levels: map[Features]int{}, acked: map[string]string{}, nacked: map[string]string{}}
+		n = &node{id: id, key: key, md: md, release: release, features: nodeFeatures(md), acked: map[string]string{}, nacked: map[string]string{}}
 		n.group = s.groupOf(md)
 		n.flavour = flavour
-		n.levels[features]++
-		s.nodes[id] = n
+		s.nodes[key] = n
 		s.setSnapshot(n)
 		s.log.Info("xDS node connected", "node", id, "cluster", md.GetCluster(), "flavour", n.flavour, "user_agent", md.GetUserAgentName(), "envoy_version", release)
 		if !known {
@@ -429,18 +429,57 @@ func (s *Server) attach(streamID int64, md *corev3.Node) (*node, *xdsStream, err
 				"node", id, "user_agent", md.GetUserAgentName(), "user_agent_version", release)
 		}
 	} else {
-		n.levels[features]++
-		s.relevel(n)
+		// Another Envoy of the same feature level under the same id (a hot
+		// restart, an upgrade within a level): it shares the entry; the
+		// label follows the latest.
+		n.release = release
 	}
 	n.streams++
 	s.m.nodes.Set(float64(len(s.nodes)))
 	return n, st, nil
 }
 
+// maxNodeIDLen bounds node.id: Sluice keeps refused ids for a while and
+// names nodes in logs, metrics and errors. Envoy's own ids are a host or
+// pod name, Istio's a few hundred bytes at most.
+const maxNodeIDLen = 1024
+
+// nodeFeatures is what a node is served: for an Envoy whose release it can
+// read, the features that release runs; every feature otherwise.
+func nodeFeatures(md *corev3.Node) Features {
+	if FlavourOf(md) != FlavourEnvoy {
+		return AllFeatures
+	}
+	if v, ok := NodeVersion(md); ok {
+		return FeaturesOf(v)
+	}
+	return AllFeatures
+}
+
+// nodeKey is the snapshot cache's key of a node: its id, followed by its
+// feature set when it runs fewer than all. Two Envoys of different
+// releases under one node id (a rollback, a fleet on the default id) so
+// have entries of their own: a newer Envoy is never pushed the older
+// one's config, which would take its fallback clusters away while its
+// routes still name them.
+func nodeKey(md *corev3.Node) string {
+	fs := nodeFeatures(md)
+	if fs == AllFeatures {
+		return md.GetId()
+	}
+	return md.GetId() + "\x00" + strconv.Itoa(int(fs))
+}
+
+// nodeHash keys the snapshot cache by nodeKey.
+type nodeHash struct{}
+
+func (nodeHash) ID(md *corev3.Node) string { return nodeKey(md) }
+
 // Reasons a stream is refused, the label of sluice_xds_nodes_refused_total.
 const (
-	refusedNoNodeID    = "no_node_id"
-	refusedEnvoyTooOld = "envoy_too_old"
+	refusedNoNodeID      = "no_node_id"
+	refusedNodeIDTooLong = "node_id_too_long"
+	refusedEnvoyTooOld   = "envoy_too_old"
 )
 
 // refuseTooOld is the error that ends the stream of an Envoy older than
@@ -471,25 +510,6 @@ func (s *Server) refuseTooOld(md *corev3.Node, v EnvoyVersion) error {
 	s.log.Log(context.Background(), level, "xDS node refused: its Envoy is older than the oldest release Sluice serves; it is served nothing",
 		"node", md.GetId(), "cluster", md.GetCluster(), "envoy_version", v.String(), "min_envoy_version", MinEnvoy.String())
 	return status.Error(codes.FailedPrecondition, msg)
-}
-
-// relevel recomputes what node n is served after a stream opened or
-// closed: the features every open stream's node reported in common (two
-// Envoys may share a node id during a hot restart or an upgrade, and one
-// cache entry serves them both), and gives it that snapshot if it changed.
-// s.mu is held.
-func (s *Server) relevel(n *node) {
-	fs := AllFeatures
-	for l, c := range n.levels {
-		if c > 0 {
-			fs &= l
-		}
-	}
-	if fs == n.features {
-		return
-	}
-	n.features = fs
-	s.setSnapshot(n)
 }
 
 // variant is the index in Server.snaps of what n is served.
@@ -541,16 +561,11 @@ func (s *Server) closed(streamID int64) {
 	if n == nil {
 		return
 	}
-	if n.levels[st.features]--; n.levels[st.features] == 0 {
-		delete(n.levels, st.features)
-	}
 	if n.streams--; n.streams == 0 {
-		delete(s.nodes, n.id)
-		s.cache.ClearSnapshot(n.id)
+		delete(s.nodes, n.key)
+		s.cache.ClearSnapshot(n.key)
 		s.m.nodes.Set(float64(len(s.nodes)))
-		return
 	}
-	s.relevel(n)
 }
 
 // sent records the version of a response, by nonce.

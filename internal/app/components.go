@@ -484,6 +484,9 @@ func (c *components) servers() error {
 	authv3.RegisterAuthorizationServer(c.grpc, authz.NewServer(checker, authz.NewMetrics(c.reg), c.log))
 	extprocsvc.RegisterExternalProcessorServer(c.grpc, extprocServer)
 	c.health = health.NewServer()
+	// NOT_SERVING until run reports readiness: grpc-go's health server
+	// starts with the whole server ("") SERVING.
+	c.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(c.grpc, c.health)
 	c.xdsGRPC = grpc.NewServer(append(append(guard.ServerOptions(), xdsOpts...), keepaliveOptions()...)...)
 
