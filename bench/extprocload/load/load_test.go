@@ -75,7 +75,7 @@ func TestScenarios(t *testing.T) {
 				if res.Chunks != wantChunks {
 					t.Errorf("chunks = %d, want %d", res.Chunks, wantChunks)
 				}
-				if res.CPUMicrosReq < 0 || res.ReqPerSec <= 0 || res.P50Millis <= 0 || res.P99Millis < res.P50Millis || res.RSSKiB <= 0 || res.RSSMaxKiB < res.RSSKiB {
+				if res.CPUMicrosReq < 0 || res.ReqPerSec <= 0 || res.P50Millis <= 0 || res.P99Millis < res.P50Millis || res.RSSKiB <= 0 || res.RSSMaxKiB < res.RSSKiB || res.RSSAnonKiB <= 0 || res.RSSAnonMaxKiB < res.RSSAnonKiB {
 					t.Errorf("result not sane: %+v", res)
 				}
 				if wantConns := max(1, cfg.Conns); res.Conns != wantConns {

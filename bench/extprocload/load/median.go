@@ -161,16 +161,16 @@ func Median(runs [][]runLine) (*Medians, error) {
 // run's CPU µs a request and the ramps' highest held rates.
 func (m *Medians) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
-	b.WriteString("| scenario | server | CPU µs/req | req/s | p50 ms | p99 ms | ttfc p50 ms | errors (of requests) | core % server / driver | RSS MiB (max) |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| scenario | server | CPU µs/req | req/s | p50 ms | p99 ms | ttfc p50 ms | errors (of requests) | core % server / driver | RSS MiB (max) | RssAnon MiB (max) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range m.Rows {
 		ttfc := "–"
 		if r.TTFCP50Millis > 0 {
 			ttfc = fmt.Sprintf("%.2f", r.TTFCP50Millis)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f | %.2f | %s | %s (%s) | %.0f / %.0f | %.0f |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f | %.2f | %s | %s (%s) | %.0f / %.0f | %.0f | %.0f |\n",
 			r.Scenario, r.Server, thousands(r.CPUMicrosReq), thousands(r.ReqPerSec), r.P50Millis, r.P99Millis, ttfc,
-			thousands(float64(r.Errors)), thousands(float64(r.Requests)), r.ServerBusy, r.DriverBusy, float64(r.RSSMaxKiB)/1024)
+			thousands(float64(r.Errors)), thousands(float64(r.Requests)), r.ServerBusy, r.DriverBusy, float64(r.RSSMaxKiB)/1024, float64(r.RSSAnonMaxKiB)/1024)
 	}
 	b.WriteString("\nEach run's CPU µs a request:\n\n")
 	for _, r := range m.Rows {

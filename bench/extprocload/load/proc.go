@@ -41,16 +41,22 @@ func cpuTime(pid int) (time.Duration, error) {
 }
 
 // rssKiB is VmRSS of /proc/<pid>/status, in KiB.
-func rssKiB(pid int) (int64, error) {
+func rssKiB(pid int) (int64, error) { return statusKiB(pid, "VmRSS:") }
+
+// anonKiB is RssAnon of /proc/<pid>/status, in KiB.
+func anonKiB(pid int) (int64, error) { return statusKiB(pid, "RssAnon:") }
+
+// statusKiB is the field of /proc/<pid>/status named by its prefix, in KiB.
+func statusKiB(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
 			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, strings.TrimSuffix(field, ":"))
 }

@@ -102,6 +102,10 @@ type Result struct {
 	TTFCP99Millis float64 `json:"ttfc_p99_ms,omitempty"`
 	RSSKiB        int64   `json:"rss_kib"`
 	RSSMaxKiB     int64   `json:"rss_max_kib"`
+	// RSSAnonKiB and RSSAnonMaxKiB are RssAnon at the end and its peak:
+	// what a memory limit sees of the process beside the page cache.
+	RSSAnonKiB    int64 `json:"rss_anon_kib"`
+	RSSAnonMaxKiB int64 `json:"rss_anon_max_kib"`
 	// TLS is "tls" or "mtls" (a client certificate presented) when the
 	// connections were TLS; absent when plaintext.
 	TLS           string  `json:"tls,omitempty"`
@@ -242,6 +246,9 @@ type stats struct {
 	driverCPU  time.Duration // the driver's own, over the same time
 	rss        int64         // VmRSS at the end, KiB
 	rssMax     int64         // the largest VmRSS seen during the phase, KiB
+	// anon and anonMax are RssAnon likewise: the anonymous memory, which
+	// a container's memory limit charges whatever the page cache holds.
+	anon, anonMax int64
 }
 
 func (s *stats) served() int { return len(s.lat) }
@@ -282,7 +289,7 @@ func (d *driver) phase(ctx context.Context, l load) (stats, error) {
 	if err != nil {
 		return stats{}, err
 	}
-	sampled := make(chan int64, 1)
+	sampled := make(chan memPeak, 1)
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	go func() { sampled <- sampleRSS(sampleCtx, pid) }()
 
@@ -355,7 +362,8 @@ func (d *driver) phase(ctx context.Context, l load) (stats, error) {
 	st.elapsed = time.Since(start)
 	self1, err := cpuTime(os.Getpid())
 	stopSampling()
-	st.rssMax = <-sampled
+	peak := <-sampled
+	st.rssMax, st.anonMax = peak.rss, peak.anon
 	if err != nil {
 		return stats{}, err
 	}
@@ -370,6 +378,10 @@ func (d *driver) phase(ctx context.Context, l load) (stats, error) {
 			return stats{}, err
 		}
 		st.rssMax = max(st.rssMax, st.rss)
+		if st.anon, err = anonKiB(pid); err != nil {
+			return stats{}, err
+		}
+		st.anonMax = max(st.anonMax, st.anon)
 	}
 	slices.Sort(st.lat)
 	slices.Sort(st.ttfc)
@@ -394,18 +406,24 @@ func (s *stats) busy(cpu time.Duration) float64 {
 	return 100 * cpu.Seconds() / s.elapsed.Seconds()
 }
 
-// sampleRSS samples VmRSS of pid every 100 ms until ctx ends and returns
-// the largest (0 when pid is 0 or unreadable).
-func sampleRSS(ctx context.Context, pid int) int64 {
+// memPeak is the largest VmRSS and RssAnon sampled, KiB.
+type memPeak struct{ rss, anon int64 }
+
+// sampleRSS samples VmRSS and RssAnon of pid every 100 ms until ctx ends
+// and returns the largest of each (0 when pid is 0 or unreadable).
+func sampleRSS(ctx context.Context, pid int) memPeak {
+	var peak memPeak
 	if pid <= 0 {
-		return 0
+		return peak
 	}
-	var peak int64
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
 		if v, err := rssKiB(pid); err == nil {
-			peak = max(peak, v)
+			peak.rss = max(peak.rss, v)
+		}
+		if v, err := anonKiB(pid); err == nil {
+			peak.anon = max(peak.anon, v)
 		}
 		select {
 		case <-ctx.Done():
@@ -433,6 +451,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		Scenario: cfg.Scenario, Server: cfg.Server, Rate: cfg.Rate, Conns: len(d.conns),
 		Requests: st.served() + st.errs, Errors: st.errs, Timeouts: st.timeouts, NotStarted: st.notStarted, FirstError: st.firstErr,
 		ElapsedMillis: ms(st.elapsed), CPUMicrosReq: st.cpuPerReq(), RSSKiB: st.rss, RSSMaxKiB: st.rssMax,
+		RSSAnonKiB: st.anon, RSSAnonMaxKiB: st.anonMax,
 		ServerBusy: st.busy(st.cpu), DriverBusy: st.busy(st.driverCPU), TLS: cfg.TLS.mode(),
 	}
 	if cfg.Rate == 0 {
