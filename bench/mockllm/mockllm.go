@@ -31,8 +31,8 @@ const (
 )
 
 // Options are the server-wide defaults. Every behaviour field can be
-// overridden for one request by the matching x-mock-* header (see the
-// package documentation). The zero value is a usable server: 13-word
+// overridden for one request by the matching x-mock-* header (see
+// README.md). The zero value is a usable server: 13-word
 // replies, no delays, no credentials required.
 type Options struct {
 	// Words is the reply size in words; each word is one output token.

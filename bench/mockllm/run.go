@@ -19,8 +19,8 @@ const runSummary = `mockllm — a mock LLM provider: a test double for tests, de
 benchmarks, not a model. It speaks the OpenAI (chat completions,
 completions, embeddings, responses; also Azure OpenAI deployment paths)
 and Anthropic Messages APIs with made-up, deterministic replies, and can
-replay go-vcr cassettes. Requests steer it with x-mock-* headers (see the
-package documentation of github.com/sluicegw/sluice/bench/mockllm).
+replay go-vcr cassettes. Requests steer it with x-mock-* headers (see
+bench/mockllm/README.md in Sluice's repository).
 
 Usage:
   mockllm [flags]

@@ -14,7 +14,7 @@ const srcValidateClusters = "source/common/router/config_impl.cc, RouteEntryImpl
 
 // setRules are the references between resources that Envoy checks when it
 // loads them. What Envoy does NOT check at load, and what it does instead,
-// is in doc.go ("Cross-references").
+// is in README.md ("Cross-references Envoy does not check at load").
 func setRules() []*Rule {
 	return []*Rule{
 		{

@@ -5,7 +5,7 @@ package envoytest
 // as Envoy's GrpcMuxImpl does (source/extensions/config_subscription/grpc/
 // grpc_mux_impl.cc). This file holds the bootstrap side and the public
 // API; ads_stream.go the protocol, ads_resources.go what is done with the
-// resources. doc.go (# xDS) lists what is and is not emulated.
+// resources. README.md ("xDS") lists what is and is not emulated.
 
 import (
 	"context"

@@ -47,7 +47,7 @@ const Banner = "envoytest: an Envoy EMULATOR for tests and demos — not a produ
 
 // Emulator plays Envoy's role on the wire for one listener: an HTTP front,
 // the ext_authz and ext_proc filters, and the router. See the package
-// documentation for what is and is not emulated.
+// documentation and README.md for what is and is not emulated.
 type Emulator struct {
 	opts    Options
 	version envoyVersion // Options.EnvoyVersion

@@ -7,7 +7,7 @@ package envoytest
 // ext_proc/ext_proc.cc, processor_state.cc) step by step: the same callback
 // states, the same decisions on each reply, the same close points.
 //
-// What is left out or approximated, and why, is listed in doc.go.
+// What is left out or approximated, and why, is listed in README.md.
 
 import (
 	"errors"

@@ -181,7 +181,7 @@ func (e *Emulator) finishEarly(s *stream) {
 // ConnectionImpl in codec_impl.cc) refuses of a request that Go's HTTP
 // server accepted, in the order the codec meets it: the status and the
 // details of its sendProtocolError, or 0. Go's server refuses much
-// itself (doc.go, "The connection manager").
+// itself (README.md, "The connection manager").
 func codec1(r *http.Request, p hcmPolicy) (int, string) {
 	// The first byte must start a known method (BalsaParser::execute,
 	// HPE_INVALID_METHOD) unless custom methods are allowed.

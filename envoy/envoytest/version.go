@@ -4,7 +4,7 @@ package envoytest
 // node reports over ADS, and the few behaviours that differ between the
 // releases Sluice serves (envoy/README.md, "Envoy versions"), so that a
 // test can run an old Envoy and a new one against one control plane.
-// doc.go (# Envoy versions) lists what is emulated.
+// This package's README.md ("Envoy versions") lists what is emulated.
 
 import (
 	"fmt"

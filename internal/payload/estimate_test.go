@@ -102,7 +102,7 @@ func TestTextDocumentCountsAsText(t *testing.T) {
 	}
 }
 
-// TestMediaEstimate: what each kind of media string costs (doc.go,
+// TestMediaEstimate: what each kind of media string costs (README.md,
 // "Media").
 func TestMediaEstimate(t *testing.T) {
 	img := strings.Repeat("iVBORw0K", 50_000)  // 400,000 base64 characters

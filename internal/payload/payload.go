@@ -24,7 +24,7 @@ type Request struct {
 	// (responses), max_tokens (messages); an unknown endpoint takes the
 	// largest of the three. Embeddings have none.
 	MaxOutputTokens int64
-	// InputTokens estimates the prompt's tokens for admission; doc.go gives
+	// InputTokens estimates the prompt's tokens for admission; README.md gives
 	// the formula and its error. It is never negative.
 	InputTokens int64
 	// IncludeUsage is true when stream_options.include_usage is true
@@ -254,7 +254,7 @@ func foldedField(ep llmapi.Endpoint, key []byte) (field, bool) {
 	return fNone, false
 }
 
-// Tokens added by the estimate (doc.go).
+// Tokens added by the estimate (README.md).
 const (
 	perRequestTokens = 3    // reply priming, chat-style endpoints
 	perItemTokens    = 4    // each message / input item

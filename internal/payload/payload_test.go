@@ -12,7 +12,7 @@ import (
 )
 
 // The recorded OpenAI requests: what Parse reads from each, the estimate
-// included (doc.go's formula worked through in the comments).
+// included (README.md's formula worked through in the comments).
 func TestParseFixtures(t *testing.T) {
 	want := map[string]Request{
 		// 3 + 4 (one message); content null costs nothing
@@ -73,7 +73,7 @@ func TestParseFixtures(t *testing.T) {
 }
 
 // The estimate against the prompt_tokens the provider reported for the
-// same request: within the error doc.go states for English text and code.
+// same request: within the error README.md states for English text and code.
 func TestFixtureEstimates(t *testing.T) {
 	n := 0
 	for _, r := range loadRecorded(t) {

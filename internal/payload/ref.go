@@ -21,7 +21,7 @@ const (
 	RefFileURL
 	// RefURL: the "url" of an object of type "url" (Anthropic's document
 	// and image sources by URL). An image_url's URL is not one: an
-	// OpenAI image costs at most its per-image maximum (doc.go, "Media").
+	// OpenAI image costs at most its per-image maximum (README.md, "Media").
 	RefURL
 	// RefItemReference: a responses input item of type "item_reference".
 	RefItemReference

@@ -313,7 +313,7 @@ func checkApplied(in, out []byte, rw Rewrite) error {
 	return nil
 }
 
-// referenceEstimate recomputes doc.go's input-token estimate from
+// referenceEstimate recomputes README.md's input-token estimate from
 // encoding/json's token stream (which keeps duplicate keys, and decodes
 // every escape and surrogate pair): the oracle for str's rune counting and
 // the scanner's walk. The key tables (fieldOf, keyMode) are shared.
@@ -358,7 +358,7 @@ func referenceEstimate(ep llmapi.Endpoint, body []byte) (int64, error) {
 
 // refValue costs the value that starts with tok in mode m; perItem adds
 // perItemTokens for each object directly inside an array. Media strings
-// are classified from their decoded value (doc.go, "Media").
+// are classified from their decoded value (README.md, "Media").
 func refValue(dec *json.Decoder, tok json.Token, m mode, perItem bool) (int64, error) {
 	switch v := tok.(type) {
 	case string:
@@ -454,7 +454,7 @@ func refValue(dec *json.Decoder, tok json.Token, m mode, perItem bool) (int64, e
 	return 0, nil // bool, nil
 }
 
-// refUnits is doc.go's units of a decoded string: 1 per rune below U+0800,
+// refUnits is README.md's units of a decoded string: 1 per rune below U+0800,
 // 4 per rune at or above it.
 func refUnits(v string) int64 {
 	var units int64

@@ -292,7 +292,7 @@ func (s *scanner) object(depth int, m mode) bool {
 	return true
 }
 
-// mediaString scans the string under the media key key (doc.go, "Media"):
+// mediaString scans the string under the media key key (README.md, "Media"):
 // a URL or file id, or an inline image, costs mediaTokens; other inline
 // data marked by its own data: URL costs mediaTokens or its length as
 // text, whichever is more; a string nothing marks is left to med, which
@@ -363,7 +363,7 @@ func isAudioFormat(v []byte) bool {
 	return false
 }
 
-// Media estimate constants (doc.go).
+// Media estimate constants (README.md).
 const (
 	// audioUnitsPerToken: base64 audio at 8 kbit/s is 1,333 characters a
 	// second; providers charge at most ~20 audio tokens a second.

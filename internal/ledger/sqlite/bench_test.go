@@ -20,7 +20,7 @@ import (
 // ~2 ms per commit, about 20), aggregates included: the records are
 // spread over 1,000 keys, 50 teams, 5 orgs and 4 models (benchRecord), so
 // a batch touches about two aggregate rows per record, near the worst
-// case of three. Its numbers chose DefaultMaxBatch: see doc.go.
+// case of three. Its numbers chose DefaultMaxBatch: see bench/README.md.
 func BenchmarkAppend(b *testing.B) {
 	for _, appenders := range []int{1, 16, 64, 256, 1024} {
 		for _, batch := range []int{1, 16, 128, 1024} {

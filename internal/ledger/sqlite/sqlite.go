@@ -33,7 +33,7 @@ const pragmas = "_pragma=busy_timeout(5000)" +
 	"&_txlock=immediate"
 
 // DefaultMaxBatch is Options.MaxBatch's default, chosen by
-// BenchmarkAppend (see doc.go for the numbers).
+// BenchmarkAppend (bench/README.md has the numbers).
 const DefaultMaxBatch = 128
 
 // Options tune group commit. The zero value is the defaults.
@@ -46,7 +46,7 @@ type Options struct {
 	// 0, the default, means no wait: the committer commits what is queued
 	// at once, and what arrives during a commit is the next batch, so the
 	// commit's own duration is the batching window (BenchmarkAppendRate
-	// shows that waiting only adds latency; see doc.go). A batch is never
+	// shows that waiting only adds latency; see README.md). A batch is never
 	// held back past MaxWait after its first record.
 	MaxWait time.Duration
 	// Linger is MaxWait for loaded times only: with MaxWait 0, after a
