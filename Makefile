@@ -13,20 +13,32 @@ PKGS     := ./...
 TAGS     ?= vtprotobuf,grpcnotrace
 GOTAGS   := -tags=$(TAGS)
 
-.PHONY: all build build-dev run test lint vet fmt-check jsclients bench bench-service fuzz mutation clean check-go
+.PHONY: all build build-dev run test lint vet fmt-check jsclients bench bench-service fuzz fuzz-targets mutation clean check-go
 
 all: build
 
 check-go:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make: Go is not installed (need Go 1.26 or newer: https://go.dev/dl/)"; exit 1; }
 
+# go build -v names each package it compiles (a package already in the
+# build cache is not named), and go itself says "go: downloading" for each
+# module it fetches. PROGRESS passes go's own lines (downloads, errors)
+# through and prints a count every 25 packages, so that a first build on a
+# bare machine, minutes of downloading and compiling, is not silent. The
+# recipe appends go's exit status as a last line ("go-build-exit N"),
+# which PROGRESS exits with: a failed build still fails make.
+PROGRESS = awk -v what="$@" '/^go-build-exit [0-9]+$$/ { code = $$2; next } /^[^ ]+$$/ { n++; if (n % 25 == 0) printf "  %s: %d packages compiled\n", what, n; fflush(); next } { print; fflush() } END { if (n % 25) printf "  %s: %d packages compiled\n", what, n; exit code }'
+FIRST_BUILD = echo "$@: building $(1) (the first build downloads Go modules and compiles every package, which takes minutes; later builds take seconds)"
+
 # bin/sluice is what production runs; bin/sluice-dev holds the Envoy
 # emulator and the mock provider, which the production binary never ships.
 build: check-go
-	CGO_ENABLED=0 $(GO) build $(GOTAGS) -o $(BIN) ./cmd/sluice
+	@$(call FIRST_BUILD,$(BIN))
+	@{ CGO_ENABLED=0 $(GO) build -v $(GOTAGS) -o $(BIN) ./cmd/sluice 2>&1; echo "go-build-exit $$?"; } | $(PROGRESS)
 
 build-dev: check-go
-	$(GO) build $(GOTAGS) -o $(DEV_BIN) ./cmd/sluice-dev
+	@$(call FIRST_BUILD,$(DEV_BIN))
+	@{ $(GO) build -v $(GOTAGS) -o $(DEV_BIN) ./cmd/sluice-dev 2>&1; echo "go-build-exit $$?"; } | $(PROGRESS)
 
 # The quickstart on the embedded default: the mock provider, Sluice
 # (SQLite next to the config; a demo key printed once on first run) and
@@ -86,10 +98,19 @@ bench-service: build
 	SLUICE_BIN=$(BIN) DRIVER_BIN=bin/extprocload scripts/bench-service.sh
 
 # Run each fuzz target for FUZZTIME (new interesting inputs land in the
-# Go cache; copy regressions into the package's testdata/fuzz).
+# Go cache; copy regressions into the package's testdata/fuzz). The
+# targets are found, not listed: every func FuzzX(f *testing.F) in a
+# *_test.go file, as package:FuzzX. make fuzz-targets lists them;
+# FUZZ_TARGETS="pkg:FuzzX …" on the command line runs only those.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := internal/principal:FuzzVerify internal/apikey:FuzzFromHeaders internal/payload:FuzzParse internal/payload:FuzzApply internal/usage:FuzzMeterSSE internal/usage:FuzzMeterJSON internal/usage:FuzzLexer internal/jsonlex:FuzzLex policies:FuzzCost policies:FuzzParse internal/blockyaml:FuzzParse internal/blockyaml:FuzzPlainTag extproc:FuzzProcessor extproc:FuzzCodecUnmarshal internal/wiredecode:FuzzProcessingRequest internal/wiredecode:FuzzCheckRequest internal/ledger/sqlite:FuzzDecodeRecord internal/ledger/sqlite:FuzzReplay internal/ssefilter:FuzzStripUsageChunk bench/extprocload/load:FuzzCheckReply bench/extprocload/load:FuzzReplyKind
+FUZZ_TARGETS = $(shell grep -rEo --include='*_test.go' --exclude-dir=node_modules --exclude-dir=testdata --exclude-dir=.cache \
+	'^func Fuzz[A-Za-z0-9_]*[(][A-Za-z0-9_]+ [*]testing[.]F[)]' . | \
+	sed -E 's|^\./||; s|/?[^/:]*_test[.]go:func (Fuzz[A-Za-z0-9_]*).*$$|:\1|' | sort -u)
+fuzz-targets:
+	@for t in $(FUZZ_TARGETS); do echo "$$t"; done
+
 fuzz: check-go
+	@if [ -z "$(strip $(FUZZ_TARGETS))" ]; then echo "fuzz: no func Fuzz…(f *testing.F) found in any *_test.go"; exit 1; fi
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "== $$pkg $$fn ($(FUZZTIME))"; \
@@ -109,5 +130,10 @@ MUTATION_WORKERS   ?= 1
 mutation: check-go
 	GREMLINS="$(GREMLINS)" scripts/mutation.sh $(MUTATION_THRESHOLD) $(MUTATION_WORKERS) $(MUTATION_PKGS)
 
+# The quickstart's SQLite files, next to examples/quickstart.yaml: the key
+# store (store.sqlite) and the spend ledger (ledger.sqlite, by default
+# sluice-ledger.db), each with its -wal and -shm, and the ledger's -spool
+# (and a damaged spool kept aside as -spool-damaged-*).
+QUICKSTART_FILES := examples/quickstart.db examples/quickstart.db-* examples/sluice-ledger.db examples/sluice-ledger.db-*
 clean:
-	rm -rf bin examples/quickstart.db examples/quickstart.db-wal examples/quickstart.db-shm e2e/jsclients/node_modules
+	rm -rf bin $(QUICKSTART_FILES) e2e/jsclients/node_modules

@@ -2,6 +2,7 @@ package authz_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicegw/sluice/authz"
+	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/keyring"
@@ -137,7 +139,7 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	f.keys = testKeys(t)
-	f.checker = authz.NewChecker(f.ring, limits.New(limits.Options{}), func() *principal.Keys { return f.keys }, func() time.Time { return *f.now.Load() })
+	f.checker = authz.NewChecker(f.ring, admission.NewLocal(limits.New(limits.Options{}), admission.LocalOptions{}), func() *principal.Keys { return f.keys }, func() time.Time { return *f.now.Load() })
 	return f
 }
 
@@ -366,15 +368,37 @@ func TestTeamLimitSharedByKeys(t *testing.T) {
 	}
 	var statuses []int
 	for _, k := range []string{keyLimited, other, other, other, keyLimited} {
-		d := f.checker.Check(envoyCheck("POST", chat, "authorization", "Bearer "+k))
+		d := f.checker.Check(context.Background(), envoyCheck("POST", chat, "authorization", "Bearer "+k))
 		statuses = append(statuses, status(d))
 	}
 	if diff := cmp.Diff([]int{200, 200, 200, 429, 429}, statuses); diff != "" {
 		t.Errorf("statuses (-want +got):\n%s", diff)
 	}
-	d := f.checker.Check(envoyCheck("POST", chat, "authorization", "Bearer "+other))
+	d := f.checker.Check(context.Background(), envoyCheck("POST", chat, "authorization", "Bearer "+other))
 	if want := "rate limit reached: team tight allows 3 requests per minute; retry in 61s"; d.Err == nil || d.Err.Message != want {
 		t.Errorf("refusal = %v, want %q", d.Err, want)
+	}
+}
+
+// unreachable is an admission backend that cannot be reached.
+type unreachable struct{ admission.Backend }
+
+func (unreachable) CountRequest(context.Context, *keyring.Principal, time.Time) error {
+	return errors.New("dial tcp 127.0.0.1:6379: connection refused")
+}
+
+// TestAdmissionUnavailable: a backend that cannot count the request (an
+// error that is not a refusal) refuses it with 503 admission_unavailable,
+// as ext_proc does, and says nothing of the error.
+func TestAdmissionUnavailable(t *testing.T) {
+	f := newFixture(t)
+	c := authz.NewChecker(f.ring, unreachable{}, func() *principal.Keys { return f.keys }, func() time.Time { return t0 })
+	d := c.Check(context.Background(), envoyCheck("POST", chat, "authorization", "Bearer "+keyGood))
+	if d.Allowed() {
+		t.Fatal("allowed without counting the request")
+	}
+	if status(d) != 503 || d.Reason() != apierr.CodeAdmissionUnavailable || strings.Contains(d.Err.Message, "6379") {
+		t.Errorf("decision %d %s %q; want 503 admission_unavailable", status(d), d.Reason(), d.Err.Message)
 	}
 }
 
@@ -433,7 +457,7 @@ func TestConcurrentChecks(t *testing.T) {
 func TestRevocationReachesRunningChecker(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if d := f.checker.Check(envoyCheck("POST", chat, "authorization", "Bearer "+keyGood)); !d.Allowed() {
+	if d := f.checker.Check(context.Background(), envoyCheck("POST", chat, "authorization", "Bearer "+keyGood)); !d.Allowed() {
 		t.Fatalf("before revoke: %d %s", d.Err.Status, d.Err.Message)
 	}
 	// Another handle on the same file, as `sluice keys revoke` would use.
@@ -448,7 +472,7 @@ func TestRevocationReachesRunningChecker(t *testing.T) {
 	if err := f.ring.Sync(ctx, f.store); err != nil {
 		t.Fatal(err)
 	}
-	d := f.checker.Check(envoyCheck("POST", chat, "authorization", "Bearer "+keyGood))
+	d := f.checker.Check(context.Background(), envoyCheck("POST", chat, "authorization", "Bearer "+keyGood))
 	if status(d) != 403 || d.Reason() != apierr.CodeRevokedKey {
 		t.Fatalf("after revoke: %d %s", status(d), d.Reason())
 	}
@@ -472,7 +496,7 @@ func BenchmarkCheck(b *testing.B) {
 		// limit, so every iteration takes the full admit path.
 		now = now.Add(100 * time.Millisecond)
 		f.setNow(now)
-		d := f.checker.Check(req)
+		d := f.checker.Check(context.Background(), req)
 		if !d.Allowed() {
 			b.Fatal(d.Err.Message)
 		}

@@ -1,16 +1,16 @@
 package authz
 
 import (
-	"fmt"
+	"context"
 	"net/http"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/keyring"
-	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/principal"
 )
@@ -52,28 +52,28 @@ func (d *Decision) Reason() string {
 
 // Checker decides ext_authz checks. It is safe for concurrent use.
 type Checker struct {
-	ring     *keyring.Ring
-	counters *limits.Counters
-	keys     func() *principal.Keys
-	now      func() time.Time
+	ring      *keyring.Ring
+	admission admission.Backend
+	keys      func() *principal.Keys
+	now       func() time.Time
 }
 
 // NewChecker returns a Checker resolving keys through ring, counting
-// request rates in counters and signing the principal of an allowed
+// request rates in the admission backend adm (CountRequest) and signing the principal of an allowed
 // request with keys() (nil, or keys returning nil, refuses every check
 // that would be allowed: ext_proc would refuse it anyway). now is the
 // clock (time.Now if nil).
-func NewChecker(ring *keyring.Ring, counters *limits.Counters, keys func() *principal.Keys, now func() time.Time) *Checker {
+func NewChecker(ring *keyring.Ring, adm admission.Backend, keys func() *principal.Keys, now func() time.Time) *Checker {
 	if now == nil {
 		now = time.Now
 	}
-	return &Checker{ring: ring, counters: counters, keys: keys, now: now}
+	return &Checker{ring: ring, admission: adm, keys: keys, now: now}
 }
 
 // Check decides a CheckRequest as Envoy builds it: the header map holds
 // every header, pseudo-headers included, with lower-case keys and
-// duplicates comma-joined.
-func (c *Checker) Check(req *authv3.CheckRequest) Decision {
+// duplicates comma-joined. ctx bounds the admission backend's work.
+func (c *Checker) Check(ctx context.Context, req *authv3.CheckRequest) Decision {
 	h := req.GetAttributes().GetRequest().GetHttp()
 	headers := h.GetHeaders()
 	get := func(k string) (string, bool) { v, ok := headers[k]; return v, ok }
@@ -85,7 +85,7 @@ func (c *Checker) Check(req *authv3.CheckRequest) Decision {
 		c.sign(&d, headers["x-request-id"])
 	}
 	if d.Allowed() {
-		c.admit(&d)
+		c.admit(ctx, &d)
 	}
 	return d
 }
@@ -158,44 +158,18 @@ func Usable(p *keyring.Principal, now time.Time) *apierr.Error {
 // setting d.Err to a 429 rate_limited refusal if any covering window is
 // full. ext_proc calls it
 // when it authenticated the caller itself.
-func (c *Checker) Admit(d *Decision) { c.admit(d) }
+func (c *Checker) Admit(ctx context.Context, d *Decision) { c.admit(ctx, d) }
 
-func (c *Checker) admit(d *Decision) {
-	ds := d.Principal.Requests
-	if len(ds) == 0 {
+func (c *Checker) admit(ctx context.Context, d *Decision) {
+	err := c.admission.CountRequest(ctx, d.Principal, c.now())
+	if err == nil {
 		return
 	}
-	var buf [8]int64
-	res := c.counters.AdmitInto(c.now(), ds, buf[:0])
-	if res.Admitted {
+	if e, ok := apierr.As(err); ok {
+		d.Err = e
 		return
 	}
-	denied := ds[res.Denied]
-	e := &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeRateLimited, RetryAfter: res.RetryAfter}
-	who, period := limits.Describe(denied.Key), limits.PeriodName(denied.Period)
-	e.Message = fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds",
-		who, denied.Limit, period, retryAfter(e))
-	// OpenAI's words for a full request window ("Rate limit reached for
-	// gpt-4o in organization org-… on requests per min (RPM): Limit 3,
-	// Used 3, Requested 1. Please try again in 20s."), naming Sluice's
-	// limit where OpenAI names its model and organization.
-	e.OpenAIMessage = fmt.Sprintf("Rate limit reached for %s on requests per %s: Limit %d, Used %d, Requested 1. Please try again in %s.",
-		who, openAIPeriod(period), denied.Limit, denied.Limit-res.Remaining[res.Denied],
-		llmapi.OpenAIDuration(time.Duration(retryAfter(e))*time.Second))
-	d.Err = e
-}
-
-// openAIPeriod is a request window as OpenAI's rate-limit messages name
-// it: "min (RPM)", "day (RPD)"; and, for the hour OpenAI has no limit
-// per, "hour (RPH)".
-func openAIPeriod(name string) string {
-	switch name {
-	case "minute":
-		return "min (RPM)"
-	case "hour":
-		return "hour (RPH)"
-	case "day":
-		return "day (RPD)"
-	}
-	return name
+	// The backend could not count: the request is refused, as ext_proc
+	// refuses one whose admission fails.
+	d.Err = apierr.New(http.StatusServiceUnavailable, apierr.CodeAdmissionUnavailable, "limits cannot be checked right now; retry")
 }

@@ -4,8 +4,9 @@
 // Checker is transport-free — a CheckRequest in, a Decision out — so every
 // decision is tested without gRPC: it extracts the caller's key
 // (apikey.FromHeaders), resolves it in memory (keyring), refuses revoked
-// and expired keys, and admits the request against the key's and team's
-// request-rate limits (limits). A Decision holds the principal and, when
+// and expired keys, and counts the request against the key's and team's
+// request-rate limits in the admission backend (admission.Backend's
+// CountRequest). A Decision holds the principal and, when
 // the request is refused, the refusal as an *apierr.Error (401, 403 or
 // 429; codes from apierr's table, which are also the `reason` label).
 // Server is the thin gRPC adapter; Response is the one place where a

@@ -55,13 +55,13 @@ func TestSigning(t *testing.T) {
 	f := newFixture(t)
 	noID := envoyCheck("POST", chat, "authorization", "Bearer "+keyGood)
 	delete(noID.GetAttributes().GetRequest().GetHttp().GetHeaders(), "x-request-id")
-	d := f.checker.Check(noID)
+	d := f.checker.Check(context.Background(), noID)
 	if !d.Allowed() {
 		t.Fatalf("without x-request-id: %v", d.Err)
 	}
 	f.checkSignature(t, noID, authz.Response(&d))
 	f.keys = nil
-	d = f.checker.Check(envoyCheck("POST", chat, "authorization", "Bearer "+keyGood))
+	d = f.checker.Check(context.Background(), envoyCheck("POST", chat, "authorization", "Bearer "+keyGood))
 	if d.Allowed() || d.Err.Status != 503 || d.Signature != "" {
 		t.Errorf("without keys: %+v, want a 503 and no signature", d.Err)
 	}
@@ -70,7 +70,7 @@ func TestSigning(t *testing.T) {
 	}
 	// A denial is never signed, keys or not.
 	f.keys = testKeys(t)
-	if d := f.checker.Check(envoyCheck("POST", chat, "authorization", "Bearer "+keyRevoked)); d.Signature != "" {
+	if d := f.checker.Check(context.Background(), envoyCheck("POST", chat, "authorization", "Bearer "+keyRevoked)); d.Signature != "" {
 		t.Errorf("a revoked key's refusal is signed: %q", d.Signature)
 	}
 	client := f.serve(t)

@@ -52,7 +52,7 @@ func NewServer(checker *Checker, metrics *Metrics, log *slog.Logger) *Server {
 // failure mode instead of Sluice's answer.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	start := time.Now()
-	d := s.checker.Check(req)
+	d := s.checker.Check(ctx, req)
 	resp := Response(&d)
 	s.metrics.duration.Observe(time.Since(start).Seconds())
 	decision := "allow"

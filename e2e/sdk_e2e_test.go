@@ -78,13 +78,11 @@ func TestOfficialSDKs(t *testing.T) {
 	})
 }
 
-// TestSDKModelsAndCountTokens: for a key with a narrow allow-list, each
-// SDK's models.list() returns exactly the models it may use (Sluice
-// answers, nothing reaches the provider), models.get() of one it may not
-// use is the SDK's typed 404, and Anthropic's Messages.CountTokens goes
-// through Sluice to the provider, which receives Sluice's credential and
-// the upstream model name.
-func TestSDKModelsAndCountTokens(t *testing.T) {
+// TestSDKCountTokens: Anthropic's Messages.CountTokens goes through
+// Sluice to the provider, which receives Sluice's credential and the
+// upstream model name. (Each SDK's models.list() and models.get():
+// TestSDKModels.)
+func TestSDKCountTokens(t *testing.T) {
 	mock, mockAddr := mockProvider(t, mockllm.Options{APIKey: openaiKey, AnthropicAPIKey: anthropicKey, AzureAPIKey: azureKey})
 	s := startSluice(t, gatewayConfig)
 	_, key := s.createKey(t, "apps", "--models", "mini,claude-*")
@@ -92,55 +90,7 @@ func TestSDKModelsAndCountTokens(t *testing.T) {
 	eachProxy(t, b, func(t *testing.T, p proxy) {
 		ctx := testctx.Deadline(t)
 		mock.Reset()
-		oc, ac := sdkClients(p.url, key)
-		want := []string{"gpt-4o-mini", "mini", "claude-sonnet-4"}
-
-		page, err := oc.Models.List(ctx)
-		if err != nil {
-			t.Fatalf("openai models.list: %v", err)
-		}
-		var got []string
-		for _, m := range page.Data {
-			got = append(got, m.ID)
-			if m.OwnedBy != "sluice" {
-				t.Errorf("openai model %+v, want owned_by sluice", m)
-			}
-		}
-		if !slices.Equal(got, want) {
-			t.Errorf("openai models.list = %v, want %v", got, want)
-		}
-		apage, err := ac.Models.List(ctx, anthropic.ModelListParams{})
-		if err != nil {
-			t.Fatalf("anthropic models.list: %v", err)
-		}
-		got = nil
-		for _, m := range apage.Data {
-			got = append(got, m.ID)
-		}
-		if !slices.Equal(got, want) || apage.HasMore || apage.FirstID != "gpt-4o-mini" || apage.LastID != "claude-sonnet-4" {
-			t.Errorf("anthropic models.list = %v (%+v), want %v", got, apage, want)
-		}
-
-		if m, err := oc.Models.Get(ctx, "mini"); err != nil || m.ID != "mini" {
-			t.Errorf("openai models.get(mini) = %+v, %v", m, err)
-		}
-		if m, err := ac.Models.Get(ctx, "claude-sonnet-4", anthropic.ModelGetParams{}); err != nil || m.ID != "claude-sonnet-4" || m.DisplayName != "claude-sonnet-4" {
-			t.Errorf("anthropic models.get(claude-sonnet-4) = %+v, %v", m, err)
-		}
-		_, err = oc.Models.Get(ctx, "gpt-4o")
-		var oerr *openai.Error
-		if !errors.As(err, &oerr) || oerr.StatusCode != 404 || oerr.Code != "model_not_found" {
-			t.Errorf("openai models.get of a model the key may not use: %v, want the SDK's 404", err)
-		}
-		_, err = ac.Models.Get(ctx, "gpt-4o", anthropic.ModelGetParams{})
-		var aerr *anthropic.Error
-		if !errors.As(err, &aerr) || aerr.StatusCode != 404 {
-			t.Errorf("anthropic models.get of a model the key may not use: %v, want the SDK's 404", err)
-		}
-		if n := mock.Requests(); n != 0 {
-			t.Errorf("the provider received %d requests for the model endpoints, want 0", n)
-		}
-
+		_, ac := sdkClients(p.url, key)
 		count, err := ac.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{
 			Model:    "claude-sonnet-4",
 			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello there"))},

@@ -34,7 +34,7 @@ func TestBodyLimitIsInclusive(t *testing.T) {
 	counters := limits.New(limits.Options{})
 	d := &Deps{
 		Policy: func() *policies.Snapshot { return snap }, Ring: ring,
-		Auth:     authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+		Auth:     authz.NewChecker(ring, admission.NewLocal(counters, admission.LocalOptions{}), nil, func() time.Time { return t0 }),
 		Admitter: admission.NewLocal(counters, admission.LocalOptions{}), Ledger: &recordingLedger{}, Principals: testPrincipals,
 		Metrics: NewMetrics(prometheus.NewRegistry()), Log: log, Now: func() time.Time { return t0 },
 	}
@@ -71,7 +71,7 @@ func TestDeclaredBodyLimit(t *testing.T) {
 	counters := limits.New(limits.Options{})
 	d := &Deps{
 		Policy: func() *policies.Snapshot { return snap }, Ring: ring,
-		Auth:     authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+		Auth:     authz.NewChecker(ring, admission.NewLocal(counters, admission.LocalOptions{}), nil, func() time.Time { return t0 }),
 		Admitter: admission.NewLocal(counters, admission.LocalOptions{}), Ledger: &recordingLedger{}, Principals: testPrincipals,
 		Metrics: NewMetrics(prometheus.NewRegistry()), Log: log, Now: func() time.Time { return t0 },
 	}

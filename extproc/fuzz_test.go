@@ -249,7 +249,7 @@ func runScript(t *testing.T, env *fuzzEnv, data []byte) {
 	deps := &extproc.Deps{
 		Policy:     func() *policies.Snapshot { return snap },
 		Ring:       env.rings[pol],
-		Auth:       authz.NewChecker(env.rings[pol], counters, nil, clock),
+		Auth:       authz.NewChecker(env.rings[pol], admission.NewLocal(counters, admission.LocalOptions{}), nil, clock),
 		Admitter:   adm,
 		Ledger:     led,
 		Principals: harnessPrincipals,

@@ -291,7 +291,7 @@ func replay(t *testing.T, g *goldenFile) goldenRun {
 	deps := &extproc.Deps{
 		Policy:     func() *policies.Snapshot { return snap },
 		Ring:       ring,
-		Auth:       authz.NewChecker(ring, counters, nil, clk.Now),
+		Auth:       authz.NewChecker(ring, admission.NewLocal(counters, admission.LocalOptions{}), nil, clk.Now),
 		Principals: harnessPrincipals,
 		Admitter:   adm,
 		Ledger:     led,

@@ -17,14 +17,30 @@ import (
 // the request never reaches a provider, reserves nothing and writes no
 // spend record.
 //
-// The ids are the models and aliases the caller may use (mayUse, the one
-// allow-list check authorize makes too): in configured order, each model
-// followed by its aliases in configured order. owned_by is "sluice": the
-// gateway's names are its own, and the provider behind one may change
-// from request to request (weighted, fallback). Sluice knows no release
-// date, so created is 0 and created_at the epoch (Anthropic documents an
-// epoch value for an unknown date). The list is never paged: has_more is
-// false and Anthropic's limit, before_id and after_id are ignored.
+// Each API family lists what its own API can call: a request in
+// Anthropic's dialect (llmapi.RequestDialect: the anthropic-version
+// header) gets the models whose providers speak Anthropic's Messages API,
+// any other the models whose providers speak OpenAI's API (every provider
+// of one model speaks the same API: policies refuses a mix). A model the
+// client's API cannot call is not in its list, and retrieving it is 404,
+// as for a model that does not exist.
+//
+// The list holds models, not names: each model once, under its canonical
+// name, in configured order, if the caller may use it (mayUse, the one
+// allow-list check authorize makes too). Aliases are not listed: neither
+// API's model object has a field that could say "another name for
+// gpt-4o-mini", and a client that lists models to choose one (or to show
+// them) would otherwise offer the same model twice. An alias still works
+// wherever a model name does, retrieval included: GET /v1/models/{alias}
+// answers with the model it names, under its canonical id, as Anthropic's
+// own API answers for its aliases.
+//
+// owned_by is "sluice": the gateway's names are its own, and the provider
+// behind one may change from request to request (weighted, fallback).
+// Sluice knows no release date, so created is 0 and created_at the epoch
+// (Anthropic documents an epoch value for an unknown date). The list is
+// never paged: has_more is false and Anthropic's limit, before_id and
+// after_id are ignored.
 
 // modelsCreatedAt is created_at in Anthropic's shape: the epoch, RFC 3339.
 const modelsCreatedAt = "1970-01-01T00:00:00Z"
@@ -39,13 +55,18 @@ func mayUse(pr *keyring.Principal, route *policies.ModelRoute) bool {
 	return route.AllowedBy(pr.KeyModels) && route.AllowedBy(pr.TeamModels)
 }
 
-// usableModels are the ids the principal may name, in the order above.
-func usableModels(snap *policies.Snapshot, pr *keyring.Principal) []string {
+// speaks reports whether the model's providers speak dialect d's API.
+func speaks(route *policies.ModelRoute, d llmapi.Dialect) bool {
+	return route.Provider.Impl.Dialect() == d
+}
+
+// usableModels are the canonical names of the models the principal may
+// use through dialect d's API, in configured order.
+func usableModels(snap *policies.Snapshot, pr *keyring.Principal, d llmapi.Dialect) []string {
 	ids := []string{}
 	for _, r := range snap.Models() {
-		if mayUse(pr, r) {
+		if speaks(r, d) && mayUse(pr, r) {
 			ids = append(ids, r.Name)
-			ids = append(ids, r.Aliases...)
 		}
 	}
 	return ids
@@ -104,20 +125,21 @@ func modelListBody(d llmapi.Dialect, ids []string) any {
 }
 
 // answerModels answers a model endpoint: the list, or the one model the
-// path names — 404 model_not_found, the same for a model the caller may
-// not use as for one that does not exist, so that a key cannot learn
-// which models others may use.
+// path names (by its name or an alias) — 404 model_not_found, the same for
+// a model the caller may not use, or the caller's API cannot call, as for
+// one that does not exist, so that a key cannot learn which models others
+// may use.
 func (p *Processor) answerModels() *extprocsvc.ProcessingResponse {
 	var v any
 	if p.ep == llmapi.ModelList {
-		v = modelListBody(p.dialect, usableModels(p.snap, p.principal))
+		v = modelListBody(p.dialect, usableModels(p.snap, p.principal, p.dialect))
 	} else {
 		id, ok := llmapi.ModelID(p.path)
 		route, known := p.snap.Model(id)
-		if !ok || !known || !mayUse(p.principal, route) {
+		if !ok || !known || !speaks(route, p.dialect) || !mayUse(p.principal, route) {
 			return p.refuse(modelNotFound(id))
 		}
-		v = modelObject(p.dialect, id)
+		v = modelObject(p.dialect, route.Name)
 	}
 	body, _ := json.Marshal(v) // structs of strings, bools and ints: cannot fail
 	p.state = finished

@@ -3,6 +3,7 @@ package extproc
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -18,8 +19,9 @@ func getHeaders(path string, extra ...string) *extprocsvc.ProcessingRequest {
 }
 
 // TestModelListAnswered: GET /v1/models is answered from the request
-// headers with the team's models and aliases in configured order, counted
-// as answered; the local reply coming back through the filter is not
+// headers with the team's OpenAI-family models in configured order (no
+// aliases, no Anthropic models: TestModelListByDialect), counted as
+// answered; the local reply coming back through the filter is not
 // metered, and nothing is recorded.
 func TestModelListAnswered(t *testing.T) {
 	ctx := testctx.Deadline(t)
@@ -44,7 +46,7 @@ func TestModelListAnswered(t *testing.T) {
 			t.Errorf("model entry %v", m)
 		}
 	}
-	want := []string{"gpt-4o-mini", "mini", "plain", "sonnet", "az-4o", "mix", "mix-az", "fb", "fb-alias", "fb-claude"}
+	want := []string{"gpt-4o-mini", "plain", "az-4o", "mix", "mix-az", "fb"}
 	if !slices.Equal(ids, want) {
 		t.Errorf("ids %v, want %v (gpt-4o is not the team's)", ids, want)
 	}
@@ -113,5 +115,96 @@ func TestEmptyModelList(t *testing.T) {
 		if err != nil || string(b) != tt.want {
 			t.Errorf("%v: %s %v, want %s", tt.d, b, err, tt.want)
 		}
+	}
+}
+
+// TestModelListByDialect: each API family's list holds the models its own
+// API can call — OpenAI's the models of OpenAI-family providers (OpenAI,
+// Azure OpenAI, OpenAI-compatible, weighted and fallback mixes of them),
+// Anthropic's those of Anthropic providers — each once under its
+// canonical name, in that API's exact list shape.
+func TestModelListByDialect(t *testing.T) {
+	openAI := func(ids ...string) string {
+		var data []string
+		for _, id := range ids {
+			data = append(data, `{"id":"`+id+`","object":"model","created":0,"owned_by":"sluice"}`)
+		}
+		return `{"object":"list","data":[` + strings.Join(data, ",") + `]}`
+	}
+	anthropic := func(ids ...string) string {
+		var data []string
+		for _, id := range ids {
+			data = append(data, `{"type":"model","id":"`+id+`","display_name":"`+id+`","created_at":"1970-01-01T00:00:00Z"}`)
+		}
+		return `{"data":[` + strings.Join(data, ",") + `],"has_more":false,"first_id":"` + ids[0] + `","last_id":"` + ids[len(ids)-1] + `"}`
+	}
+	for _, tt := range []struct {
+		name  string
+		extra []string
+		want  string
+	}{
+		{"openai", nil, openAI("gpt-4o-mini", "plain", "az-4o", "mix", "mix-az", "fb")},
+		{"anthropic", []string{"anthropic-version", "2023-06-01"}, anthropic("sonnet", "fb-claude")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, _ := newDeps(t)
+			resp := NewProcessor(d).Handle(testctx.Deadline(t), getHeaders("/v1/models", tt.extra...))
+			ir := resp.GetImmediateResponse()
+			if ir.GetStatus().GetCode() != 200 || string(ir.GetBody()) != tt.want {
+				t.Errorf("GET /v1/models answered %d\n%s\nwant\n%s", ir.GetStatus().GetCode(), ir.GetBody(), tt.want)
+			}
+		})
+	}
+}
+
+// TestModelGet: GET /v1/models/{id} answers, in the caller's API's shape,
+// with the model a name or an alias names, under its canonical id; 404
+// model_not_found for a model the caller's API cannot call, one the key
+// may not use, and one that does not exist alike.
+func TestModelGet(t *testing.T) {
+	anthropicVersion := []string{"anthropic-version", "2023-06-01"}
+	for _, tt := range []struct {
+		id     string
+		extra  []string
+		wantID string // "" for 404
+	}{
+		{"gpt-4o-mini", nil, "gpt-4o-mini"},
+		{"mini", nil, "gpt-4o-mini"},
+		{"fb-alias", nil, "fb"},
+		{"mix", nil, "mix"},
+		{"sonnet", anthropicVersion, "sonnet"},
+		{"fb-claude", anthropicVersion, "fb-claude"},
+		{"sonnet", nil, ""},                   // an Anthropic model, asked by an OpenAI client
+		{"mini", anthropicVersion, ""},        // an OpenAI model, asked by an Anthropic client
+		{"gpt-4o-mini", anthropicVersion, ""}, // the same
+		{"gpt-4o", nil, ""},                   // configured, not the team's
+		{"no-such-model", nil, ""},
+	} {
+		name := tt.id
+		if tt.extra != nil {
+			name += " (anthropic)"
+		}
+		t.Run(name, func(t *testing.T) {
+			d, _ := newDeps(t)
+			resp := NewProcessor(d).Handle(testctx.Deadline(t), getHeaders("/v1/models/"+tt.id, tt.extra...))
+			ir := resp.GetImmediateResponse()
+			var body map[string]any
+			if err := json.Unmarshal(ir.GetBody(), &body); err != nil {
+				t.Fatalf("body %q: %v", ir.GetBody(), err)
+			}
+			if tt.wantID == "" {
+				if ir.GetStatus().GetCode() != 404 || !strings.Contains(string(ir.GetBody()), "model_not_found") && tt.extra == nil {
+					t.Errorf("answered %d %s, want 404 model_not_found", ir.GetStatus().GetCode(), ir.GetBody())
+				}
+				return
+			}
+			if ir.GetStatus().GetCode() != 200 || body["id"] != tt.wantID {
+				t.Fatalf("answered %d %s, want 200 with id %q", ir.GetStatus().GetCode(), ir.GetBody(), tt.wantID)
+			}
+			if tt.extra != nil && (body["type"] != "model" || body["display_name"] != tt.wantID) ||
+				tt.extra == nil && (body["object"] != "model" || body["owned_by"] != "sluice") {
+				t.Errorf("model object %s is not in the caller's API's shape", ir.GetBody())
+			}
+		})
 	}
 }

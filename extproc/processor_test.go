@@ -107,7 +107,7 @@ func newDeps(t testing.TB) (*Deps, *recordingLedger) {
 	return &Deps{
 		Policy:     func() *policies.Snapshot { return snap },
 		Ring:       ring,
-		Auth:       authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+		Auth:       authz.NewChecker(ring, admission.NewLocal(counters, admission.LocalOptions{}), nil, func() time.Time { return t0 }),
 		Admitter:   admission.NewLocal(counters, admission.LocalOptions{}),
 		Ledger:     led,
 		Principals: testPrincipals,

@@ -60,7 +60,7 @@ func reserveDeps(t *testing.T) (*Deps, *spyAdmitter, *recordingLedger) {
 	return &Deps{
 		Policy:     func() *policies.Snapshot { return snap },
 		Ring:       ring,
-		Auth:       authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+		Auth:       authz.NewChecker(ring, admission.NewLocal(counters, admission.LocalOptions{}), nil, func() time.Time { return t0 }),
 		Admitter:   spy,
 		Ledger:     led,
 		Principals: testPrincipals,

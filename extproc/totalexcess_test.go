@@ -40,7 +40,7 @@ keys:
 			d := &Deps{
 				Policy:     func() *policies.Snapshot { return snap },
 				Ring:       ring,
-				Auth:       authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+				Auth:       authz.NewChecker(ring, admission.NewLocal(counters, admission.LocalOptions{}), nil, func() time.Time { return t0 }),
 				Admitter:   admission.NewLocal(counters, admission.LocalOptions{}),
 				Ledger:     led,
 				Principals: testPrincipals,

@@ -47,7 +47,7 @@ func unmeteredDeps(t *testing.T, gateway string) (*Deps, *spyAdmitter, *recordin
 	return &Deps{
 		Policy:     func() *policies.Snapshot { return snap },
 		Ring:       ring,
-		Auth:       authz.NewChecker(ring, counters, nil, func() time.Time { return t0 }),
+		Auth:       authz.NewChecker(ring, admission.NewLocal(counters, admission.LocalOptions{}), nil, func() time.Time { return t0 }),
 		Admitter:   spy,
 		Ledger:     led,
 		Principals: testPrincipals,

@@ -72,7 +72,7 @@ func newUsageHarness(t *testing.T) *usageHarness {
 	deps := &extproc.Deps{
 		Policy:     func() *policies.Snapshot { return snap },
 		Ring:       ring,
-		Auth:       authz.NewChecker(ring, counters, nil, time.Now),
+		Auth:       authz.NewChecker(ring, admission.NewLocal(counters, admission.LocalOptions{}), nil, time.Now),
 		Admitter:   admission.NewLocal(counters, admission.LocalOptions{}),
 		Ledger:     h.led,
 		Principals: harnessPrincipals,

@@ -16,8 +16,6 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/sluicegw/sluice/internal/blockyaml"
 )
 
 // maxDecodeSteps bounds the work that aliases and merge keys (<<) add to
@@ -119,11 +117,6 @@ func newDecoder(env LookupEnv, maxSteps int) *decoder {
 	return &decoder{env: env, maxSteps: maxSteps, expanded: make(map[*yaml.Node]*expansion),
 		inside: make(map[*yaml.Node]bool), merging: make(map[*yaml.Node]bool), merged: make(map[*yaml.Node]mapping)}
 }
-
-// held is how many nodes the decoder keeps a reference to (the scalars it
-// expanded, the merge sources it made pairs of): a streamed item's nodes
-// may be parsed over only if decoding it left this unchanged.
-func (d *decoder) held() int { return len(d.expanded) + len(d.merged) }
 
 // step counts n steps of expansion; false once the document is over the
 // bound, which is reported once.
@@ -801,14 +794,8 @@ func (d *decoder) locate(root *yaml.Node, path string) (line, col int) {
 	return 0, 0
 }
 
-// parseDocuments parses every YAML document in data. A document in the
-// plain block subset of YAML (internal/blockyaml) is read by that package,
-// which builds the tree yaml.v3 would in a fraction of the time; yaml.v3
-// reads every other, and words every syntax error.
+// parseDocuments parses every YAML document in data with yaml.v3.
 func parseDocuments(data []byte) ([]*yaml.Node, error) {
-	if doc, ok := blockyaml.Parse(data); ok {
-		return []*yaml.Node{doc}, nil
-	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var docs []*yaml.Node
 	for {

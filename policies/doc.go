@@ -10,14 +10,12 @@
 // provider's kind once into Provider.Impl, so an unknown kind never reaches
 // the request path.
 //
-// A file in the block subset of YAML (internal/blockyaml) is parsed
-// there, several times faster than by yaml.v3, with its declared keys
-// decoded one at a time as they are parsed; a file outside it, or one
-// with problems, is parsed whole, yaml.v3 reading what the subset does
-// not, and the problems come from that parse. Both give the same Config.
-// A Snapshot keeps the declared keys apart from its Config (whose Keys
-// it drops), as rows that hold no pointers (declared.go); DeclaredKeys
-// and EachDeclaredKey make their policies from the rows. The Watcher
+// A file is parsed by yaml.v3 into one node tree and decoded from it. A
+// config declares up to about 10,000 keys; more belong in the key store
+// (sluice keys import). A Snapshot keeps the declared keys apart from its
+// Config (whose Keys it drops), as rows that hold no pointers
+// (declared.go); DeclaredKeys and EachDeclaredKey make their policies
+// from the rows. The Watcher
 // hashes a file in pieces as it reads it, and reads it whole only when
 // its content changed.
 //

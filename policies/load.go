@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/sluicegw/sluice/internal/blockyaml"
 )
 
 // LookupEnv looks up an environment variable, like os.LookupEnv. The
@@ -102,65 +100,6 @@ func isProviderKey(path string) bool {
 // parseDoc is parse, leaving the providers' api_key values out when
 // skipProviderKeys is set (LoadWithoutProviderKeys).
 func parseDoc(data []byte, file string, env LookupEnv, maxSteps int, skipProviderKeys bool) (*Config, error) {
-	if cfg, ok := parseStreamed(data, env, maxSteps, skipProviderKeys); ok {
-		return cfg, nil
-	}
-	return parseTree(data, file, env, maxSteps, skipProviderKeys)
-}
-
-// parseStreamed is parseDoc for a valid document in the block subset of
-// YAML (internal/blockyaml): each declared key is decoded as soon as it
-// is parsed, and its nodes are parsed over by the next, so a file of a
-// hundred thousand keys is never in memory as one tree. It reports false
-// for every other document, and for any problem: parseTree then reads the
-// file whole, and reports the problems with their positions.
-func parseStreamed(data []byte, env LookupEnv, maxSteps int, skipProviderKeys bool) (*Config, bool) {
-	d := newDecoder(env, maxSteps)
-	var keys []DeclaredKey
-	doc, ok := blockyaml.ParseStream(data, blockyaml.Stream{Key: "keys",
-		Size: func(n int) { keys = make([]DeclaredKey, 0, n) },
-		Item: func(i int, item *yaml.Node) bool {
-			held := d.held()
-			keys = append(keys, DeclaredKey{})
-			d.path = append(d.path[:0], pathSeg{name: "keys"}, pathSeg{index: i, kind: pathIndex})
-			d.decode(nil, item, reflect.ValueOf(&keys[i]).Elem())
-			d.path = d.path[:0]
-			return d.held() == held
-		}})
-	if !ok {
-		return nil, false
-	}
-	cfg := Default()
-	d.decode(nil, doc.Content[0], reflect.ValueOf(cfg).Elem())
-	if keys != nil {
-		cfg.Keys = keys
-	}
-	problems := d.problems
-	if skipProviderKeys {
-		problems = dropProviderKeys(cfg, problems)
-	}
-	if len(problems) > 0 || d.steps > d.maxSteps {
-		return nil, false
-	}
-	for _, is := range cfg.check() {
-		if !skipProviderKeys || !isProviderKey(is.Path) {
-			return nil, false
-		}
-	}
-	return cfg, true
-}
-
-// dropProviderKeys empties the providers' api_key values of cfg and
-// leaves out the problems about them (LoadWithoutProviderKeys).
-func dropProviderKeys(cfg *Config, problems Problems) Problems {
-	for i := range cfg.Providers {
-		cfg.Providers[i].APIKey = ""
-	}
-	return slices.DeleteFunc(problems, func(p Problem) bool { return isProviderKey(p.Path) })
-}
-
-// parseTree is parseDoc on the whole tree of the document.
-func parseTree(data []byte, file string, env LookupEnv, maxSteps int, skipProviderKeys bool) (*Config, error) {
 	docs, err := parseDocuments(data)
 	if err != nil {
 		msg := syntaxMessage(err)
@@ -212,6 +151,15 @@ func parseTree(data []byte, file string, env LookupEnv, maxSteps int, skipProvid
 	}
 	problems.sort()
 	return nil, problems
+}
+
+// dropProviderKeys empties the providers' api_key values of cfg and
+// leaves out the problems about them (LoadWithoutProviderKeys).
+func dropProviderKeys(cfg *Config, problems Problems) Problems {
+	for i := range cfg.Providers {
+		cfg.Providers[i].APIKey = ""
+	}
+	return slices.DeleteFunc(problems, func(p Problem) bool { return isProviderKey(p.Path) })
 }
 
 // coveredBy reports whether path is one of paths or lies under one of them.

@@ -18,6 +18,13 @@ config=${CONFIG:-examples/quickstart.yaml}
 bootstrap=${BOOTSTRAP:-envoy/bootstrap.yaml}
 emulator=${EMULATOR:-1}
 
+# make run builds both binaries first; run on its own, this script builds
+# what is missing the same way (saying so: a first build takes minutes).
+if [ ! -x "$bin" ] || [ ! -x "$devbin" ]; then
+  echo "quickstart: $bin or $devbin is missing; building them with make"
+  make --no-print-directory build build-dev BIN="$bin" DEV_BIN="$devbin"
+fi
+
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -34,7 +41,9 @@ fi
 
 cat <<MSG
 
-Try it (the demo key is printed below on first run; later: bin/sluice keys create --config $config --team demo):
+Try it. On the first run Sluice prints a demo key below, once, as a line
+"export KEY=sk-sluice-…": run that line in the shell you send requests from.
+(Later runs keep the key it stored; a new one: $bin keys create --config $config --team demo)
 
   curl -s http://127.0.0.1:10000/v1/chat/completions -H "authorization: Bearer \$KEY" \\
        -H 'content-type: application/json' \\

@@ -1,10 +1,13 @@
 // Command keyscale measures what API keys cost `sluice serve` at start-up:
 // it makes a config (and a key store) holding N keys the way users do —
-// stored in the SQLite key store, or declared in sluice.yaml by their
-// SHA-256 — then execs the real binary with --ready-file and reports the
-// time from exec to the ready file and the server's resident memory once
-// ready and after it has idled. One JSON line per run; see bench/README.md
-// ("Keys: memory and start-up").
+// stored in the SQLite key store, declared in sluice.yaml by their
+// SHA-256, or imported into the store from a JSON lines file by `sluice
+// keys import` — then execs the real binary with --ready-file and reports
+// the time from exec to the ready file and the server's resident memory
+// once ready and after it has idled; in mode import, also how long the
+// import took into an empty store, and again into the store it filled.
+// One JSON line per run; see bench/README.md ("Keys: memory and
+// start-up").
 package main
 
 import (
@@ -58,7 +61,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	var o options
 	keys := fs.String("keys", "0,10000,100000", "comma-separated key counts")
-	modes := fs.String("mode", "store,declared", "comma-separated: store (keys in the SQLite key store), declared (keys in sluice.yaml)")
+	modes := fs.String("mode", "store,declared", "comma-separated: store (keys in the SQLite key store), declared (keys in sluice.yaml), import (keys.jsonl imported by sluice keys import, timed)")
 	fs.StringVar(&o.sluice, "sluice", "bin/sluice", "the sluice `binary` to exec")
 	fs.IntVar(&o.runs, "runs", 3, "starts per (mode, keys); each is one JSON line")
 	fs.DurationVar(&o.settle, "settle", 2*time.Second, "idle time after ready before the settled RSS is read")
@@ -77,8 +80,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		o.keys = append(o.keys, n)
 	}
 	for _, m := range strings.Split(*modes, ",") {
-		if m = strings.TrimSpace(m); m != "store" && m != "declared" {
-			errs = append(errs, fmt.Errorf("--mode: %q is neither store nor declared", m))
+		if m = strings.TrimSpace(m); m != "store" && m != "declared" && m != "import" {
+			errs = append(errs, fmt.Errorf("--mode: %q is not store, declared or import", m))
 			continue
 		}
 		o.modes = append(o.modes, strings.TrimSpace(m))
@@ -108,6 +111,10 @@ type result struct {
 	// folios), not only the pages the server touched.
 	SettledAnon int64 `json:"settled_anon_kib"`
 	SettledFile int64 `json:"settled_file_kib"`
+	// Mode import: `sluice keys import` of the N keys into an empty
+	// store, and of the same file again (nothing to write).
+	ImportMS   float64 `json:"import_ms,omitempty"`
+	ReimportMS float64 `json:"reimport_ms,omitempty"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -134,7 +141,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			var rs []result
 			for i := range o.runs {
+				var imp, reimp float64
+				if mode == "import" {
+					if imp, reimp, err = importKeys(ctx, o, cfg); err != nil {
+						return fmt.Errorf("%s %d run %d: %w", mode, n, i, err)
+					}
+				}
 				r, err := measure(ctx, o, cfg)
+				r.ImportMS, r.ReimportMS = imp, reimp
 				if err != nil {
 					return fmt.Errorf("%s %d run %d: %w", mode, n, i, err)
 				}
@@ -173,6 +187,8 @@ func median(rs []result) result {
 	m.SettledHWM = int64(mid(func(r result) float64 { return float64(r.SettledHWM) }))
 	m.SettledAnon = int64(mid(func(r result) float64 { return float64(r.SettledAnon) }))
 	m.SettledFile = int64(mid(func(r result) float64 { return float64(r.SettledFile) }))
+	m.ImportMS = mid(func(r result) float64 { return r.ImportMS })
+	m.ReimportMS = mid(func(r result) float64 { return r.ReimportMS })
 	return m
 }
 
@@ -255,12 +271,18 @@ func prepare(ctx context.Context, dir, mode string, n int) (string, error) {
 	w := bufio.NewWriter(f)
 	w.WriteString(configHead)
 	rng := rand.NewChaCha8([32]byte{byte(n), byte(n >> 8), byte(n >> 16), 's', 'l', 'u', 'i', 'c', 'e'})
-	switch mode {
-	case "declared":
+	if mode == "declared" || mode == "import" {
 		w.WriteString("\nteams:\n")
 		for t := range teamCount(n) {
 			fmt.Fprintf(w, "  - name: team-%d\n    org: bench\n    models: [gpt-4o-mini, gpt-4o]\n    limits:\n      requests: {per_minute: 6000, per_day: 1000000}\n", t)
 		}
+	}
+	switch mode {
+	case "import":
+		if err := writeImport(filepath.Join(dir, "keys.jsonl"), n, rng); err != nil {
+			return "", err
+		}
+	case "declared":
 		if n > 0 {
 			w.WriteString("\nkeys:\n")
 		}
@@ -332,6 +354,73 @@ func fillStore(ctx context.Context, path string, n int, rng io.Reader) error {
 		}
 	}
 	return nil
+}
+
+// importRecord is a line of the import file: the key itself, hashed by
+// the import.
+type importRecord struct {
+	Key       string           `json:"key"`
+	Team      string           `json:"team"`
+	Name      string           `json:"name"`
+	Models    []string         `json:"models,omitempty"`
+	Limits    *policies.Limits `json:"limits,omitempty"`
+	ExpiresAt string           `json:"expires_at,omitempty"`
+}
+
+// writeImport writes the population's n keys as JSON lines for `sluice
+// keys import`.
+func writeImport(path string, n int, rng io.Reader) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for i := range n {
+		secret, err := apikey.Generate(rng)
+		if err != nil {
+			return err
+		}
+		rec := importRecord{Key: secret.Reveal(), Team: teamOf(i), Name: "key-" + strconv.Itoa(i), Models: keyModels(i)}
+		if l := keyLimits(i); l.Requests.PerMinute > 0 {
+			rec.Limits = &l
+		}
+		if e := keyExpiry(i); !e.IsZero() {
+			rec.ExpiresAt = e.Format(time.RFC3339)
+		}
+		if err := enc.Encode(rec); err != nil {
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// importKeys empties the store beside cfg and imports keys.jsonl into it
+// with the real binary, then imports it again, and returns how long each
+// took in milliseconds.
+func importKeys(ctx context.Context, o options, cfg string) (first, again float64, err error) {
+	dir := filepath.Dir(cfg)
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Remove(filepath.Join(dir, "store.db"+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return 0, 0, err
+		}
+	}
+	timed := func() (float64, error) {
+		cmd := exec.CommandContext(ctx, o.sluice, "keys", "import", "--config", cfg, "--progress", "0", filepath.Join(dir, "keys.jsonl"))
+		start := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("sluice keys import: %v\n%s", err, out)
+		}
+		return float64(time.Since(start).Microseconds()) / 1000, nil
+	}
+	if first, err = timed(); err != nil {
+		return 0, 0, err
+	}
+	again, err = timed()
+	return first, again, err
 }
 
 // measure execs sluice serve on cfg, waits for the ready file and reads

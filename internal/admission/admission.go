@@ -7,10 +7,17 @@
 // and RetryAfter when waiting helps); Settle replaces the reservation by
 // the actual use. Money is counted exactly, in pico-dollars
 // (internal/money): a budget, configured in micro-dollars, is exceeded by
-// the exact sum of what its requests cost, never by rounded costs. Local is the in-process implementation (sliding windows in
-// limits.Counters, calendar and lifetime budgets in a table of its own,
-// one lock for atomicity); a fleet backend implements the same two calls
-// in one round trip each. docs/limits.md gives the semantics.
+// the exact sum of what its requests cost, never by rounded costs.
+//
+// Backend is the contract of an admission backend: CountRequest (the
+// request-rate windows ext_authz counts before the body is read), Admit
+// and Settle (ext_proc), Budgets (the admin API) and Run (releasing
+// reservations never settled). Local is the in-process backend (sliding
+// windows in limits.Counters, calendar and lifetime budgets in a table of
+// its own, one lock for atomicity); a fleet backend implements the same
+// calls in one round trip each. Every backend must pass the contract
+// suite in admissiontest, which Local runs in its tests. docs/limits.md
+// gives the semantics.
 //
 // It must not parse bodies or talk to Envoy; extproc calls it.
 package admission

@@ -21,8 +21,9 @@ import (
 )
 
 // Local admits against in-process state: sliding windows (request and
-// token rates, rolling budgets) in a limits.Counters shared with authz, and
-// calendar and lifetime budgets in its own table. One mutex makes an
+// token rates, rolling budgets) in a limits.Counters, where CountRequest
+// (ext_authz) and Admit (ext_proc) count a request limit in one counter,
+// and calendar and lifetime budgets in its own table. One mutex makes an
 // admission atomic across everything that covers the request: either every
 // limit reserves, or none does.
 type Local struct {
@@ -60,8 +61,8 @@ type LocalOptions struct {
 	Record func(kind, id, model string, at time.Time, cost int64)
 }
 
-// NewLocal returns a Local counting in counters (share them with authz so
-// that one limit is one counter).
+// NewLocal returns a Local counting in counters, which the caller sweeps
+// (limits.Counters.Run).
 func NewLocal(counters *limits.Counters, opts LocalOptions) *Local {
 	if opts.TimeZone == nil {
 		opts.TimeZone = time.UTC
@@ -164,8 +165,8 @@ func addScope(out []scope, kind, id string, l *policies.Limits, model string) []
 // Local's own table, by budgetScope and period). It is "<kind>/<id>", then
 // "/model/<model>" for a per-model limit, then the limit's parts joined by
 // "/": "key/key_a/requests/1m", "team/t/model/gpt-4o/tokens/input/1h",
-// "org/o/budget/rolling/1h0m0s". Every key of a scope is built here; the
-// principal's own request limits come keyed from keyring.
+// "org/o/budget/rolling/1h0m0s". Every key of a scope is built here, the
+// principal's own request limits' too (principalRequests).
 func counterKey(s *scope, parts ...string) string {
 	n := len(s.kind) + 1 + len(s.id)
 	if s.model != "" {
@@ -225,15 +226,109 @@ var tokenLimits = []struct {
 // the counter demand and what it stands for.
 type reservation struct {
 	demand limits.Demand
-	// who is whose limit it is; for the principal's own request limits
-	// (keyed by keyring) its kind is "" and its id limits.Describe(key).
-	who  scopeName
-	what string    // "requests", "input tokens", …, "rolling 1h0m0s budget"
-	kind tokenKind // what the demand's Amount counts (token and budget limits)
-	req  bool      // a request-rate limit
+	who    scopeName // whose limit it is
+	what   string    // "requests", "input tokens", …, "rolling 1h0m0s budget"
+	kind   tokenKind // what the demand's Amount counts (token and budget limits)
+	req    bool      // a request-rate limit
 	// budgetMicros is a rolling budget's configured cap, in micro-dollars
 	// (its demand counts pico-dollars).
 	budgetMicros int64
+}
+
+// requests are a principal's own request-rate limits — its key's, then
+// its team's, per minute, hour and day — as counter demands of one
+// request each, beside whose limit each is.
+type requests struct {
+	demands []limits.Demand
+	who     []scopeName
+}
+
+// principalRequests returns p's requests, made on first use and kept with
+// p (keyring.Principal.SetDerived): ext_authz counts them on every request,
+// and their counter keys are the same strings every time.
+func principalRequests(p *keyring.Principal) *requests {
+	if r, ok := p.Derived().(*requests); ok {
+		return r
+	}
+	return makeRequests(p)
+}
+
+// makeRequests is principalRequests' first use of p. It runs on the
+// request path within the first goroutine stack (extproc's
+// TestHandlingFitsTheFirstStack), so it copies no policies.Limits.
+//
+//go:noinline
+func makeRequests(p *keyring.Principal) *requests {
+	r := &requests{}
+	r.add("key", p.KeyID, p.KeyLimits.Requests)
+	r.add("team", p.Team, p.TeamLimits.Requests)
+	p.SetDerived(r)
+	return r
+}
+
+// add appends the request windows of one scope, keyed as counterKey keys
+// the scope's ("requests", window).
+func (r *requests) add(kind, id string, rl policies.RateLimits) {
+	if id == "" {
+		return
+	}
+	for _, w := range windows {
+		if n := w.get(rl); n > 0 {
+			r.demands = append(r.demands, limits.Demand{Key: kind + "/" + id + "/requests/" + w.name, Period: w.period, Limit: n, Amount: 1})
+			r.who = append(r.who, scopeName{kind: kind, id: id})
+		}
+	}
+}
+
+// CountRequest counts one request of p against the request-rate windows
+// of its key and its team, in every one of them or in none: ext_authz's
+// admission, before the body is read. Its counters are the ones Admit
+// checks (and counts in when ext_authz did not): one limit, one counter.
+func (l *Local) CountRequest(_ context.Context, p *keyring.Principal, at time.Time) error {
+	pr := principalRequests(p)
+	if len(pr.demands) == 0 {
+		return nil
+	}
+	var buf [8]int64
+	res := l.counters.AdmitInto(at, pr.demands, buf[:0])
+	if res.Admitted {
+		return nil
+	}
+	return requestDenial(pr, res)
+}
+
+// requestDenial is CountRequest's refusal by the window res names.
+func requestDenial(pr *requests, res limits.Decision) *apierr.Error {
+	denied := pr.demands[res.Denied]
+	e := &apierr.Error{Status: http.StatusTooManyRequests, Code: apierr.CodeRateLimited, RetryAfter: res.RetryAfter}
+	// The seconds the retry-after header says (at least 1).
+	ra := max(e.RetryAfterSeconds(), 1)
+	who, period := pr.who[res.Denied].describe(), limits.PeriodName(denied.Period)
+	e.Message = fmt.Sprintf("rate limit reached: %s allows %d requests per %s; retry in %ds",
+		who, denied.Limit, period, ra)
+	// OpenAI's words for a full request window ("Rate limit reached for
+	// gpt-4o in organization org-… on requests per min (RPM): Limit 3,
+	// Used 3, Requested 1. Please try again in 20s."), naming Sluice's
+	// limit where OpenAI names its model and organization.
+	e.OpenAIMessage = fmt.Sprintf("Rate limit reached for %s on requests per %s: Limit %d, Used %d, Requested 1. Please try again in %s.",
+		who, openAIPeriod(period), denied.Limit, denied.Limit-res.Remaining[res.Denied],
+		llmapi.OpenAIDuration(time.Duration(ra)*time.Second))
+	return e
+}
+
+// openAIPeriod is a request window as OpenAI's rate-limit messages name
+// it: "min (RPM)", "day (RPD)"; and, for the hour OpenAI has no limit
+// per, "hour (RPH)".
+func openAIPeriod(name string) string {
+	switch name {
+	case "minute":
+		return "min (RPM)"
+	case "hour":
+		return "hour (RPH)"
+	case "day":
+		return "day (RPD)"
+	}
+	return name
 }
 
 // reservations lists every sliding window that covers claim c with the
@@ -251,11 +346,12 @@ func reservations(rs []reservation, c Claim, scs []scope, amount [4]int64) []res
 		r := &rs[len(rs)-1]
 		r.demand, r.who, r.what, r.kind, r.req, r.budgetMicros = d, who, what, kind, req, budgetMicros
 	}
-	for _, d := range c.Principal.Requests {
+	pr := principalRequests(c.Principal)
+	for i, d := range pr.demands {
 		if !c.CountRequest {
 			d.Amount = 0
 		}
-		add(d, scopeName{id: limits.Describe(d.Key)}, "requests", 0, true, 0)
+		add(d, pr.who[i], "requests", 0, true, 0)
 	}
 	for i := range scs {
 		s := &scs[i]
@@ -418,7 +514,7 @@ func (l *Local) uncount(c Claim) {
 	if c.CountRequest {
 		return // counted here, and Admit counts nothing it refuses
 	}
-	for _, d := range c.Principal.Requests {
+	for _, d := range principalRequests(c.Principal).demands {
 		l.counters.Adjust(c.At, c.At, d.Key, d.Period, -1)
 	}
 }
@@ -707,9 +803,6 @@ func denial(r reservation, dec limits.Decision) *apierr.Error {
 	e := &apierr.Error{Status: http.StatusTooManyRequests, RetryAfter: dec.RetryAfter}
 	ra := e.RetryAfterSeconds()
 	who := r.who.describe()
-	if r.who.kind == "" {
-		who = r.who.id // the principal's request limits: already described
-	}
 	switch {
 	case r.req:
 		e.Code = apierr.CodeRateLimited

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -107,176 +106,6 @@ func TestBudgetUnderConcurrency(t *testing.T) {
 	}
 }
 
-// TestSettleReleasesTheDifference: a reservation is the worst case; what
-// was not used comes back at settle, and a use above it is charged.
-func TestSettleReleasesTheDifference(t *testing.T) {
-	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
-	p := principal(policies.Limits{
-		Tokens:  policies.TokenLimits{Total: policies.RateLimits{PerMinute: 1000}},
-		Budgets: []policies.Budget{{MicroUSD: 1000, Period: policies.PeriodLifetime}},
-	}, policies.Limits{}, policies.Limits{})
-	ctx := context.Background()
-	g, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 800, CostPico: 900 * micro, At: t0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g.Remaining.Tokens != 100 || g.Remaining.Budget != 100 {
-		t.Errorf("remaining after the reservation: %+v", g.Remaining)
-	}
-	// While it is held, a second worst case does not fit.
-	if _, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 800, CostPico: 900 * micro, At: t0.Add(time.Second)}); err == nil {
-		t.Fatal("a second reservation fitted while the first is held")
-	}
-	l.Settle(ctx, g, Actual{InputTokens: 100, OutputTokens: 50, CostPico: 150 * micro, At: t0.Add(2 * time.Second)})
-	l.Settle(ctx, g, Actual{InputTokens: 100, OutputTokens: 50, CostPico: 150 * micro, At: t0.Add(2 * time.Second)}) // twice: no effect
-	g2, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 700, CostPico: 800 * micro, At: t0.Add(3 * time.Second)})
-	if err != nil {
-		t.Fatalf("after settling 150 of 900, 800 more must fit: %v", err)
-	}
-	if g2.Remaining.Tokens != 1000-150-800 || g2.Remaining.Budget != 1000-150-800 {
-		t.Errorf("remaining %+v", g2.Remaining)
-	}
-	// The provider reported more than was reserved: it is charged.
-	l.Settle(ctx, g2, Actual{InputTokens: 100, OutputTokens: 760, CostPico: 860 * micro, At: t0.Add(4 * time.Second)})
-	d := denialOf(t, func() error {
-		_, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 1, CostPico: 1 * micro, At: t0.Add(5 * time.Second)})
-		return err
-	}())
-	if d.Code != "insufficient_quota" || !strings.Contains(d.Message, "lifetime budget of key key_a") {
-		t.Errorf("denial %+v", d)
-	}
-}
-
-// TestDeniedRequestReservesNothing: one limit refusing leaves every other
-// covering limit untouched.
-func TestDeniedRequestReservesNothing(t *testing.T) {
-	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
-	p := principal(
-		policies.Limits{Tokens: policies.TokenLimits{Input: policies.RateLimits{PerMinute: 100}}},
-		policies.Limits{Budgets: []policies.Budget{{MicroUSD: 50, Period: policies.PeriodDay}}},
-		policies.Limits{Tokens: policies.TokenLimits{Output: policies.RateLimits{PerHour: 10}}},
-	)
-	ctx := context.Background()
-	_, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 50, MaxOutputTokens: 20, CostPico: 10 * micro, At: t0})
-	d := denialOf(t, err)
-	if d.Code != "tokens_rate_limited" || !strings.Contains(d.Message, "org o") || !strings.Contains(d.Message, "at all") {
-		t.Fatalf("denial %+v; want the org's output-token limit, impossible", d)
-	}
-	// Nothing was reserved: the full key window and budget are there.
-	g, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 100, MaxOutputTokens: 10, CostPico: 50 * micro, At: t0})
-	if err != nil {
-		t.Fatalf("the refused request reserved something: %v", err)
-	}
-	if g.Remaining.Budget != 0 {
-		t.Errorf("remaining budget %d", g.Remaining.Budget)
-	}
-}
-
-func TestTokenLimitRetryAfter(t *testing.T) {
-	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
-	p := principal(policies.Limits{Tokens: policies.TokenLimits{Total: policies.RateLimits{PerMinute: 100}}}, policies.Limits{}, policies.Limits{})
-	ctx := context.Background()
-	if _, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 40, MaxOutputTokens: 40, At: t0}); err != nil {
-		t.Fatal(err)
-	}
-	_, err := l.Admit(ctx, Claim{Principal: p, InputTokens: 40, MaxOutputTokens: 40, At: t0.Add(10 * time.Second)})
-	d := denialOf(t, err)
-	if d.Status != 429 || d.Code != "tokens_rate_limited" || d.RetryAfter <= 49*time.Second || d.RetryAfter > 51*time.Second {
-		t.Errorf("denial %+v; want 429 with retry-after about 50s (when the first reservation leaves the minute)", d)
-	}
-}
-
-// TestBudgetPeriods: calendar budgets reset at their boundary in the
-// configured time zone; lifetime ones never; rolling ones slide.
-func TestBudgetPeriods(t *testing.T) {
-	berlin, err := time.LoadLocation("Europe/Berlin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	spend := func(l *Local, p *keyring.Principal, at time.Time, cost int64) error {
-		g, err := l.Admit(ctx, Claim{Principal: p, CostPico: cost * micro, At: at})
-		if err == nil {
-			l.Settle(ctx, g, Actual{CostPico: cost * micro, At: at})
-		}
-		return err
-	}
-	tests := []struct {
-		name        string
-		budget      policies.Budget
-		first, full time.Time // spend the budget at first; still full at full
-		reset       time.Time // free again
-	}{
-		// 23:30 Berlin on Monday is 22:30 UTC; the day ends at 23:00 UTC.
-		{"day in Berlin", policies.Budget{MicroUSD: 100, Period: policies.PeriodDay},
-			time.Date(2026, 11, 30, 10, 0, 0, 0, berlin), time.Date(2026, 11, 30, 22, 59, 59, 0, time.UTC), time.Date(2026, 11, 30, 23, 0, 0, 0, time.UTC)},
-		{"week from Monday", policies.Budget{MicroUSD: 100, Period: policies.PeriodWeek},
-			time.Date(2026, 12, 2, 9, 0, 0, 0, berlin), time.Date(2026, 12, 6, 23, 59, 0, 0, berlin), time.Date(2026, 12, 7, 0, 0, 0, 0, berlin)},
-		{"month", policies.Budget{MicroUSD: 100, Period: policies.PeriodMonth},
-			time.Date(2026, 12, 1, 0, 0, 0, 0, berlin), time.Date(2026, 12, 31, 23, 59, 0, 0, berlin), time.Date(2027, 1, 1, 0, 0, 0, 0, berlin)},
-		{"rolling 24h", policies.Budget{MicroUSD: 100, Period: policies.PeriodRolling, Window: 24 * time.Hour},
-			t0, t0.Add(23 * time.Hour), t0.Add(24*time.Hour + 30*time.Minute)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l := NewLocal(limits.New(limits.Options{}), LocalOptions{TimeZone: berlin})
-			p := principal(policies.Limits{Budgets: []policies.Budget{tt.budget}}, policies.Limits{}, policies.Limits{})
-			if err := spend(l, p, tt.first, 100); err != nil {
-				t.Fatal(err)
-			}
-			err := spend(l, p, tt.full, 1)
-			if d := denialOf(t, err); d.Code != "insufficient_quota" {
-				t.Fatalf("denial %+v", d)
-			} else if tt.budget.Period != policies.PeriodRolling {
-				if want := tt.reset.Sub(tt.full); d.RetryAfter != want {
-					t.Errorf("retry-after %v, want %v (until the period resets)", d.RetryAfter, want)
-				}
-			}
-			if err := spend(l, p, tt.reset, 100); err != nil {
-				t.Errorf("at the reset (%v) the budget is still spent: %v", tt.reset, err)
-			}
-		})
-	}
-	t.Run("lifetime", func(t *testing.T) {
-		l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
-		p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodLifetime}}}, policies.Limits{}, policies.Limits{})
-		if err := spend(l, p, t0, 100); err != nil {
-			t.Fatal(err)
-		}
-		if err := spend(l, p, t0.AddDate(5, 0, 0), 1); err == nil {
-			t.Error("a lifetime budget reset")
-		}
-	})
-}
-
-// TestPerModelAndOrgLimits: a model's limits apply to that model only, on
-// top of the scope's own; an org's request limit is counted here.
-func TestPerModelAndOrgLimits(t *testing.T) {
-	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
-	team := policies.Limits{Models: map[string]policies.Limits{"big": {Budgets: []policies.Budget{{MicroUSD: 10, Period: policies.PeriodDay}}}}}
-	org := policies.Limits{Requests: policies.RateLimits{PerMinute: 3}}
-	p := principal(policies.Limits{}, team, org)
-	ctx := context.Background()
-	if _, err := l.Admit(ctx, Claim{Principal: p, Model: "big", CostPico: 10 * micro, At: t0}); err != nil {
-		t.Fatal(err)
-	}
-	_, err := l.Admit(ctx, Claim{Principal: p, Model: "big", CostPico: 1 * micro, At: t0})
-	if d := denialOf(t, err); !strings.Contains(d.Message, "team t for model big") {
-		t.Errorf("denial %+v", d)
-	}
-	if _, err := l.Admit(ctx, Claim{Principal: p, Model: "small", CostPico: 1000 * micro, At: t0}); err != nil {
-		t.Fatalf("another model is not limited by big's budget: %v", err)
-	}
-	// Two admitted so far (the refused one counted nothing): one more fits.
-	if _, err := l.Admit(ctx, Claim{Principal: p, Model: "small", At: t0}); err != nil {
-		t.Fatalf("third request: %v", err)
-	}
-	_, err = l.Admit(ctx, Claim{Principal: p, Model: "small", At: t0})
-	if d := denialOf(t, err); d.Code != "rate_limited" || !strings.Contains(d.Message, "org o allows 3 requests per minute") {
-		t.Errorf("fourth request: %+v", d)
-	}
-}
-
 // TestExpireReleasesLostReservations: a reservation not settled within the
 // TTL is released; if the request ends after all, it is still charged.
 func TestExpireReleasesLostReservations(t *testing.T) {
@@ -348,35 +177,6 @@ func BenchmarkAdmitSettle(b *testing.B) {
 	}
 }
 
-func TestBudgetsReport(t *testing.T) {
-	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
-	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}, {MicroUSD: 500, Period: policies.PeriodRolling, Window: time.Hour}}},
-		policies.Limits{Models: map[string]policies.Limits{"m": {Budgets: []policies.Budget{{MicroUSD: 70, Period: policies.PeriodLifetime}}}}}, policies.Limits{})
-	ctx := context.Background()
-	g, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CostPico: 40 * micro, At: t0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Settle(ctx, g, Actual{CostPico: 30 * micro, At: t0})
-	if _, err := l.Admit(ctx, Claim{Principal: p, Model: "m", CostPico: 20 * micro, At: t0}); err != nil {
-		t.Fatal(err)
-	}
-	got := l.Budgets(p, t0)
-	want := []BudgetStatus{
-		{Scope: "key", ID: "key_a", Period: "day", Limit: 100, Spent: mu(30), Reserved: mu(20), Remaining: mu(50), Resets: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
-		{Scope: "key", ID: "key_a", Period: "rolling", Window: time.Hour, Limit: 500, Spent: mu(50), Remaining: mu(450)},
-		{Scope: "team", ID: "t", Model: "m", Period: "lifetime", Limit: 70, Spent: mu(30), Reserved: mu(20), Remaining: mu(20)},
-	}
-	if len(got) != len(want) {
-		t.Fatalf("Budgets = %+v", got)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("Budgets[%d] = %+v, want %+v", i, got[i], want[i])
-		}
-	}
-}
-
 func TestSpendIndex(t *testing.T) {
 	day := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	buckets := []ledger.Aggregate{
@@ -398,57 +198,6 @@ func TestSpendIndex(t *testing.T) {
 	}
 	if got := EarliestPeriodStart(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC), time.UTC); !got.Equal(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)) {
 		t.Errorf("EarliestPeriodStart on Wed 2 Dec = %v, want Monday 30 Nov (before the month's start)", got)
-	}
-}
-
-// TestBudgetPeriodNeverGoesBack: a request stamped just before midnight,
-// admitted after one stamped just after, must not reset the new day.
-func TestBudgetPeriodNeverGoesBack(t *testing.T) {
-	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
-	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}}}, policies.Limits{}, policies.Limits{})
-	ctx := context.Background()
-	midnight := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	g, err := l.Admit(ctx, Claim{Principal: p, CostPico: 80 * micro, At: midnight.Add(time.Millisecond)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Settle(ctx, g, Actual{CostPico: 80 * micro, At: midnight.Add(time.Second)})
-	if _, err := l.Admit(ctx, Claim{Principal: p, CostPico: 30 * micro, At: midnight.Add(-time.Millisecond)}); err == nil {
-		t.Fatal("a late request from the old day reset the new day's budget")
-	}
-	if st := l.budgets[budgetScope{"key", "key_a", ""}]["day"]; !st.start.Equal(midnight) || st.spent != mu(80) {
-		t.Errorf("state %+v; want the new day with 80 spent", st)
-	}
-}
-
-// TestRefusedRequestIsCountedNowhere: a request ext_authz counted and
-// admission refuses gives its request count back; a request that costs
-// nothing passes a spent budget.
-func TestRefusedRequestIsCountedNowhere(t *testing.T) {
-	counters := limits.New(limits.Options{})
-	l := NewLocal(counters, LocalOptions{})
-	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 10, Period: policies.PeriodDay}}}, policies.Limits{}, policies.Limits{})
-	p.Requests = []limits.Demand{{Key: "key/key_a/requests/1m", Period: time.Minute, Limit: 5, Amount: 1}}
-	ctx := context.Background()
-	authz := func() { // what ext_authz does before ext_proc
-		if !counters.Admit(t0, p.Requests).Admitted {
-			t.Fatal("authz refused")
-		}
-	}
-	authz()
-	if _, err := l.Admit(ctx, Claim{Principal: p, CostPico: 10 * micro, At: t0}); err != nil {
-		t.Fatal(err)
-	}
-	authz()
-	if _, err := l.Admit(ctx, Claim{Principal: p, CostPico: 1 * micro, At: t0}); err == nil {
-		t.Fatal("the spent budget admitted more")
-	}
-	if rem := counters.Admit(t0, []limits.Demand{{Key: "key/key_a/requests/1m", Period: time.Minute, Limit: 5}}).Remaining[0]; rem != 4 {
-		t.Errorf("remaining requests %d, want 4: the refused request must give its count back", rem)
-	}
-	authz()
-	if _, err := l.Admit(ctx, Claim{Principal: p, CostPico: 0 * micro, At: t0}); err != nil {
-		t.Errorf("a request that costs nothing was refused by a spent budget: %v", err)
 	}
 }
 
@@ -563,56 +312,71 @@ func TestBudgetReaddedMidPeriod(t *testing.T) {
 	}
 }
 
-// TestRemainingHeaders: each kind of limit that covers a request gets a
-// complete OpenAI-style set — limit, remaining and reset (OpenAI's
-// duration notation) from one limit, the tightest of any token kind — and
-// a kind no limit covers gets none.
-func TestRemainingHeaders(t *testing.T) {
-	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
-	p := principal(policies.Limits{}, policies.Limits{Tokens: policies.TokenLimits{Input: policies.RateLimits{PerMinute: 100}}},
-		policies.Limits{Tokens: policies.TokenLimits{Output: policies.RateLimits{PerHour: 1000}}})
-	p.Requests = []limits.Demand{{Key: "key/key_a/requests/1m", Period: time.Minute, Limit: 10, Amount: 1}}
-	at := t0.Add(500 * time.Millisecond)
-	g, err := l.Admit(t.Context(), Claim{Principal: p, CountRequest: true, InputTokens: 20, MaxOutputTokens: 40, At: at})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 1 s buckets for a minute: the request's bucket [t0, t0+1s) leaves
-	// the window at t0+61s, 60.5 s after it; the input window (80 left)
-	// is tighter than the output one (960 left, 1 min buckets).
-	want := []string{
-		"x-ratelimit-limit-requests: 10", "x-ratelimit-remaining-requests: 9", "x-ratelimit-reset-requests: 1m0.5s",
-		"x-ratelimit-limit-tokens: 100", "x-ratelimit-remaining-tokens: 80", "x-ratelimit-reset-tokens: 1m0.5s",
-	}
-	if got := g.Remaining.Headers(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("headers\n %v\nwant\n %v", got, want)
-	}
-
-	// No request limit, two token windows with as much left: the one that
-	// resets later is shown, with its own size.
-	p = principal(policies.Limits{Tokens: policies.TokenLimits{Total: policies.RateLimits{PerMinute: 60, PerHour: 60}}}, policies.Limits{}, policies.Limits{})
-	g, err = l.Admit(t.Context(), Claim{Principal: p, InputTokens: 10, MaxOutputTokens: 10, At: at})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want = []string{"x-ratelimit-limit-tokens: 60", "x-ratelimit-remaining-tokens: 40", "x-ratelimit-reset-tokens: 1h0m59.5s"}
-	if got := g.Remaining.Headers(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("headers\n %v\nwant\n %v", got, want)
-	}
-
-	// Nothing covers the request: no headers at all.
-	g, err = l.Admit(t.Context(), Claim{Principal: principal(policies.Limits{}, policies.Limits{}, policies.Limits{}), InputTokens: 10, At: at})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := g.Remaining.Headers(); len(got) != 0 {
-		t.Errorf("headers %v, want none", got)
-	}
-}
-
 // micro is a micro-dollar in pico-dollars, what claims and settlements
 // count: budgets are configured in micro-dollars.
 const micro = money.PicoPerMicro
 
 // mu is n micro-dollars as a sum.
 func mu(n int64) money.Sum { return money.FromMicros(n) }
+
+// TestPrincipalRequests: a principal's own request limits are counted
+// under the keys "key/<id>/requests/<window>" and
+// "team/<name>/requests/<window>" (the counters CountRequest and Admit
+// share), the key's windows then its team's; they are made once per
+// principal, and counting them allocates nothing.
+func TestPrincipalRequests(t *testing.T) {
+	declared := &keyring.Principal{KeyID: "config:bot", Team: "red", TeamLimits: policies.Limits{Requests: policies.RateLimits{PerMinute: 10, PerDay: 100}}}
+	stored := &keyring.Principal{KeyID: "key_b", Team: "blue",
+		KeyLimits: policies.Limits{Requests: policies.RateLimits{PerMinute: 3}}, TeamLimits: policies.Limits{Requests: policies.RateLimits{PerHour: 7}}}
+	for _, tt := range []struct {
+		p    *keyring.Principal
+		want []limits.Demand
+	}{
+		{declared, []limits.Demand{
+			{Key: "team/red/requests/1m", Period: time.Minute, Limit: 10, Amount: 1},
+			{Key: "team/red/requests/1d", Period: 24 * time.Hour, Limit: 100, Amount: 1},
+		}},
+		{stored, []limits.Demand{
+			{Key: "key/key_b/requests/1m", Period: time.Minute, Limit: 3, Amount: 1},
+			{Key: "team/blue/requests/1h", Period: time.Hour, Limit: 7, Amount: 1},
+		}},
+	} {
+		r := principalRequests(tt.p)
+		if fmt.Sprint(r.demands) != fmt.Sprint(tt.want) {
+			t.Errorf("%s: demands\n %v\nwant\n %v", tt.p.KeyID, r.demands, tt.want)
+		}
+		if principalRequests(tt.p) != r {
+			t.Errorf("%s: demands made again", tt.p.KeyID)
+		}
+	}
+	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
+	ctx := context.Background()
+	p := principal(policies.Limits{Requests: policies.RateLimits{PerMinute: 1 << 40}}, policies.Limits{Requests: policies.RateLimits{PerDay: 1 << 40}}, policies.Limits{})
+	if err := l.CountRequest(ctx, p, t0); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(50, func() {
+		if err := l.CountRequest(ctx, p, t0); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("CountRequest allocates %v times, want 0", n)
+	}
+}
+
+// BenchmarkCountRequest is ext_authz's admission of a key with a request
+// limit in a team with one: the principal's demands made once, two
+// windows counted.
+func BenchmarkCountRequest(b *testing.B) {
+	l := NewLocal(limits.New(limits.Options{}), LocalOptions{})
+	p := principal(policies.Limits{Requests: policies.RateLimits{PerMinute: 1 << 40}}, policies.Limits{Requests: policies.RateLimits{PerHour: 1 << 40}}, policies.Limits{})
+	ctx := context.Background()
+	at := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		at = at.Add(time.Millisecond)
+		if err := l.CountRequest(ctx, p, at); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

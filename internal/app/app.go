@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime/debug"
 	"strings"
 
 	"github.com/sluicegw/sluice/internal/cli"
@@ -34,98 +33,54 @@ func ExitCode(err error) int {
 	return cli.ExitCode(err)
 }
 
-const usage = `sluice — an LLM gateway inside Envoy.
-
-Usage:
-  sluice <command> [flags]
-
-Commands:
-  serve          run the ext_authz and ext_proc gRPC services and the admin HTTP server
-  check-config   validate a sluice.yaml and print every problem
-  keys           create, list and revoke API keys
-  spend          report tokens and cost from the spend ledger
-  pricing        pricing import: turn a LiteLLM price file into sluice.yaml's pricing section
-  envoy          envoy bootstrap: print the bootstrap for an Envoy that takes its config from Sluice
-  version        print the version
-
-The Envoy emulator and the mock LLM provider are in the sluice-dev command.
-
-Run "sluice <command> --help" for a command's flags.
-`
+// program is the sluice command line: one row per command, and the usage
+// generated from it.
+func program(env Env) *cli.Program {
+	withEnv := func(run func(context.Context, []string, io.Writer, io.Writer, Env) error) func(context.Context, []string, io.Writer, io.Writer) error {
+		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			return run(ctx, args, stdout, stderr, env)
+		}
+	}
+	noCtx := func(run func([]string, io.Writer, io.Writer, Env) error) func(context.Context, []string, io.Writer, io.Writer) error {
+		return func(_ context.Context, args []string, stdout, stderr io.Writer) error {
+			return run(args, stdout, stderr, env)
+		}
+	}
+	// The test doubles are not in this binary (it ships only what
+	// production runs); their old names say where they went.
+	moved := func(name string) cli.Command {
+		return cli.Command{Name: name, Run: func(_ context.Context, _ []string, _, stderr io.Writer) error {
+			fmt.Fprintf(stderr, "%q is not a sluice command: run sluice-dev %s (make build-dev builds bin/sluice-dev)\n", name, strings.TrimPrefix(name, "dev-"))
+			return errUsage
+		}}
+	}
+	return &cli.Program{
+		Name:  "sluice",
+		Title: "sluice — an LLM gateway inside Envoy.",
+		Note:  "The Envoy emulator and the mock LLM provider are in the sluice-dev command.",
+		Commands: []cli.Command{
+			{Name: "serve", Summary: "run the ext_authz and ext_proc gRPC services and the admin HTTP server", Run: withEnv(runServe)},
+			{Name: "check-config", Summary: "validate a sluice.yaml and print every problem", Run: noCtx(runCheckConfig)},
+			{Name: "keys", Summary: "create, list, revoke and import API keys", Run: withEnv(runKeys)},
+			{Name: "spend", Summary: "report tokens and cost from the spend ledger", Run: withEnv(runSpend)},
+			{Name: "pricing", Summary: "pricing import: turn a LiteLLM price file into sluice.yaml's pricing section", Run: noCtx(runPricing)},
+			{Name: "envoy", Summary: "envoy bootstrap: print the bootstrap for an Envoy that takes its config from Sluice", Run: noCtx(runEnvoy)},
+			cli.VersionCommand("sluice"),
+			moved("dev-envoy"),
+			moved("dev-llm"),
+		},
+	}
+}
 
 // Run runs the sluice command line with args (without the program name).
 // stdout gets a command's output; stderr gets logs and problems.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errUsage
-	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "serve":
-		return runServe(ctx, rest, stdout, stderr, env)
-	case "check-config":
-		return runCheckConfig(rest, stdout, stderr, env)
-	case "keys":
-		return runKeys(ctx, rest, stdout, stderr, env)
-	case "spend":
-		return runSpend(ctx, rest, stdout, stderr, env)
-	case "pricing":
-		return runPricing(rest, stdout, stderr, env)
-	case "envoy":
-		return runEnvoy(rest, stdout, stderr, env)
-	case "dev-envoy", "dev-llm":
-		// The test doubles are not in this binary (it ships only what
-		// production runs); say where they went.
-		fmt.Fprintf(stderr, "%q is not a sluice command: run sluice-dev %s (make build-dev builds bin/sluice-dev)\n", cmd, strings.TrimPrefix(cmd, "dev-"))
-		return errUsage
-	case "version":
-		fs := newFlags("version", "", "Print the version of this sluice binary.", stderr)
-		if err := fs.Parse(rest); err != nil {
-			return cli.FlagErr(err)
-		}
-		fmt.Fprintln(stdout, Version())
-		return nil
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	default:
-		fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
-		return errUsage
-	}
+	return program(env).Run(ctx, args, stdout, stderr)
 }
 
 // Version describes the binary: module version and VCS revision when the
 // build recorded them.
-func Version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "sluice (unknown build)"
-	}
-	v := info.Main.Version
-	if v == "" || v == "(devel)" {
-		v = "dev"
-	}
-	var rev, modified string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = "+modified"
-			}
-		}
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	out := "sluice " + v + " (" + info.GoVersion
-	if rev != "" {
-		out += ", " + rev + modified
-	}
-	return out + ")"
-}
+func Version() string { return cli.Version("sluice") }
 
 // newFlags returns the FlagSet of `sluice name`.
 func newFlags(name, args, summary string, stderr io.Writer) *flag.FlagSet {

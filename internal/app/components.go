@@ -54,13 +54,14 @@ type ledgerBackend interface {
 
 var _ ledgerBackend = (*ledgersqlite.Ledger)(nil)
 
-// admissionBackend is what serve needs of an admission backend: admitting
-// and settling requests (ext_proc), reporting what budgets have left
-// (admin), and expiring reservations that were never settled.
+// admissionBackend is what serve needs of an admission backend: counting
+// request rates (ext_authz), admitting and settling requests (ext_proc),
+// reporting what budgets have left (admin), and expiring reservations
+// that were never settled — admission.Backend, which every backend is.
 type admissionBackend interface {
+	admission.Backend
 	extproc.Admitter
 	admin.Budgets
-	Run(ctx context.Context, ttl time.Duration, now func() time.Time) error
 }
 
 var _ admissionBackend = (*admission.Local)(nil)
@@ -271,7 +272,7 @@ func (c *components) openKeys(ctx context.Context, stdout io.Writer) error {
 	c.store = st
 	c.onClose(st.Close)
 	if c.flags.demoKey {
-		if err := createDemoKey(ctx, st, c.snap, stdout); err != nil {
+		if err := createDemoKey(ctx, st, c.snap, c.flags.config, stdout); err != nil {
 			return err
 		}
 	}
@@ -371,12 +372,13 @@ func openLedgerBackend(ctx context.Context, snap *policies.Snapshot, log *slog.L
 	return led, nil
 }
 
-// newAdmission builds the request-rate counters ext_authz shares with
-// admission, and the admitter, whose budgets start from what the ledger
-// holds for their current periods, so a restart forgets nothing that was
-// charged. Only the in-process backend exists; another backend is chosen
-// here, from the config. The in-process one holds nothing to close; a
-// backend that does (a Redis client) adds its closer here.
+// newAdmission builds the admission backend ext_authz and ext_proc share
+// — its budgets start from what the ledger holds for their current
+// periods, so a restart forgets nothing that was charged — and the
+// sliding-window counters it counts in, which serve sweeps. Only the
+// in-process backend exists; another backend is chosen here, from the
+// config. The in-process one holds nothing to close; a backend that does
+// (a Redis client) adds its closer here.
 func newAdmission(ctx context.Context, snap *policies.Snapshot, led ledgerBackend, reg prometheus.Registerer) (*limits.Counters, admissionBackend, error) {
 	counters := limits.New(limits.Options{})
 	tz, err := time.LoadLocation(snap.Gateway().BudgetTimeZone)
@@ -453,7 +455,7 @@ func (c *components) servers() error {
 	if err != nil {
 		return err
 	}
-	checker := authz.NewChecker(c.ring, c.counters, keys, nil)
+	checker := authz.NewChecker(c.ring, c.admitter, keys, nil)
 	extprocServer := extproc.NewServer(&extproc.Deps{
 		Policy:     c.watcher.Current,
 		Ring:       c.ring,

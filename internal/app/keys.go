@@ -17,11 +17,12 @@ import (
 	"github.com/sluicegw/sluice/policies"
 )
 
-const keysUsage = `Usage: sluice keys <create|list|revoke> [flags]
+const keysUsage = `Usage: sluice keys <create|list|revoke|import> [flags]
 
 Manage API keys in the store named by the config file. A new key's secret is
 printed once and stored only as its SHA-256 hash. A running server picks up
-new and revoked keys within a second, without a restart.
+new and revoked keys within a second, without a restart. "import" adds many
+keys at once from a JSON lines or CSV file, by key or by hash.
 
 Run "sluice keys <command> --help" for a command's flags.
 `
@@ -38,6 +39,8 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer, env E
 		return runKeysList(ctx, args[1:], stdout, stderr, env)
 	case "revoke":
 		return runKeysRevoke(ctx, args[1:], stdout, stderr, env)
+	case "import":
+		return runKeysImport(ctx, args[1:], stdout, stderr, env)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, keysUsage)
 		return nil

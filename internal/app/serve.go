@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -281,14 +282,17 @@ func stopGRPC(gs *grpc.Server, grace time.Duration) {
 }
 
 // createDemoKey creates a key for the config's first team when the store
-// has none, and prints it once.
-func createDemoKey(ctx context.Context, st store.Store, snap *policies.Snapshot, stdout io.Writer) error {
+// has none, and prints it once, to stdout only, as a shell line to copy
+// (export KEY=…): the README's curl and SDK snippets read $KEY. config is
+// --config as given, so that the hint for a store that has keys is a
+// command that works as printed.
+func createDemoKey(ctx context.Context, st store.Store, snap *policies.Snapshot, config string, stdout io.Writer) error {
 	keys, err := st.ListKeys(ctx)
 	if err != nil {
 		return err
 	}
 	if len(keys) > 0 {
-		fmt.Fprintf(stdout, "The store already has %d key(s); no demo key created (list them with `sluice keys list`).\n", len(keys))
+		fmt.Fprintf(stdout, "The store already has %d key(s); no demo key created (list them with `sluice keys list --config %s`).\n", len(keys), shellQuote(config))
 		return nil
 	}
 	teams := snap.Teams()
@@ -302,8 +306,17 @@ func createDemoKey(ctx context.Context, st store.Store, snap *policies.Snapshot,
 	if err := st.CreateKey(ctx, k); err != nil {
 		return fmt.Errorf("create demo key: %w", err)
 	}
-	fmt.Fprintf(stdout, "Demo API key %s for team %q (shown once; only its SHA-256 is stored):\n\n    %s\n\n", k.ID, k.Team, secret.Reveal())
+	fmt.Fprintf(stdout, "Demo API key %s for team %q (shown once; only its SHA-256 is stored). Run this in the shell you send requests from:\n\n    export KEY=%s\n\n", k.ID, k.Team, secret.Reveal())
 	return nil
+}
+
+// shellQuote returns s as one shell word: as is when it holds only
+// characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=@%+,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func or(a, b string) string {

@@ -18,45 +18,34 @@ var errUsage = cli.ErrUsage
 // a command-line mistake, 1 for anything else.
 func ExitCode(err error) int { return cli.ExitCode(err) }
 
-const usage = `sluice-dev — development and test tools for Sluice (never for production traffic).
-
-Usage:
-  sluice-dev <command> [flags]
-
-Commands:
-  envoy   run the Envoy emulator from an Envoy bootstrap file
-  llm     run the mock LLM provider (OpenAI and Anthropic APIs)
-
-Run "sluice-dev <command> --help" for a command's flags.
-`
+// program is the sluice-dev command line: one row per command, and the
+// usage generated from it.
+var program = &cli.Program{
+	Name:  "sluice-dev",
+	Title: "sluice-dev — development and test tools for Sluice (never for production traffic).",
+	Commands: []cli.Command{
+		{Name: "envoy", Summary: "run the Envoy emulator from an Envoy bootstrap file", Run: runEnvoy},
+		{Name: "llm", Summary: "run the mock LLM provider (OpenAI and Anthropic APIs)", Run: runLLM},
+		cli.VersionCommand("sluice-dev"),
+	},
+}
 
 // Run runs the sluice-dev command line with args (without the program
 // name). stdout gets a command's output (the emulator's access log, the
 // mock's address); stderr gets logs and problems.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errUsage
-	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "envoy":
-		return runEnvoy(ctx, rest, stdout, stderr)
-	case "llm":
-		if err := mockllm.Run(ctx, rest, stdout, stderr); err != nil {
-			if errors.Is(err, mockllm.ErrUsage) {
-				return errUsage
-			}
-			return fmt.Errorf("llm: %w", err)
+	return program.Run(ctx, args, stdout, stderr)
+}
+
+// runLLM is `sluice-dev llm`: the mock provider as a process.
+func runLLM(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if err := mockllm.Run(ctx, args, stdout, stderr); err != nil {
+		if errors.Is(err, mockllm.ErrUsage) {
+			return errUsage
 		}
-		return nil
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	default:
-		fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
-		return errUsage
+		return fmt.Errorf("llm: %w", err)
 	}
+	return nil
 }
 
 // newFlags returns the FlagSet of `sluice-dev name`.

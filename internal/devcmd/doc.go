@@ -4,7 +4,7 @@
 // (bench/mockllm), each run as a process for demos, `make run` and
 // clients such as curl or an SDK.
 //
-// It only parses flags and runs those two; it holds no gateway logic and
-// nothing of Sluice's imports it. Run takes everything from its
-// arguments, so tests call it like main does.
+// It only parses flags and runs those two (and prints its version); it
+// holds no gateway logic and nothing of Sluice's imports it. Run takes
+// everything from its arguments, so tests call it like main does.
 package devcmd

@@ -12,16 +12,14 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/policies"
 )
 
 // Principal is who a key speaks for: the key, its team and org, what they
-// may call, and the request-rate limits that cover them. Principals are
-// immutable: the ring makes a key's principal on its first lookup and
-// returns that one until a change to the key or to the teams makes a new
-// one.
+// may call, and the limits that cover them. Principals are immutable: the
+// ring makes a key's principal on its first lookup and returns that one
+// until a change to the key or to the teams makes a new one.
 type Principal struct {
 	KeyID     string
 	KeyName   string
@@ -32,6 +30,10 @@ type Principal struct {
 	// allowed by both. A zero ModelSet allows everything.
 	KeyModels  policies.ModelSet
 	TeamModels policies.ModelSet
+	// KeyLimits, TeamLimits and OrgLimits are the limits of the key, its
+	// team and its org, as configured: an admission backend counts what
+	// they allow (ext_authz the key's and team's Requests, ext_proc the
+	// rest) in its own terms.
 	KeyLimits  policies.Limits
 	TeamLimits policies.Limits
 	OrgLimits  policies.Limits
@@ -40,13 +42,31 @@ type Principal struct {
 	// TeamMissing is set when the key names a team that exists neither in
 	// the config nor in the store (it was removed after the key was made).
 	TeamMissing bool
-	// Requests are the request-rate demands (Amount 1) for every limited
-	// window of the key and its team, ready for limits.Counters.Admit.
-	Requests []limits.Demand
+
+	// derived is what a caller made of the principal's fields for every
+	// request to use (Derived).
+	derived atomic.Pointer[derivedValue]
 
 	team        *teamInfo       // nil when TeamMissing
 	keyModelsMD *structpb.Value // KeyModels as metadata, shared; nil: unrestricted
 }
+
+type derivedValue struct{ v any }
+
+// Derived returns the value kept with SetDerived, or nil.
+func (p *Principal) Derived() any {
+	if d := p.derived.Load(); d != nil {
+		return d.v
+	}
+	return nil
+}
+
+// SetDerived keeps v with the principal: a value made from its fields that
+// a caller would otherwise make again on every request (the in-process
+// admission backend's counters for its request limits). The principal
+// never changes, so v stays true for as long as the principal is in use; a
+// change to the key or its team makes a new principal, without it.
+func (p *Principal) SetDerived(v any) { p.derived.Store(&derivedValue{v}) }
 
 // Revoked reports whether the key has been revoked.
 func (p *Principal) Revoked() bool { return !p.RevokedAt.IsZero() }
@@ -644,8 +664,7 @@ func (r *Ring) teamInfos() map[string]*teamInfo {
 		ti := &teamInfo{
 			name: r.intern(t.Name), org: t.Org, models: t.Models,
 			limits: t.Limits, orgLimits: r.orgLimits(t.Org),
-			demands: teamDemands(t.Name, t.Limits.Requests),
-			mdTeam:  structpb.NewStringValue(t.Name), mdOrg: structpb.NewStringValue(t.Org),
+			mdTeam: structpb.NewStringValue(t.Name), mdOrg: structpb.NewStringValue(t.Org),
 		}
 		if !t.Models.Unrestricted() {
 			ti.mdModels = stringList(t.Models.Patterns())
@@ -687,36 +706,4 @@ func (r *Ring) team(name string) (policies.TeamPolicy, bool) {
 		return policies.TeamPolicy{Name: name}, false
 	}
 	return policies.TeamPolicy{Name: t.Name, Org: t.Org, Models: models, Limits: t.Limits}, true
-}
-
-var windows = [...]struct {
-	name   string
-	period time.Duration
-	get    func(policies.RateLimits) int64
-}{
-	{"1m", time.Minute, func(l policies.RateLimits) int64 { return l.PerMinute }},
-	{"1h", time.Hour, func(l policies.RateLimits) int64 { return l.PerHour }},
-	{"1d", 24 * time.Hour, func(l policies.RateLimits) int64 { return l.PerDay }},
-}
-
-// keyDemands and teamDemands turn request limits into demands. Counter
-// keys are "key/<id>/requests/<window>" and "team/<name>/requests/<window>";
-// Describe turns them back into words. A principal's Requests are its
-// key's demands, then its team's.
-func keyDemands(id string, l policies.RateLimits) []limits.Demand {
-	return demands("key/"+id+"/requests/", l)
-}
-
-func teamDemands(team string, l policies.RateLimits) []limits.Demand {
-	return demands("team/"+team+"/requests/", l)
-}
-
-func demands(prefix string, l policies.RateLimits) []limits.Demand {
-	var ds []limits.Demand
-	for _, w := range windows {
-		if n := w.get(l); n > 0 {
-			ds = append(ds, limits.Demand{Key: prefix + w.name, Period: w.period, Limit: n, Amount: 1})
-		}
-	}
-	return ds
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/keyring"
-	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/internal/store/sqlite"
 	"github.com/sluicegw/sluice/policies"
@@ -100,11 +99,9 @@ keys:
 	if a == nil || a.KeyID != "config:bot" || a.Team != "red" || a.Org != "acme" || a.TeamMissing {
 		t.Fatalf("declared key resolved to %+v", a)
 	}
-	if diff := cmp.Diff([]limits.Demand{
-		{Key: "team/red/requests/1m", Period: time.Minute, Limit: 10, Amount: 1},
-		{Key: "team/red/requests/1d", Period: 24 * time.Hour, Limit: 100, Amount: 1},
-	}, a.Requests); diff != "" {
-		t.Errorf("declared key demands (-want +got):\n%s", diff)
+	// The request limits ext_authz counts: the key's (none) and its team's.
+	if diff := cmp.Diff([2]policies.RateLimits{{}, {PerMinute: 10, PerDay: 100}}, [2]policies.RateLimits{a.KeyLimits.Requests, a.TeamLimits.Requests}); diff != "" {
+		t.Errorf("declared key request limits, key and team (-want +got):\n%s", diff)
 	}
 
 	b := ring.Resolve(apikey.Hash(secretB))
@@ -114,11 +111,8 @@ keys:
 	if !b.TeamModels.Allows("m2") || b.TeamModels.Allows("m1") || !b.KeyModels.Unrestricted() {
 		t.Errorf("stored key allow-lists: key %v team %v", b.KeyModels.Patterns(), b.TeamModels.Patterns())
 	}
-	if diff := cmp.Diff([]limits.Demand{
-		{Key: "key/key_b/requests/1m", Period: time.Minute, Limit: 3, Amount: 1},
-		{Key: "team/blue/requests/1h", Period: time.Hour, Limit: 7, Amount: 1},
-	}, b.Requests); diff != "" {
-		t.Errorf("stored key demands (-want +got):\n%s", diff)
+	if diff := cmp.Diff([2]policies.RateLimits{{PerMinute: 3}, {PerHour: 7}}, [2]policies.RateLimits{b.KeyLimits.Requests, b.TeamLimits.Requests}); diff != "" {
+		t.Errorf("stored key request limits, key and team (-want +got):\n%s", diff)
 	}
 	wantMeta, _ := structpb.NewStruct(map[string]any{"key_id": "key_b", "key_prefix": "sk-sluice-BBBB45", "key_name": "b", "team": "blue", "org": "beta", "team_models": []any{"m2"}})
 	if diff := cmp.Diff(wantMeta, b.Metadata(), protocmp.Transform()); diff != "" {

@@ -168,7 +168,7 @@ func TestOverlayAndCompaction(t *testing.T) {
 	rev++
 	ring.Apply(store.Changes{Teams: []store.Team{{Name: "team-0", Org: "other", Rev: rev}}, Rev: rev})
 	for _, id := range []string{ch.Keys[0].ID, "key_new"} {
-		if p := ring.ByID(id); p == nil || p.Org != "other" || !p.TeamModels.Unrestricted() || p.Requests != nil && len(p.Requests) > 1 {
+		if p := ring.ByID(id); p == nil || p.Org != "other" || !p.TeamModels.Unrestricted() || p.TeamLimits.Requests != (policies.RateLimits{}) {
 			t.Errorf("%s after the team change: %+v", id, p)
 		}
 	}

@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -76,7 +75,6 @@ type teamInfo struct {
 	name, org         string
 	models            policies.ModelSet
 	limits, orgLimits policies.Limits
-	demands           []limits.Demand // the team's request-rate demands
 	// The metadata values every key of the team shares.
 	mdTeam, mdOrg, mdModels *structpb.Value
 }
@@ -381,14 +379,6 @@ func newPrincipal(r *keyRec, t *teamInfo) *Principal {
 		p.TeamMissing = true
 	} else {
 		p.Org, p.TeamModels, p.TeamLimits, p.OrgLimits = t.org, t.models, t.limits, t.orgLimits
-	}
-	p.Requests = keyDemands(p.KeyID, p.KeyLimits.Requests)
-	if t != nil && len(t.demands) > 0 {
-		if p.Requests == nil {
-			p.Requests = t.demands // shared: demands are only read
-		} else {
-			p.Requests = append(p.Requests, t.demands...)
-		}
 	}
 	return p
 }

@@ -390,17 +390,6 @@ func (c *Counters) Run(ctx context.Context, interval time.Duration) error {
 	}
 }
 
-// Describe turns a counter key ("key/<id>/requests/1m",
-// "team/<name>/requests/1h") into words for error messages ("key <id>").
-func Describe(counter string) string {
-	kind, rest, _ := strings.Cut(counter, "/")
-	name := rest
-	if i := strings.LastIndex(rest, "/requests/"); i >= 0 {
-		name = rest[:i]
-	}
-	return kind + " " + name
-}
-
 // PeriodName names a window for error messages: minute, hour, day, or the
 // duration.
 func PeriodName(p time.Duration) string {

@@ -85,6 +85,19 @@ type Store interface {
 	// CreateKey inserts k. ErrExists if its ID or Hash is taken. CreatedAt
 	// is kept as given; Rev is assigned.
 	CreateKey(ctx context.Context, k Key) error
+	// CreateKeys inserts keys in one transaction, every key or none, each
+	// with its own next revision in slice order, as CreateKey one by one
+	// would: an import of many keys, where a transaction per key would
+	// take minutes. ErrExists if an ID or Hash is taken, by a stored key or
+	// by another of keys; then nothing is written. No keys: no write.
+	CreateKeys(ctx context.Context, keys []Key) error
+	// ReplaceKeys replaces the Prefix, Team, Name, Models, Limits and
+	// ExpiresAt of each key stored with the ID of one of keys, in one
+	// transaction, every key or none, each with its own next revision in
+	// slice order; its Hash, CreatedAt and RevokedAt are kept (a revoked
+	// key stays revoked). ErrNotFound if an ID is unknown; then nothing is
+	// written. No keys: no write.
+	ReplaceKeys(ctx context.Context, keys []Key) error
 	// RevokeKey marks the key revoked at `at` and returns it. Revoking a
 	// revoked key keeps the first revocation time and succeeds.
 	// ErrNotFound if there is no such key.

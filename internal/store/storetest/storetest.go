@@ -28,6 +28,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CreateThenList", testCreateThenList},
 		{"DuplicateID", testDuplicateID},
 		{"DuplicateHash", testDuplicateHash},
+		{"CreateKeys", testCreateKeys},
+		{"CreateKeysTaken", testCreateKeysTaken},
+		{"ReplaceKeys", testReplaceKeys},
+		{"ReplaceKeysUnknown", testReplaceKeysUnknown},
 		{"Revoke", testRevoke},
 		{"RevokeTwice", testRevokeTwice},
 		{"RevokeUnknown", testRevokeUnknown},
@@ -141,6 +145,116 @@ func testDuplicateHash(t *testing.T, s store.Store) {
 	dup.Hash = k.Hash
 	if err := s.CreateKey(ctx, dup); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("CreateKey(same hash) = %v; want ErrExists", err)
+	}
+	assertUnchanged(t, s, before)
+}
+
+// testCreateKeys: a batch is stored as CreateKey one by one would store
+// it, each key with its own revision in slice order; an empty batch
+// writes nothing.
+func testCreateKeys(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	write(t, s.CreateKey(ctx, NewKey("key_first")))
+	before := changes(t, s, 0)
+	write(t, s.CreateKeys(ctx, nil))
+	assertUnchanged(t, s, before)
+
+	full := NewKey("key_full")
+	full.Models = []string{"gpt-4o*"}
+	full.Limits = fullLimits()
+	full.ExpiresAt = base.Add(24 * time.Hour)
+	batch := []store.Key{full, NewKey("key_b"), NewKey("key_c")}
+	write(t, s.CreateKeys(ctx, batch))
+	got := changes(t, s, before.Rev)
+	if diff := cmp.Diff(batch, sortChanges(got).Keys, ignoreRev, equateEmpty); diff != "" {
+		t.Fatalf("Changes after CreateKeys (-want +got):\n%s", diff)
+	}
+	prev := before.Rev
+	for _, k := range got.Keys {
+		if k.Rev <= prev {
+			t.Errorf("key %s: Rev %d; want more than %d, in slice order", k.ID, k.Rev, prev)
+		}
+		prev = k.Rev
+	}
+	if got.Rev != prev {
+		t.Errorf("Changes.Rev = %d; want the last key's, %d", got.Rev, prev)
+	}
+}
+
+// testCreateKeysTaken: a batch with a taken ID or hash, whether taken in
+// the store or within the batch, writes none of its keys.
+func testCreateKeysTaken(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	stored := NewKey("key_stored")
+	write(t, s.CreateKey(ctx, stored))
+	before := changes(t, s, 0)
+	sameHash := NewKey("key_other")
+	sameHash.Hash = stored.Hash
+	twin := NewKey("key_twin")
+	twinHash := NewKey("key_twin2")
+	twinHash.Hash = twin.Hash
+	for name, batch := range map[string][]store.Key{
+		"stored id":   {NewKey("key_new1"), NewKey("key_stored")},
+		"stored hash": {NewKey("key_new2"), sameHash},
+		"batch id":    {NewKey("key_new3"), NewKey("key_new3")},
+		"batch hash":  {twin, twinHash},
+	} {
+		if err := s.CreateKeys(ctx, batch); !errors.Is(err, store.ErrExists) {
+			t.Errorf("CreateKeys(%s taken) = %v; want ErrExists", name, err)
+		}
+		assertUnchanged(t, s, before)
+	}
+}
+
+// testReplaceKeys: a replacement takes the key's new attributes and a new
+// revision and keeps its hash, creation and revocation.
+func testReplaceKeys(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a, b := NewKey("key_a"), NewKey("key_b")
+	a.Models = []string{"gpt-4o"}
+	a.Limits = policies.Limits{Requests: policies.RateLimits{PerMinute: 1}}
+	write(t, s.CreateKeys(ctx, []store.Key{a, b}))
+	revokedB, err := s.RevokeKey(ctx, b.ID, base.Add(time.Hour))
+	if err != nil {
+		t.Fatalf("RevokeKey: %v", err)
+	}
+	before := changes(t, s, 0)
+	write(t, s.ReplaceKeys(ctx, nil))
+	assertUnchanged(t, s, before)
+
+	newA := a
+	newA.Prefix, newA.Team, newA.Name = "sk-sluice-nwA", "team-b", "renamed"
+	newA.Models, newA.Limits, newA.ExpiresAt = nil, fullLimits(), base.Add(48*time.Hour)
+	// What ReplaceKeys keeps is taken from the store, whatever is passed.
+	newA.Hash, newA.CreatedAt, newA.RevokedAt = [32]byte{9}, base.Add(time.Minute), base
+	newB := b
+	newB.Name = "still revoked"
+	write(t, s.ReplaceKeys(ctx, []store.Key{newA, newB}))
+
+	wantA := newA
+	wantA.Hash, wantA.CreatedAt, wantA.RevokedAt = a.Hash, a.CreatedAt, time.Time{}
+	wantB := revokedB
+	wantB.Name = newB.Name
+	got := sortChanges(changes(t, s, before.Rev))
+	if diff := cmp.Diff([]store.Key{wantA, wantB}, got.Keys, ignoreRev, equateEmpty); diff != "" {
+		t.Fatalf("Changes after ReplaceKeys (-want +got):\n%s", diff)
+	}
+	if got.Keys[0].Rev <= before.Rev || got.Keys[1].Rev <= got.Keys[0].Rev || got.Rev != got.Keys[1].Rev {
+		t.Errorf("revisions %d, %d (Changes.Rev %d) after %d; want increasing in slice order", got.Keys[0].Rev, got.Keys[1].Rev, got.Rev, before.Rev)
+	}
+}
+
+// testReplaceKeysUnknown: a batch naming an unknown ID replaces none of
+// its keys.
+func testReplaceKeysUnknown(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	k := NewKey("key_known")
+	write(t, s.CreateKey(ctx, k))
+	before := changes(t, s, 0)
+	k.Name = "changed"
+	err := s.ReplaceKeys(ctx, []store.Key{k, NewKey("key_unknown")})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ReplaceKeys(unknown) = %v; want ErrNotFound", err)
 	}
 	assertUnchanged(t, s, before)
 }
