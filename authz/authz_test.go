@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
@@ -36,6 +34,7 @@ import (
 	"github.com/sluicegw/sluice/internal/principal"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/internal/store/sqlite"
+	"github.com/sluicegw/sluice/internal/testenv"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -133,7 +132,7 @@ func newFixture(t testing.TB) *fixture {
 	if _, err := st.RevokeKey(ctx, f.ids[keyRevoked], t0.Add(-30*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	f.ring = keyring.New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f.ring = keyring.New(testenv.Quiet())
 	f.ring.SetPolicy(snap)
 	if err := f.ring.Sync(ctx, st); err != nil {
 		t.Fatal(err)
@@ -153,7 +152,7 @@ func (f *fixture) serve(t *testing.T) authv3.AuthorizationClient {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := testenv.Quiet()
 	authv3.RegisterAuthorizationServer(gs, authz.NewServer(f.checker, authz.NewMetrics(prometheus.NewRegistry()), log))
 	go gs.Serve(ln)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/internal/money"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/xds"
 )
 
@@ -69,7 +70,7 @@ func TestAccessLogEndToEnd(t *testing.T) {
 			return fmt.Sprintf(`{"attempts":1,"caller_key_id":%q,"caller_team":"t","cost_micros":%d,"details":"via_upstream","duration_ms":D,"estimated":%t,"flags":"-",`+
 				`"input_tokens":%d,"key_id":%q,"method":"POST","model":"m1","outcome":"ok","output_tokens":%d,"path":"/v1/chat/completions",`+
 				`"provider":"p1","request_id":%q,"start_time":T,"status":200,"team":"t","upstream_cluster":"p1"}`,
-				keyID, money.FromPico(r.CostPico).MicrosUp(), r.Estimated, r.InputTokens, keyID, r.OutputTokens, rid)
+				keyID, money.FromPico(r.CostPico).MicrosUp(), r.Estimated, r.Tokens[tokens.Input], keyID, r.Tokens[tokens.Output], rid)
 		}
 		unmetered := func(status int, details, flags, path, cluster string, attempts int, caller string) func(string) string {
 			return func(rid string) string {

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/internal/chain"
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -342,16 +343,16 @@ func TestFixturesAccounting(t *testing.T) {
 				rec := s.record(t, rid)
 				switch {
 				case it.Response.Code != 200:
-					if rec.InputTokens != 0 || rec.OutputTokens != 0 || rec.CostPico != 0 || rec.Outcome != "upstream_error" {
+					if rec.Tokens[tokens.Input] != 0 || rec.Tokens[tokens.Output] != 0 || rec.CostPico != 0 || rec.Outcome != "upstream_error" {
 						t.Errorf("provider error charged: %+v", rec)
 					}
 				case hasUsage:
-					got := [3]int64{rec.InputTokens, rec.CachedInputTokens, rec.OutputTokens}
-					if got != want || rec.Estimated || rec.ReasoningTokens != wantReasoning(it.Response.Body) {
-						t.Errorf("accounting %v reasoning %d estimated %v, want the recorded %v reasoning %d", got, rec.ReasoningTokens, rec.Estimated, want, wantReasoning(it.Response.Body))
+					got := [3]int64{rec.Tokens[tokens.Input], rec.Tokens[tokens.CachedInput], rec.Tokens[tokens.Output]}
+					if got != want || rec.Estimated || rec.Tokens[tokens.Reasoning] != wantReasoning(it.Response.Body) {
+						t.Errorf("accounting %v reasoning %d estimated %v, want the recorded %v reasoning %d", got, rec.Tokens[tokens.Reasoning], rec.Estimated, want, wantReasoning(it.Response.Body))
 					}
 				default:
-					if !rec.Estimated || rec.OutputTokens == 0 || rec.InputTokens == 0 {
+					if !rec.Estimated || rec.Tokens[tokens.Output] == 0 || rec.Tokens[tokens.Input] == 0 {
 						t.Errorf("no usage recorded: want a tokenizer estimate, got %+v", rec)
 					}
 				}
@@ -388,13 +389,13 @@ func TestGatewayMeteringEdges(t *testing.T) {
 			t.Fatalf("%d %s", st, b)
 		}
 		a, g := s.record(t, plain), s.record(t, gz)
-		if a.InputTokens == 0 || a.OutputTokens == 0 || a.Estimated || g.InputTokens != a.InputTokens || g.OutputTokens != a.OutputTokens || g.Estimated {
-			t.Errorf("gzip+split metered %d/%d (estimated %v), plain %d/%d (estimated %v)", g.InputTokens, g.OutputTokens, g.Estimated, a.InputTokens, a.OutputTokens, a.Estimated)
+		if a.Tokens[tokens.Input] == 0 || a.Tokens[tokens.Output] == 0 || a.Estimated || g.Tokens[tokens.Input] != a.Tokens[tokens.Input] || g.Tokens[tokens.Output] != a.Tokens[tokens.Output] || g.Estimated {
+			t.Errorf("gzip+split metered %d/%d (estimated %v), plain %d/%d (estimated %v)", g.Tokens[tokens.Input], g.Tokens[tokens.Output], g.Estimated, a.Tokens[tokens.Input], a.Tokens[tokens.Output], a.Estimated)
 		}
 		if p.emu != nil {
 			var found bool
 			for _, x := range p.emu.Exchanges() {
-				if m := x.Metadata[chain.UsageNamespace]; m != nil && m.GetFields()["output_tokens"].GetNumberValue() == float64(a.OutputTokens) {
+				if m := x.Metadata[chain.UsageNamespace]; m != nil && m.GetFields()["output_tokens"].GetNumberValue() == float64(a.Tokens[tokens.Output]) {
 					found = true
 				}
 			}
@@ -420,7 +421,7 @@ func TestGatewayMeteringEdges(t *testing.T) {
 		}
 		resp.Body.Close()
 		rec := s.awaitRecord(t, cut)
-		if rec.Outcome != "cancelled" || rec.InputTokens == 0 || rec.OutputTokens >= a.OutputTokens+20 {
+		if rec.Outcome != "cancelled" || rec.Tokens[tokens.Input] == 0 || rec.Tokens[tokens.Output] >= a.Tokens[tokens.Output]+20 {
 			t.Errorf("abandoned stream settled as %+v", rec)
 		}
 	})
@@ -470,7 +471,7 @@ func TestResponseTrailersSettle(t *testing.T) {
 					t.Fatal("no spend record once the client had the whole response")
 				}
 				want := s.record(t, plain)
-				if got.Outcome != "ok" || got.Estimated || got.InputTokens != want.InputTokens || got.OutputTokens != want.OutputTokens || got.OutputTokens == 0 || got.CostPico != want.CostPico {
+				if got.Outcome != "ok" || got.Estimated || got.Tokens[tokens.Input] != want.Tokens[tokens.Input] || got.Tokens[tokens.Output] != want.Tokens[tokens.Output] || got.Tokens[tokens.Output] == 0 || got.CostPico != want.CostPico {
 					t.Errorf("settled %+v; want ok with the reported usage of %+v", *got, want)
 				}
 				if p.emu == nil {
@@ -484,8 +485,8 @@ func TestResponseTrailersSettle(t *testing.T) {
 						}
 					}
 				}
-				if f := md.GetFields()[chain.UsageNamespace].GetStructValue().GetFields(); f["outcome"].GetStringValue() != "ok" || f["output_tokens"].GetNumberValue() != float64(want.OutputTokens) {
-					t.Errorf("trailers reply metadata %v; want outcome ok and %d output tokens", md, want.OutputTokens)
+				if f := md.GetFields()[chain.UsageNamespace].GetStructValue().GetFields(); f["outcome"].GetStringValue() != "ok" || f["output_tokens"].GetNumberValue() != float64(want.Tokens[tokens.Output]) {
+					t.Errorf("trailers reply metadata %v; want outcome ok and %d output tokens", md, want.Tokens[tokens.Output])
 				}
 			})
 		}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/testenv"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/xds"
 )
 
@@ -59,9 +61,9 @@ func TestHugeUsageKeepsServing(t *testing.T) {
 		// which the response carries and the record correlates with.
 		rec := s.awaitRecord(t, h.Get("x-sluice-request-id"))
 		// The 3 words delivered, counted by the tokenizer, at 10 µ$ each.
-		if rec.Outcome != "unparsed" || !rec.Estimated || rec.OutputTokens < 3 || rec.OutputTokens > 100 || rec.CostPico != rec.OutputTokens*10_000_000 {
+		if rec.Outcome != "unparsed" || !rec.Estimated || rec.Tokens[tokens.Output] < 3 || rec.Tokens[tokens.Output] > 100 || rec.CostPico != rec.Tokens[tokens.Output]*10_000_000 {
 			t.Errorf("record: outcome %s, estimated %v, output %d tokens, cost %d µ$; want unparsed, estimated, the delivered words' count at 10 µ$ each",
-				rec.Outcome, rec.Estimated, rec.OutputTokens, rec.CostPico)
+				rec.Outcome, rec.Estimated, rec.Tokens[tokens.Output], rec.CostPico)
 		}
 		// Still serving.
 		st, h, body = call{path: "/v1/chat/completions", body: `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
@@ -192,7 +194,7 @@ func bodyOfSize(n int) string {
 // (RACE_FREE_TESTS in the Makefile), so they never go unrun.
 func skipUnderRace(t *testing.T) {
 	t.Helper()
-	if raceEnabled {
+	if testenv.Race {
 		t.Skip("multi-megabyte bodies outlast the 500 ms ext_proc message timeout under the race detector; make test runs this test without it")
 	}
 }
@@ -340,10 +342,10 @@ func TestHostileInputs(t *testing.T) {
 					rec := s.awaitRecord(t, respID)
 					w := row.rec
 					if rec.Outcome != w.outcome || rec.Estimated != w.estimated || rec.ErrorType != w.errorType ||
-						rec.OutputTokens < w.outMin || rec.OutputTokens > w.outMax || rec.CostPico < 0 || rec.CostPico > w.costMax*1_000_000 ||
-						rec.InputTokens < 0 || rec.ReasoningTokens < 0 || rec.CachedInputTokens < 0 {
+						rec.Tokens[tokens.Output] < w.outMin || rec.Tokens[tokens.Output] > w.outMax || rec.CostPico < 0 || rec.CostPico > w.costMax*1_000_000 ||
+						rec.Tokens[tokens.Input] < 0 || rec.Tokens[tokens.Reasoning] < 0 || rec.Tokens[tokens.CachedInput] < 0 {
 						t.Errorf("record: outcome %q, estimated %v, error type %q, input %d, output %d (reasoning %d), cost %d µ$;\nwant outcome %q, estimated %v, error type %q, output in [%d, %d], cost in [0, %d]",
-							rec.Outcome, rec.Estimated, rec.ErrorType, rec.InputTokens, rec.OutputTokens, rec.ReasoningTokens, rec.CostPico/1_000_000,
+							rec.Outcome, rec.Estimated, rec.ErrorType, rec.Tokens[tokens.Input], rec.Tokens[tokens.Output], rec.Tokens[tokens.Reasoning], rec.CostPico/1_000_000,
 							w.outcome, w.estimated, w.errorType, w.outMin, w.outMax, w.costMax)
 					}
 					if seen[rec.RequestID] || rec.RequestID == "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/internal/usage"
 	"github.com/sluicegw/sluice/xds"
 )
@@ -201,8 +202,8 @@ func TestAbortChargesReceivedChunks(t *testing.T) {
 		m.Write(sent)
 		want := m.Close(false, 0)
 		rec := s.awaitRecord(t, resp.Header.Get("x-sluice-request-id"))
-		if rec.OutputTokens != want.OutputTokens || rec.OutputTokens == 0 || !rec.Estimated || rec.CostPico != rec.OutputTokens*1_000_000 {
-			t.Errorf("record: output %d (estimated %v, cost %d p$); the 3 chunks received carry %d tokens", rec.OutputTokens, rec.Estimated, rec.CostPico, want.OutputTokens)
+		if rec.Tokens[tokens.Output] != want.Usage[tokens.Output] || rec.Tokens[tokens.Output] == 0 || !rec.Estimated || rec.CostPico != rec.Tokens[tokens.Output]*1_000_000 {
+			t.Errorf("record: output %d (estimated %v, cost %d p$); the 3 chunks received carry %d tokens", rec.Tokens[tokens.Output], rec.Estimated, rec.CostPico, want.Usage[tokens.Output])
 		}
 		if strings.Count(string(got), `"content":`) < 2 {
 			t.Errorf("the client got no content before the reset:\n%s", got)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // sdkClients are the official SDKs pointed at the proxy, with retries off
@@ -192,7 +193,7 @@ func TestOfficialSDKEndpoints(t *testing.T) {
 	})
 	var got []reported
 	for _, r := range s.records(t) {
-		got = append(got, reported{r.Endpoint, r.Model, r.InputTokens, r.OutputTokens})
+		got = append(got, reported{r.Endpoint, r.Model, r.Tokens[tokens.Input], r.Tokens[tokens.Output]})
 	}
 	slices.SortFunc(got, func(a, b reported) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
 	slices.SortFunc(want, func(a, b reported) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })

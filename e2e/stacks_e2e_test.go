@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/bench/mockllm"
+	"github.com/sluicegw/sluice/internal/testenv"
 )
 
 // TestOpenStreamsKeepSmallStacks: a request's handling fits in the 8 KiB
@@ -26,7 +27,7 @@ func TestOpenStreamsKeepSmallStacks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a sluice subprocess; not in -short")
 	}
-	if raceEnabled {
+	if testenv.Race {
 		t.Skip("the race detector enlarges every stack frame; make test runs this test without it")
 	}
 	_, s := startLimitsChild(t, mockllm.Options{Words: 100}, "GODEBUG=gcshrinkstackoff=1")

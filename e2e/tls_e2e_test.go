@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/internal/testtls"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/xds"
 )
 
@@ -64,7 +65,7 @@ func TestTLSProvider(t *testing.T) {
 				t.Errorf("ClientHello %+v, want SNI %s and ALPN [http/1.1]", hello, host)
 			}
 			rec := s.awaitRecord(t, h.Get("x-sluice-request-id"))
-			if rec.Provider != "good" || rec.Model != "m-good" || rec.Status != 200 || rec.OutputTokens == 0 {
+			if rec.Provider != "good" || rec.Model != "m-good" || rec.Status != 200 || rec.Tokens[tokens.Output] == 0 {
 				t.Errorf("spend record %+v, want provider good, model m-good, status 200 and output tokens", rec)
 			}
 		})

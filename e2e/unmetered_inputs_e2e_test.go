@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluicegw/sluice/bench/mockllm"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/xds"
 )
 
@@ -98,8 +99,8 @@ func TestUnmeteredInputsEndToEnd(t *testing.T) {
 				for _, r := range s.records(t) {
 					if r.Team == tc.team {
 						spent += r.CostPico
-						if r.InputTokens != 200_000 {
-							t.Errorf("record %s: %d input tokens, want the 200,000 reported", r.RequestID, r.InputTokens)
+						if r.Tokens[tokens.Input] != 200_000 {
+							t.Errorf("record %s: %d input tokens, want the 200,000 reported", r.RequestID, r.Tokens[tokens.Input])
 						}
 					}
 				}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/testenv"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // usageChunkWords is the reply size the usage-chunk tests ask the mock
@@ -130,7 +132,7 @@ func TestUsageChunkE2E(t *testing.T) {
 				{name: "provider gzips anyway: passed unfiltered", headers: map[string]string{"x-mock-gzip": "1", "x-mock-split": "7"}, forced: true, usage: 1},
 			} {
 				t.Run(ep.name+"/"+tc.name, func(t *testing.T) {
-					if tc.headers["x-mock-split"] == "1" && raceEnabled {
+					if tc.headers["x-mock-split"] == "1" && testenv.Race {
 						t.Skip("a round trip per byte is too slow under the race detector")
 					}
 					mock.Reset()
@@ -162,13 +164,13 @@ func TestUsageChunkE2E(t *testing.T) {
 					}
 					rec := s.awaitRecord(t, rid)
 					if tc.estimated {
-						if !rec.Estimated || rec.OutputTokens == 0 || strings.Contains(body, `"usage"`) {
+						if !rec.Estimated || rec.Tokens[tokens.Output] == 0 || strings.Contains(body, `"usage"`) {
 							t.Errorf("record %+v, body %q; want a tokenizer estimate and the provider's bytes", rec, body)
 						}
 						return
 					}
-					if rec.InputTokens != wantIn || rec.OutputTokens != usageChunkWords || rec.Estimated || rec.Outcome != "ok" {
-						t.Errorf("record %d in / %d out (estimated %v, %s); want exactly %d / %d as the provider reported", rec.InputTokens, rec.OutputTokens, rec.Estimated, rec.Outcome, wantIn, usageChunkWords)
+					if rec.Tokens[tokens.Input] != wantIn || rec.Tokens[tokens.Output] != usageChunkWords || rec.Estimated || rec.Outcome != "ok" {
+						t.Errorf("record %d in / %d out (estimated %v, %s); want exactly %d / %d as the provider reported", rec.Tokens[tokens.Input], rec.Tokens[tokens.Output], rec.Estimated, rec.Outcome, wantIn, usageChunkWords)
 					}
 				})
 			}
@@ -197,7 +199,7 @@ func TestUsageChunkSDK(t *testing.T) {
 		checkRecord := func(t *testing.T, rid string) {
 			t.Helper()
 			rec := s.awaitRecord(t, rid)
-			if rec.InputTokens != wantIn || rec.OutputTokens != usageChunkWords || rec.Estimated {
+			if rec.Tokens[tokens.Input] != wantIn || rec.Tokens[tokens.Output] != usageChunkWords || rec.Estimated {
 				t.Errorf("record %+v; want exactly %d in / %d out, reported", rec, wantIn, usageChunkWords)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/envoy/envoytest"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/xds"
 )
 
@@ -91,7 +92,7 @@ func TestXDSEndToEnd(t *testing.T) {
 			t.Errorf("m-ha: down saw %d, up saw %d requests; want 1 each", downMock.Requests()-down1, upMock.Requests()-up1)
 		}
 		rec := s.awaitRecord(t, ids["ha-1"])
-		if rec.Provider != "up" || rec.Model != "m-ha" || rec.Status != 200 || rec.OutputTokens == 0 {
+		if rec.Provider != "up" || rec.Model != "m-ha" || rec.Status != 200 || rec.Tokens[tokens.Output] == 0 {
 			t.Errorf("m-ha spend record = %+v; want provider up, model m-ha, status 200, tokens", rec)
 		}
 		if p.emu != nil {

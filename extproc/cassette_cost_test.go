@@ -11,6 +11,7 @@ import (
 	"github.com/sluicegw/sluice/internal/fixtures"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -89,7 +90,7 @@ func TestAnthropicCacheWriteBill(t *testing.T) {
 				t.Fatalf("%d records, want 1", len(led.records))
 			}
 			r := led.records[0]
-			if r.InputTokens != 40 || r.CachedInputTokens != 12 || r.CacheCreationTokens != 13 || r.OutputTokens != 21 || r.Estimated {
+			if r.Tokens[tokens.Input] != 40 || r.Tokens[tokens.CachedInput] != 12 || r.Tokens[tokens.CacheWrite] != 13 || r.Tokens[tokens.Output] != 21 || r.Estimated {
 				t.Fatalf("record %+v; want the reported usage: 40 prompt tokens (12 read, 13 written), 21 output", r)
 			}
 			if r.CostPico != 137_450_000 {

@@ -1,8 +1,8 @@
 package extproc
 
 import (
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/internal/usage"
-	"github.com/sluicegw/sluice/policies"
 )
 
 // Outcomes of a settled request: the ledger record's Outcome, the usage
@@ -69,14 +69,14 @@ func charge(status int, complete bool, res usage.Result, inputEstimate, outputCa
 	case res.Unparsed:
 		c.Outcome = outcomeUnparsed
 		if !res.Reported {
-			c.Usage = usage.Usage{InputTokens: inputEstimate, OutputTokens: res.OutputTokens}
+			c.Usage = usage.Usage{tokens.Input: inputEstimate, tokens.Output: res.Usage[tokens.Output]}
 			c.Estimated = true
 		}
 	}
-	if res.OutputEstimated && outputCap >= 0 && c.Usage.OutputTokens > outputCap {
-		c.Usage.OutputTokens = outputCap
-		c.Usage.ReasoningTokens = min(c.Usage.ReasoningTokens, outputCap)
-		c.Usage.AudioOutputTokens = min(c.Usage.AudioOutputTokens, outputCap)
+	if res.OutputEstimated && outputCap >= 0 && c.Usage[tokens.Output] > outputCap {
+		c.Usage[tokens.Output] = outputCap
+		c.Usage[tokens.Reasoning] = min(c.Usage[tokens.Reasoning], outputCap)
+		c.Usage[tokens.AudioOutput] = min(c.Usage[tokens.AudioOutput], outputCap)
 	}
 	return c
 }
@@ -85,15 +85,5 @@ func charge(status int, complete bool, res usage.Result, inputEstimate, outputCa
 // when there is no meter: the provider may have billed the input, so it
 // is the input estimate.
 func unmetered(inputEstimate int64) usage.Result {
-	return usage.Result{Usage: usage.Usage{InputTokens: inputEstimate}, Estimated: true, OutputEstimated: true}
-}
-
-// tokensOf is what the pricing table prices of a charged usage: every
-// kind of token it counts.
-func tokensOf(u usage.Usage) policies.Tokens {
-	return policies.Tokens{
-		Input: u.InputTokens, CachedInput: u.CachedInputTokens,
-		CacheWrite: u.CacheCreationTokens, CacheWrite1h: u.CacheCreation1hTokens, AudioInput: u.AudioInputTokens,
-		Output: u.OutputTokens, Reasoning: u.ReasoningTokens, AudioOutput: u.AudioOutputTokens,
-	}
+	return usage.Result{Usage: usage.Usage{tokens.Input: inputEstimate}, Estimated: true, OutputEstimated: true}
 }

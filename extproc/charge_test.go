@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/internal/usage"
 )
 
@@ -13,9 +14,9 @@ import (
 // "Settling".
 func TestCharge(t *testing.T) {
 	const est = 40 // the tokenizer's count of the prompt
-	reported := usage.Usage{InputTokens: 12, CachedInputTokens: 4, CacheCreationTokens: 2, OutputTokens: 30, ReasoningTokens: 7}
-	counted := usage.Usage{InputTokens: est, OutputTokens: 25} // Sluice's own count
-	delivered := usage.Usage{InputTokens: est, OutputTokens: 9}
+	reported := usage.Usage{tokens.Input: 12, tokens.CachedInput: 4, tokens.CacheWrite: 2, tokens.Output: 30, tokens.Reasoning: 7}
+	counted := usage.Usage{tokens.Input: est, tokens.Output: 25} // Sluice's own count
+	delivered := usage.Usage{tokens.Input: est, tokens.Output: 9}
 	tests := []struct {
 		name     string
 		status   int
@@ -52,13 +53,13 @@ func TestCharge(t *testing.T) {
 			want: charged{Outcome: "upstream_error"}},
 		{name: "2xx unreadable: the input estimate, never a silent zero", status: 200, complete: true,
 			res:  usage.Result{Unparsed: true},
-			want: charged{Usage: usage.Usage{InputTokens: est}, Outcome: "unparsed", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est}, Outcome: "unparsed", Estimated: true}},
 		{name: "2xx unreadable after usage was reported: what was reported", status: 200, complete: true,
 			res:  usage.Result{Usage: reported, Reported: true, Unparsed: true},
 			want: charged{Usage: reported, Outcome: "unparsed"}},
 		{name: "2xx unreadable after text was counted: the input estimate and that output", status: 200, complete: true,
 			res:  usage.Result{Usage: counted, Estimated: true, Unparsed: true},
-			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: counted.OutputTokens}, Outcome: "unparsed", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est, tokens.Output: counted[tokens.Output]}, Outcome: "unparsed", Estimated: true}},
 		{name: "2xx ending in a provider error: what was delivered, the error kept", status: 200, complete: true,
 			res:  usage.Result{Usage: delivered, Reported: true, Estimated: true, ProviderError: "overloaded_error"},
 			want: charged{Usage: delivered, Outcome: "upstream_error", Estimated: true, ErrorType: "overloaded_error"}},
@@ -88,7 +89,7 @@ func TestCharge(t *testing.T) {
 			want: charged{Outcome: "cancelled"}},
 		{name: "cut before response headers: the input estimate", status: 0, complete: false,
 			res:  unmetered(est),
-			want: charged{Usage: usage.Usage{InputTokens: est}, Outcome: "cancelled", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est}, Outcome: "cancelled", Estimated: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,13 +107,13 @@ func TestCharge(t *testing.T) {
 func TestChargeOutputCap(t *testing.T) {
 	const est = 40
 	estimated := func(out int64) usage.Result { // nothing reported: the tokenizer's count
-		return usage.Result{Usage: usage.Usage{InputTokens: est, OutputTokens: out}, Estimated: true, OutputEstimated: true}
+		return usage.Result{Usage: usage.Usage{tokens.Input: est, tokens.Output: out}, Estimated: true, OutputEstimated: true}
 	}
 	inputReported := usage.Result{ // an Anthropic stream cut after message_start
-		Usage: usage.Usage{InputTokens: 12, CachedInputTokens: 4, OutputTokens: 20}, Reported: true, Estimated: true, OutputEstimated: true}
+		Usage: usage.Usage{tokens.Input: 12, tokens.CachedInput: 4, tokens.Output: 20}, Reported: true, Estimated: true, OutputEstimated: true}
 	outputReported := usage.Result{ // the final count, input from the estimate
-		Usage: usage.Usage{InputTokens: est, OutputTokens: 20, ReasoningTokens: 18}, Reported: true, Estimated: true}
-	reported := usage.Result{Usage: usage.Usage{InputTokens: 12, OutputTokens: 20, ReasoningTokens: 18}, Reported: true}
+		Usage: usage.Usage{tokens.Input: est, tokens.Output: 20, tokens.Reasoning: 18}, Reported: true, Estimated: true}
+	reported := usage.Result{Usage: usage.Usage{tokens.Input: 12, tokens.Output: 20, tokens.Reasoning: 18}, Reported: true}
 	tests := []struct {
 		name     string
 		status   int
@@ -122,17 +123,17 @@ func TestChargeOutputCap(t *testing.T) {
 		want     charged
 	}{
 		{name: "cut, estimated above the cap: the cap", status: 200, res: estimated(20), cap: 13,
-			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 13}, Outcome: "cancelled", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est, tokens.Output: 13}, Outcome: "cancelled", Estimated: true}},
 		{name: "cut, estimated at the cap", status: 200, res: estimated(13), cap: 13,
-			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 13}, Outcome: "cancelled", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est, tokens.Output: 13}, Outcome: "cancelled", Estimated: true}},
 		{name: "cut, estimated under the cap", status: 200, res: estimated(12), cap: 13,
-			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 12}, Outcome: "cancelled", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est, tokens.Output: 12}, Outcome: "cancelled", Estimated: true}},
 		{name: "cut, n choices: the cap is max_tokens × n", status: 200, res: estimated(70), cap: 13 * 4,
-			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 52}, Outcome: "cancelled", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est, tokens.Output: 52}, Outcome: "cancelled", Estimated: true}},
 		{name: "complete, estimated above the cap: the cap", status: 200, complete: true, res: estimated(20), cap: 13,
-			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 13}, Outcome: "ok", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est, tokens.Output: 13}, Outcome: "ok", Estimated: true}},
 		{name: "cut, input reported, output estimated: the output capped", status: 200, res: inputReported, cap: 13,
-			want: charged{Usage: usage.Usage{InputTokens: 12, CachedInputTokens: 4, OutputTokens: 13}, Outcome: "cancelled", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: 12, tokens.CachedInput: 4, tokens.Output: 13}, Outcome: "cancelled", Estimated: true}},
 		{name: "output reported above the cap: as reported", status: 200, complete: true, res: outputReported, cap: 13,
 			want: charged{Usage: outputReported.Usage, Outcome: "ok", Estimated: true}},
 		{name: "reported above the cap: as reported", status: 200, complete: true, res: reported, cap: 13,
@@ -140,20 +141,20 @@ func TestChargeOutputCap(t *testing.T) {
 		{name: "cut, reported above the cap: as reported", status: 200, res: reported, cap: 13,
 			want: charged{Usage: reported.Usage, Outcome: "cancelled"}},
 		{name: "cap 0: no estimated output", status: 200, complete: true, res: estimated(20), cap: 0,
-			want: charged{Usage: usage.Usage{InputTokens: est}, Outcome: "ok", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est}, Outcome: "ok", Estimated: true}},
 		{name: "no cap known: the estimate", status: 200, res: estimated(20), cap: -1,
-			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 20}, Outcome: "cancelled", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est, tokens.Output: 20}, Outcome: "cancelled", Estimated: true}},
 		{name: "huge cap: the estimate", status: 200, res: estimated(1 << 40), cap: math.MaxInt64,
-			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 1 << 40}, Outcome: "cancelled", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est, tokens.Output: 1 << 40}, Outcome: "cancelled", Estimated: true}},
 		{name: "cut, estimated audio output above the cap: its parts capped too", status: 200, cap: 13,
-			res:  usage.Result{Usage: usage.Usage{InputTokens: est, OutputTokens: 30, ReasoningTokens: 20, AudioOutputTokens: 25}, Reported: true, Estimated: true, OutputEstimated: true},
-			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 13, ReasoningTokens: 13, AudioOutputTokens: 13}, Outcome: "cancelled", Estimated: true}},
+			res:  usage.Result{Usage: usage.Usage{tokens.Input: est, tokens.Output: 30, tokens.Reasoning: 20, tokens.AudioOutput: 25}, Reported: true, Estimated: true, OutputEstimated: true},
+			want: charged{Usage: usage.Usage{tokens.Input: est, tokens.Output: 13, tokens.Reasoning: 13, tokens.AudioOutput: 13}, Outcome: "cancelled", Estimated: true}},
 		{name: "huge estimate: the cap", status: 200, res: estimated(1 << 40), cap: 13,
-			want: charged{Usage: usage.Usage{InputTokens: est, OutputTokens: 13}, Outcome: "cancelled", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est, tokens.Output: 13}, Outcome: "cancelled", Estimated: true}},
 		{name: "non-2xx, nothing reported: still nothing", status: 500, complete: true, res: estimated(20), cap: 13,
 			want: charged{Outcome: "upstream_error"}},
 		{name: "cut before response headers: no output", res: unmetered(est), cap: 13,
-			want: charged{Usage: usage.Usage{InputTokens: est}, Outcome: "cancelled", Estimated: true}},
+			want: charged{Usage: usage.Usage{tokens.Input: est}, Outcome: "cancelled", Estimated: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

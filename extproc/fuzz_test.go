@@ -25,6 +25,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/principal"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -333,8 +334,8 @@ func runScript(t *testing.T, env *fuzzEnv, data []byte) {
 	}
 	ids := map[string]bool{}
 	for k, r := range recs {
-		for name, v := range map[string]int64{"input": r.InputTokens, "cached input": r.CachedInputTokens, "cache creation": r.CacheCreationTokens,
-			"output": r.OutputTokens, "reasoning": r.ReasoningTokens, "cost": r.CostPico} {
+		for name, v := range map[string]int64{"input": r.Tokens[tokens.Input], "cached input": r.Tokens[tokens.CachedInput], "cache creation": r.Tokens[tokens.CacheWrite],
+			"output": r.Tokens[tokens.Output], "reasoning": r.Tokens[tokens.Reasoning], "cost": r.CostPico} {
 			if v < 0 {
 				t.Errorf("record %s: %s %d < 0: %+v", r.RequestID, name, v, r)
 			}
@@ -343,8 +344,8 @@ func runScript(t *testing.T, env *fuzzEnv, data []byte) {
 			t.Errorf("record identity %q empty or repeated", r.RequestID)
 		}
 		ids[r.RequestID] = true
-		if g := adm.settled[k]; !settledUsage[k] && r.OutputTokens > g.Claim.MaxOutputTokens {
-			t.Errorf("record %s: %d output tokens Sluice counted itself, above the %d reserved: %+v", r.RequestID, r.OutputTokens, g.Claim.MaxOutputTokens, r)
+		if g := adm.settled[k]; !settledUsage[k] && r.Tokens[tokens.Output] > g.Claim.MaxOutputTokens {
+			t.Errorf("record %s: %d output tokens Sluice counted itself, above the %d reserved: %+v", r.RequestID, r.Tokens[tokens.Output], g.Claim.MaxOutputTokens, r)
 		}
 	}
 }

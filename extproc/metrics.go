@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/money"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // Metrics are the ext_proc server's Prometheus series. Labels are bounded:
@@ -75,10 +76,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) observe(r ledger.Record) {
 	m.requests.WithLabelValues(r.Endpoint, r.Outcome).Inc()
-	addCount(m.tokens.WithLabelValues(r.Model, "input"), r.InputTokens)
-	addCount(m.tokens.WithLabelValues(r.Model, "cached_input"), r.CachedInputTokens)
-	addCount(m.tokens.WithLabelValues(r.Model, "output"), r.OutputTokens)
-	addCount(m.tokens.WithLabelValues(r.Model, "reasoning"), r.ReasoningTokens)
+	for k, n := range r.Tokens {
+		if label := tokens.Kind(k).Names().Metric; label != "" {
+			addCount(m.tokens.WithLabelValues(r.Model, label), n)
+		}
+	}
 	if r.CostPico > 0 {
 		m.cost.WithLabelValues(r.Model).Add(float64(r.CostPico) / money.PicoPerMicro)
 	}

@@ -57,7 +57,7 @@ func mayUse(pr *keyring.Principal, route *policies.ModelRoute) bool {
 
 // speaks reports whether the model's providers speak dialect d's API.
 func speaks(route *policies.ModelRoute, d llmapi.Dialect) bool {
-	return route.Provider.Impl.Dialect() == d
+	return route.Provider.Kind.Dialect() == d
 }
 
 // usableModels are the canonical names of the models the principal may

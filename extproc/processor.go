@@ -23,12 +23,12 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/llmapi"
-	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/payload"
 	"github.com/sluicegw/sluice/internal/principal"
-	"github.com/sluicegw/sluice/internal/provider"
+	"github.com/sluicegw/sluice/internal/providerkind"
 	"github.com/sluicegw/sluice/internal/sat"
 	"github.com/sluicegw/sluice/internal/ssefilter"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/internal/usage"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -556,7 +556,7 @@ func (p *Processor) compatibleRoute(route *policies.ModelRoute) string {
 // compatible says why an endpoint cannot go to a provider, or "": the
 // provider's kind decides (provider.Provider.Unsupported).
 func compatible(ep llmapi.Endpoint, pr *policies.Provider) string {
-	return pr.Impl.Unsupported(ep, pr.Name)
+	return adapter(pr).Unsupported(ep, pr.Name)
 }
 
 func (p *Processor) responseHeaders(ctx context.Context, h *extprocsvc.HttpHeaders) *extprocsvc.ProcessingResponse {
@@ -618,11 +618,12 @@ func (p *Processor) localReply(h *extprocsvc.HttpHeaders) {
 }
 
 // accountHeaders are the account headers of every kind
-// (provider.AccountHeaders), each once, in the order of provider.Kinds.
+// (providerkind.AccountHeaders), each once, in the order of
+// providerkind.Kinds.
 var accountHeaders = sync.OnceValue(func() []string {
 	var hs []string
-	for _, k := range provider.Kinds() {
-		for _, h := range provider.AccountHeaders(k) {
+	for _, k := range providerkind.Kinds() {
+		for _, h := range providerkind.AccountHeaders(k) {
 			if !slices.Contains(hs, h) {
 				hs = append(hs, h)
 			}
@@ -746,7 +747,7 @@ func (p *Processor) settle(ctx context.Context, complete bool) *structpb.Struct 
 		p.d.Metrics.ledgerErrors.Inc()
 		p.d.Log.Error("spend record not written", "record_id", rec.RequestID, "client_request_id", rec.ClientRequestID, "key_id", p.principal.KeyID, "err", err)
 	}
-	p.d.Admitter.Settle(ctx, p.grant, admission.Actual{InputTokens: c.Usage.InputTokens, OutputTokens: c.Usage.OutputTokens, CostPico: cost, At: now})
+	p.d.Admitter.Settle(ctx, p.grant, admission.Actual{InputTokens: c.Usage[tokens.Input], OutputTokens: c.Usage[tokens.Output], CostPico: cost, At: now})
 	p.d.Metrics.observe(rec)
 	return usageMetadata(rec)
 }
@@ -774,76 +775,19 @@ func (p *Processor) price(u usage.Usage) int64 {
 		p.d.Metrics.unpriced.WithLabelValues(p.route.Name).Inc()
 		return 0
 	}
-	return p.route.Price.Cost(tokensOf(u))
+	return p.route.Price.Cost(u) // a usage is the tokens the price counts
 }
 
 // record is the spend record of the request charged c, costing cost
 // pico-dollars, finished at now.
 func (p *Processor) record(c charged, cost int64, now time.Time) ledger.Record {
-	u := c.Usage
 	return ledger.Record{
 		RequestID: p.recordID, ClientRequestID: clip(p.requestID, maxClientRequestID),
 		KeyID: p.principal.KeyID, Team: p.principal.Team, Org: p.principal.Org,
 		Endpoint: p.ep.String(), Model: p.route.Name, Provider: p.provider, UpstreamModel: p.upstream,
-		InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens, CacheCreationTokens: u.CacheCreationTokens,
-		OutputTokens: u.OutputTokens, ReasoningTokens: u.ReasoningTokens,
-		CacheCreation1hTokens: u.CacheCreation1hTokens, AudioInputTokens: u.AudioInputTokens, AudioOutputTokens: u.AudioOutputTokens,
-		CostPico: cost, Priced: p.route.Priced, Status: p.status, Outcome: c.Outcome, ErrorType: c.ErrorType,
+		Tokens: c.Usage, CostPico: cost, Priced: p.route.Priced, Status: p.status, Outcome: c.Outcome, ErrorType: c.ErrorType,
 		Estimated: c.Estimated, Stream: p.req.Stream, StartedAt: p.start, FinishedAt: now, TTFT: p.ttft,
 	}
-}
-
-// usageMetadata is the final reply's dynamic metadata: namespace "sluice"
-// with the fields docs/architecture.md lists.
-func usageMetadata(r ledger.Record) *structpb.Struct {
-	m := new(usageMD) // every message of the struct in one allocation
-	f := make(map[string]*structpb.Value, len(m.vals))
-	i := 0
-	for k, e := range [...]struct {
-		name string
-		v    int64
-	}{
-		{"input_tokens", r.InputTokens},
-		{"cached_input_tokens", r.CachedInputTokens},
-		{"output_tokens", r.OutputTokens},
-		{"reasoning_tokens", r.ReasoningTokens},
-		{"total_tokens", r.InputTokens + r.OutputTokens},
-		{"cost_micros", money.FromPico(r.CostPico).MicrosUp()}, // rounded up, for the access log
-	} {
-		m.nums[k].NumberValue = float64(e.v)
-		m.vals[i].Kind = &m.nums[k]
-		f[e.name] = &m.vals[i]
-		i++
-	}
-	for k, e := range [...]struct{ name, v string }{
-		{"model", r.Model}, {"provider", r.Provider}, {"key_id", r.KeyID}, {"team", r.Team}, {"outcome", r.Outcome},
-	} {
-		m.strs[k].StringValue = e.v
-		m.vals[i].Kind = &m.strs[k]
-		f[e.name] = &m.vals[i]
-		i++
-	}
-	m.estimated.BoolValue = r.Estimated
-	m.vals[i].Kind = &m.estimated
-	f["estimated"] = &m.vals[i]
-	m.inner.Fields = f
-	m.innerKind.StructValue = &m.inner
-	m.innerVal.Kind = &m.innerKind
-	m.outer.Fields = map[string]*structpb.Value{chain.UsageNamespace: &m.innerVal}
-	return &m.outer
-}
-
-// usageMD is the messages of one usageMetadata: six numbers, five
-// strings and a bool in namespace chain.UsageNamespace.
-type usageMD struct {
-	vals      [12]structpb.Value
-	nums      [6]structpb.Value_NumberValue
-	strs      [5]structpb.Value_StringValue
-	estimated structpb.Value_BoolValue
-	inner     structpb.Struct
-	innerKind structpb.Value_StructValue
-	innerVal  structpb.Value
-	outer     structpb.Struct
 }
 
 // refuse ends the request with e, in the dialect of the API called.
@@ -853,106 +797,6 @@ func (p *Processor) refuse(e *apierr.Error) *extprocsvc.ProcessingResponse {
 		return denial(p.d.Metrics, p.dialect, e, rawHeader(chain.RequestIDHeader, p.requestID))
 	}
 	return denial(p.d.Metrics, p.dialect, e)
-}
-
-// rawHeader builds a header for Envoy's ext_proc, which reads raw_value
-// only (envoy-protocol.md §1.1).
-func rawHeader(k, v string) *corev3.HeaderValueOption {
-	c := new(headerCell) // the option and its header in one allocation
-	c.hv.Key, c.hv.RawValue = k, []byte(v)
-	c.opt.Header = &c.hv
-	return &c.opt
-}
-
-// headerCell holds what rawHeader returns.
-type headerCell struct {
-	opt corev3.HeaderValueOption
-	hv  corev3.HeaderValue
-}
-
-// The replies Sluice sends most, each made in one allocation: the
-// ProcessingResponse, its oneof member, the member's message and the
-// CommonResponse (nil unless a mutation is given) in one cell, as
-// headerCell does for a header.
-
-type requestHeadersCell struct {
-	resp   extprocsvc.ProcessingResponse
-	member extprocsvc.ProcessingResponse_RequestHeaders
-	msg    extprocsvc.HeadersResponse
-	common extprocsvc.CommonResponse
-}
-
-type responseHeadersCell struct {
-	resp   extprocsvc.ProcessingResponse
-	member extprocsvc.ProcessingResponse_ResponseHeaders
-	msg    extprocsvc.HeadersResponse
-	common extprocsvc.CommonResponse
-}
-
-type requestBodyCell struct {
-	resp   extprocsvc.ProcessingResponse
-	member extprocsvc.ProcessingResponse_RequestBody
-	msg    extprocsvc.BodyResponse
-	common extprocsvc.CommonResponse
-}
-
-type responseBodyCell struct {
-	resp   extprocsvc.ProcessingResponse
-	member extprocsvc.ProcessingResponse_ResponseBody
-	msg    extprocsvc.BodyResponse
-}
-
-// headersContinue answers request headers, with hm applied (nil: none).
-func headersContinue(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingResponse {
-	return requestHeadersReply(hm, false)
-}
-
-// requestHeadersReply is headersContinue, clearing the route cache when
-// clearRoute is set.
-func requestHeadersReply(hm *extprocsvc.HeaderMutation, clearRoute bool) *extprocsvc.ProcessingResponse {
-	c := new(requestHeadersCell)
-	c.member.RequestHeaders, c.resp.Response = &c.msg, &c.member
-	if hm != nil || clearRoute {
-		c.common.HeaderMutation, c.common.ClearRouteCache = hm, clearRoute
-		c.msg.Response = &c.common
-	}
-	return &c.resp
-}
-
-func headersResponse(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingResponse {
-	c := new(responseHeadersCell)
-	c.member.ResponseHeaders, c.resp.Response = &c.msg, &c.member
-	if hm != nil {
-		c.common.HeaderMutation = hm
-		c.msg.Response = &c.common
-	}
-	return &c.resp
-}
-
-// bodyContinue answers a request body, with hm applied (nil: none).
-func bodyContinue(hm *extprocsvc.HeaderMutation) *extprocsvc.ProcessingResponse {
-	resp, _ := requestBodyReply(hm, hm != nil)
-	return resp
-}
-
-// requestBodyReply is a request-body reply, with a CommonResponse holding
-// hm when withCommon is set (returned too, for the caller to add to).
-func requestBodyReply(hm *extprocsvc.HeaderMutation, withCommon bool) (*extprocsvc.ProcessingResponse, *extprocsvc.CommonResponse) {
-	c := new(requestBodyCell)
-	c.member.RequestBody, c.resp.Response = &c.msg, &c.member
-	if !withCommon {
-		return &c.resp, nil
-	}
-	c.common.HeaderMutation = hm
-	c.msg.Response = &c.common
-	return &c.resp, &c.common
-}
-
-// responseBodyReply is a response-body reply and its BodyResponse.
-func responseBodyReply() (*extprocsvc.ProcessingResponse, *extprocsvc.BodyResponse) {
-	c := new(responseBodyCell)
-	c.member.ResponseBody, c.resp.Response = &c.msg, &c.member
-	return &c.resp, &c.msg
 }
 
 // clip is s cut to at most n bytes.

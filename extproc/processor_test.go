@@ -24,6 +24,7 @@ import (
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -275,7 +276,7 @@ func TestCancelledOutputCapped(t *testing.T) {
 	if len(led.records) != 1 {
 		t.Fatalf("records %+v", led.records)
 	}
-	if r := led.records[0]; r.Outcome != "cancelled" || !r.Estimated || r.OutputTokens != 6 {
+	if r := led.records[0]; r.Outcome != "cancelled" || !r.Estimated || r.Tokens[tokens.Output] != 6 {
 		t.Errorf("record %+v; want cancelled, estimated, 6 output tokens (3 × 2 choices)", r)
 	}
 }
@@ -308,7 +309,7 @@ func TestTrailersEndTheResponse(t *testing.T) {
 	}
 	p.Handle(ctx, respTrailers())
 	p.Cancel(ctx)
-	if len(led.records) != 1 || led.records[0].Outcome != "ok" || led.records[0].InputTokens != 1000 || led.records[0].OutputTokens != 200 || led.records[0].Estimated {
+	if len(led.records) != 1 || led.records[0].Outcome != "ok" || led.records[0].Tokens[tokens.Input] != 1000 || led.records[0].Tokens[tokens.Output] != 200 || led.records[0].Estimated {
 		t.Errorf("records %+v, want one, ok, with the reported usage", led.records)
 	}
 
@@ -327,14 +328,14 @@ func TestTrailersEndTheResponse(t *testing.T) {
 // and values the access log reads, as structpb would build them.
 func TestUsageMetadataFields(t *testing.T) {
 	for _, r := range []ledger.Record{
-		{InputTokens: 400, CachedInputTokens: 100, OutputTokens: 20, ReasoningTokens: 5, CostPico: 1_500_001,
+		{Tokens: tokens.Counts{tokens.Input: 400, tokens.CachedInput: 100, tokens.Output: 20, tokens.Reasoning: 5}, CostPico: 1_500_001,
 			Model: "gpt-4o-mini", Provider: "openai", KeyID: "k1", Team: "t", Outcome: "ok", Estimated: true},
 		{},
 	} {
 		want, err := structpb.NewStruct(map[string]any{chain.UsageNamespace: map[string]any{
-			"input_tokens": float64(r.InputTokens), "cached_input_tokens": float64(r.CachedInputTokens),
-			"output_tokens": float64(r.OutputTokens), "reasoning_tokens": float64(r.ReasoningTokens),
-			"total_tokens": float64(r.InputTokens + r.OutputTokens), "cost_micros": float64(money.FromPico(r.CostPico).MicrosUp()),
+			"input_tokens": float64(r.Tokens[tokens.Input]), "cached_input_tokens": float64(r.Tokens[tokens.CachedInput]),
+			"output_tokens": float64(r.Tokens[tokens.Output]), "reasoning_tokens": float64(r.Tokens[tokens.Reasoning]),
+			"total_tokens": float64(r.Tokens[tokens.Input] + r.Tokens[tokens.Output]), "cost_micros": float64(money.FromPico(r.CostPico).MicrosUp()),
 			"model": r.Model, "provider": r.Provider, "key_id": r.KeyID, "team": r.Team,
 			"estimated": r.Estimated, "outcome": r.Outcome,
 		}})

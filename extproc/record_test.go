@@ -14,6 +14,7 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/ledger/ledgertest"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // chatOnce runs one non-streaming chat request whose headers carry
@@ -133,8 +134,8 @@ func TestProviderErrorMidStream(t *testing.T) {
 	if r.Outcome != "upstream_error" || r.ErrorType != "overloaded_error" || r.Status != 200 {
 		t.Errorf("outcome %q, error type %q, status %d; want upstream_error, overloaded_error, 200", r.Outcome, r.ErrorType, r.Status)
 	}
-	if r.InputTokens != 15 || r.OutputTokens < 5 || !r.Estimated {
-		t.Errorf("charged %d in, %d out (estimated %v); want 15 in and the delivered text's tokens, estimated", r.InputTokens, r.OutputTokens, r.Estimated)
+	if r.Tokens[tokens.Input] != 15 || r.Tokens[tokens.Output] < 5 || !r.Estimated {
+		t.Errorf("charged %d in, %d out (estimated %v); want 15 in and the delivered text's tokens, estimated", r.Tokens[tokens.Input], r.Tokens[tokens.Output], r.Estimated)
 	}
 }
 
@@ -160,7 +161,7 @@ func TestBadReportedUsage(t *testing.T) {
 				t.Fatalf("%d records; want 1", len(led.records))
 			}
 			r := led.records[0]
-			if r.Outcome != "unparsed" || !r.Estimated || r.InputTokens <= 0 || r.OutputTokens <= 0 || r.CostPico <= 0 {
+			if r.Outcome != "unparsed" || !r.Estimated || r.Tokens[tokens.Input] <= 0 || r.Tokens[tokens.Output] <= 0 || r.CostPico <= 0 {
 				t.Errorf("record %+v; want unparsed, estimated, charged the input estimate and the text's tokens", r)
 			}
 			m := &dto.Metric{}

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/sat"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -118,7 +119,7 @@ func TestReserveNeverWraps(t *testing.T) {
 // observed without panicking, and only non-negative amounts are counted.
 func TestMetricsNeverAddNegative(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
-	m.observe(ledger.Record{Model: "m", Endpoint: "chat", Outcome: "ok", InputTokens: -1, OutputTokens: math.MaxInt64, CachedInputTokens: math.MinInt64, CostPico: -5})
+	m.observe(ledger.Record{Model: "m", Endpoint: "chat", Outcome: "ok", Tokens: tokens.Counts{tokens.Input: -1, tokens.Output: math.MaxInt64, tokens.CachedInput: math.MinInt64}, CostPico: -5})
 	if got := counterValue(t, m.cost.WithLabelValues("m")); got != 0 {
 		t.Errorf("cost counter %v after a negative cost, want 0", got)
 	}
@@ -133,7 +134,7 @@ func TestMetricsNeverAddNegative(t *testing.T) {
 func TestCostMetricKeepsFractions(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry())
 	for range 3 {
-		m.observe(ledger.Record{Model: "m", Endpoint: "embeddings", Outcome: "ok", InputTokens: 7, CostPico: 140_000})
+		m.observe(ledger.Record{Model: "m", Endpoint: "embeddings", Outcome: "ok", Tokens: tokens.Counts{tokens.Input: 7}, CostPico: 140_000})
 	}
 	if got := counterValue(t, m.cost.WithLabelValues("m")); math.Abs(got-0.42) > 1e-12 {
 		t.Errorf("cost counter %v µ$, want 0.42", got)

@@ -46,7 +46,7 @@ func (c *clientRequest) note(get func(string) (string, bool)) {
 // ForceIncludeUsage) and answers with bodyReply.
 func (c *clientRequest) targetRewrite(snap *policies.Snapshot, t policies.Target, model string) (*extprocsvc.HeaderMutation, payload.Rewrite) {
 	pr := t.Provider
-	rw := pr.Impl.Rewrite(provider.Target{
+	rw := adapter(pr).Rewrite(provider.Target{
 		APIKey:           pr.APIKey.Reveal(),
 		APIVersion:       pr.APIVersion,
 		AnthropicVersion: pr.AnthropicVersion,
@@ -60,6 +60,14 @@ func (c *clientRequest) targetRewrite(snap *policies.Snapshot, t policies.Target
 		hm.SetHeaders = append(hm.SetHeaders, rawHeader(h.Key, h.Value))
 	}
 	return hm, rw.Body
+}
+
+// adapter is what pr's kind does to a request (provider.For). The
+// snapshot holds only known kinds (policies validates them), so it is
+// never nil.
+func adapter(pr *policies.Provider) provider.Provider {
+	a, _ := provider.For(pr.Kind)
+	return a
 }
 
 // clientCredentialsRemoved is the provider-agnostic header mutation: the

@@ -12,6 +12,7 @@ import (
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/sluicegw/sluice/internal/chain"
+	"github.com/sluicegw/sluice/internal/testenv"
 )
 
 // stackChildEnv makes TestHandlingFitsTheFirstStack, in the child process
@@ -32,7 +33,7 @@ const grpcDepth = 2 << 10
 // under debug.SetMaxStack(8 KiB), which turns any growth beyond that into
 // a crash whose traceback shows the frames that needed it.
 func TestHandlingFitsTheFirstStack(t *testing.T) {
-	if raceEnabled {
+	if testenv.Race {
 		t.Skip("the race detector enlarges every stack frame; make test runs this test without it")
 	}
 	if os.Getenv(stackChildEnv) != "" {

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -57,8 +58,8 @@ keys:
 			if len(led.records) != 1 {
 				t.Fatalf("%d records; want 1", len(led.records))
 			}
-			if r := led.records[0]; r.InputTokens != 7 || r.OutputTokens != wantOut {
-				t.Errorf("record input %d, output %d; want 7, %d", r.InputTokens, r.OutputTokens, wantOut)
+			if r := led.records[0]; r.Tokens[tokens.Input] != 7 || r.Tokens[tokens.Output] != wantOut {
+				t.Errorf("record input %d, output %d; want 7, %d", r.Tokens[tokens.Input], r.Tokens[tokens.Output], wantOut)
 			}
 		})
 	}

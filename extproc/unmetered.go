@@ -1,11 +1,13 @@
 package extproc
 
 import (
+	"strings"
+
 	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/payload"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/internal/usage"
 	"github.com/sluicegw/sluice/policies"
-	"strings"
 )
 
 // Input Sluice cannot see and work it cannot meter (docs/limits.md,
@@ -82,7 +84,7 @@ func (p *Processor) reservationCharge(c charged, cost int64) (charged, int64) {
 		return c, cost
 	}
 	cl := p.grant.Claim
-	c.Usage = usage.Usage{InputTokens: cl.InputTokens, OutputTokens: cl.MaxOutputTokens}
+	c.Usage = usage.Usage{tokens.Input: cl.InputTokens, tokens.Output: cl.MaxOutputTokens}
 	c.Estimated = true
 	if !p.route.Priced {
 		return c, cost

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -181,9 +182,9 @@ func TestBackgroundChargedItsReservation(t *testing.T) {
 		t.Fatalf("%d records, %d claims, want 1 each", len(led.records), len(spy.claims))
 	}
 	r, c := led.records[0], spy.claims[0]
-	if r.InputTokens != c.InputTokens || r.OutputTokens != 1000 || r.CostPico != c.CostPico || c.CostPico == 0 || !r.Estimated {
+	if r.Tokens[tokens.Input] != c.InputTokens || r.Tokens[tokens.Output] != 1000 || r.CostPico != c.CostPico || c.CostPico == 0 || !r.Estimated {
 		t.Errorf("record in %d out %d cost %d estimated %v; want the reservation: in %d out 1000 cost %d, estimated",
-			r.InputTokens, r.OutputTokens, r.CostPico, r.Estimated, c.InputTokens, c.CostPico)
+			r.Tokens[tokens.Input], r.Tokens[tokens.Output], r.CostPico, r.Estimated, c.InputTokens, c.CostPico)
 	}
 }
 
@@ -214,8 +215,8 @@ func TestInputByReferenceSettles(t *testing.T) {
 				t.Fatalf("%d records", len(led.records))
 			}
 			r := led.records[0]
-			if r.InputTokens != tc.wantIn || r.Estimated != tc.wantEstimated {
-				t.Errorf("record input %d estimated %v, want %d %v", r.InputTokens, r.Estimated, tc.wantIn, tc.wantEstimated)
+			if r.Tokens[tokens.Input] != tc.wantIn || r.Estimated != tc.wantEstimated {
+				t.Errorf("record input %d estimated %v, want %d %v", r.Tokens[tokens.Input], r.Estimated, tc.wantIn, tc.wantEstimated)
 			}
 			if want := tc.wantIn * 2_500_000; r.CostPico < want {
 				t.Errorf("cost %d p$, want at least the input's %d", r.CostPico, want)

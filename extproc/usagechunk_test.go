@@ -31,6 +31,7 @@ import (
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/principal"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -314,7 +315,7 @@ func TestUsageChunkRemovedOverGRPC(t *testing.T) {
 							t.Errorf("the client got %d bytes, want the %d of the recorded stream without its usage chunk:\n%q", len(got), len(want), got)
 						}
 						rec := x.record
-						if rec.InputTokens != r.input || rec.OutputTokens != r.output || rec.ReasoningTokens != r.reasoning || rec.Estimated || rec.Outcome != "ok" {
+						if rec.Tokens[tokens.Input] != r.input || rec.Tokens[tokens.Output] != r.output || rec.Tokens[tokens.Reasoning] != r.reasoning || rec.Estimated || rec.Outcome != "ok" {
 							t.Errorf("record %+v; want %d input, %d output, %d reasoning, reported, ok", rec, r.input, r.output, r.reasoning)
 						}
 						if name == "events" {
@@ -360,7 +361,7 @@ func TestUsageChunkKeptWhenAskedFor(t *testing.T) {
 				t.Errorf("%s: chunk %d reply %v, want none", r.name, i, cr)
 			}
 		}
-		if string(x.client) != r.body || x.record.OutputTokens != r.output || x.record.InputTokens != r.input || x.record.Estimated {
+		if string(x.client) != r.body || x.record.Tokens[tokens.Output] != r.output || x.record.Tokens[tokens.Input] != r.input || x.record.Estimated {
 			t.Errorf("%s: client got %d bytes (want %d), record %+v", r.name, len(x.client), len(r.body), x.record)
 		}
 	}
@@ -390,7 +391,7 @@ func TestUsageChunkEncodedOrJSON(t *testing.T) {
 			t.Errorf("gzip: chunk %d reply %v, want none", i, cr)
 		}
 	}
-	if string(x.client) != zipped || x.record.InputTokens != r.input || x.record.OutputTokens != r.output || x.record.Estimated {
+	if string(x.client) != zipped || x.record.Tokens[tokens.Input] != r.input || x.record.Tokens[tokens.Output] != r.output || x.record.Estimated {
 		t.Errorf("gzip: client got %d bytes (want the %d sent), record %+v", len(x.client), len(zipped), x.record)
 	}
 	if n := h.usageChunks(t, "encoded"); n != 1 {
@@ -413,7 +414,7 @@ func TestUsageChunkTrailers(t *testing.T) {
 	h := newUsageHarness(t)
 	r := loadRecorded(t)[0]
 	x := h.exchange(t, r.path, r.request, upstream{headers: []string{"content-type", "text/event-stream"}, chunks: events(r.body), trailers: true})
-	if string(x.client) != r.withoutUsage() || x.record.OutputTokens != r.output || x.record.Outcome != "ok" {
+	if string(x.client) != r.withoutUsage() || x.record.Tokens[tokens.Output] != r.output || x.record.Outcome != "ok" {
 		t.Errorf("trailers: client got %q, record %+v", x.client, x.record)
 	}
 	if n := h.usageChunks(t, "unterminated"); n != 0 {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // TestRollingBudgetValidation: a rolling budget's window is whole minutes,
@@ -61,7 +62,7 @@ func TestPerRequestFee(t *testing.T) {
 		{10, 0, 20, 57}, // 10 + 40 + 7
 		{1_000_000, 0, 0, 1_000_007},
 	} {
-		if got := p.Cost(Tokens{Input: tc.in, CachedInput: tc.cached, Output: tc.out}); got != tc.want*1_000_000 {
+		if got := p.Cost(Tokens{tokens.Input: tc.in, tokens.CachedInput: tc.cached, tokens.Output: tc.out}); got != tc.want*1_000_000 {
 			t.Errorf("Cost(%d, %d, %d) with a fee of 7 µ$ = %d p$, want %d µ$", tc.in, tc.cached, tc.out, got, tc.want)
 		}
 	}

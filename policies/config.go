@@ -3,7 +3,7 @@ package policies
 import (
 	"time"
 
-	"github.com/sluicegw/sluice/internal/provider"
+	"github.com/sluicegw/sluice/internal/providerkind"
 )
 
 // Config is the source form of sluice.yaml, exactly as an operator writes it.
@@ -131,9 +131,9 @@ type PassTo struct {
 // Provider is an upstream LLM API.
 type Provider struct {
 	Name string `yaml:"name"`
-	// Kind is the provider's API (provider.Kinds lists them).
-	Kind    provider.Kind `yaml:"kind"`
-	BaseURL string        `yaml:"base_url"`
+	// Kind is the provider's API (providerkind.Kinds lists them).
+	Kind    providerkind.Kind `yaml:"kind"`
+	BaseURL string            `yaml:"base_url"`
 	// APIKey is the provider credential, normally "${SOME_ENV_VAR}". Required
 	// for every kind but openai-compatible.
 	APIKey Secret `yaml:"api_key"`
@@ -141,19 +141,14 @@ type Provider struct {
 	// azure-openai, refused elsewhere).
 	APIVersion string `yaml:"api_version"`
 	// AnthropicVersion is the anthropic-version header sent when the client
-	// sent none (anthropic only; default provider.DefaultAnthropicVersion).
+	// sent none (anthropic only; default providerkind.DefaultAnthropicVersion).
 	AnthropicVersion string `yaml:"anthropic_version"`
 	// ForwardClientHeaders lists the account headers of the provider's kind
-	// (provider.AccountHeaders: openai-organization, openai-project, …)
+	// (providerkind.AccountHeaders: openai-organization, openai-project, …)
 	// that still reach the provider from the client when Sluice injects the
 	// provider's credential. Default none: the gateway's credential is
 	// never sent with an account the client chose.
 	ForwardClientHeaders []string `yaml:"forward_client_headers"`
-
-	// Impl is the kind's implementation, resolved once by Compile (nil in
-	// a Config that was not compiled): the request path calls it and never
-	// switches on Kind. It is not configuration.
-	Impl provider.Provider `yaml:"-" json:"-"`
 
 	// Endpoints lists the provider's addresses (host:port) explicitly, for
 	// self-hosted servers: the Envoy cluster is then EDS over these

@@ -4,11 +4,17 @@
 // (Validate, Problems), compilation into the immutable Snapshot that the
 // hot path reads (Compile), and reloading on file change (Watcher).
 //
-// What a provider kind means — its fields' validation and defaults, its
-// dialect, its endpoints, its rewrite — belongs to internal/provider:
-// Validate asks the kind to check its own fields, and Compile resolves each
-// provider's kind once into Provider.Impl, so an unknown kind never reaches
-// the request path.
+// What a provider kind means to configuration — its fields' validation
+// and defaults, its dialect — belongs to internal/providerkind: Validate
+// asks the kind to check its own fields and admits only known kinds, so
+// an unknown kind never reaches the request path, where its users map a
+// kind to its adapter (internal/provider).
+//
+// It sits below its users: it imports only leaf value packages (such as
+// money, sat, llmapi, providerkind), never the request path (provider adapters,
+// payload, apikey, apierr) nor runtime state. The signing keys of
+// security.principal_keys are made by their user from PrincipalSecrets
+// (deps_test.go pins this direction).
 //
 // A file is parsed by yaml.v3 into one node tree and decoded from it. A
 // config declares up to about 10,000 keys; more belong in the key store

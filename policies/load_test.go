@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sluicegw/sluice/internal/provider"
+	"github.com/sluicegw/sluice/internal/providerkind"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/bad")
@@ -150,10 +150,10 @@ func TestLoadFull(t *testing.T) {
 		XDS:      XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt", Proxyless: "off", ExtensionHealthCheck: HealthCheck{Interval: 2 * time.Second, Timeout: time.Second, UnhealthyThreshold: 2, HealthyThreshold: 2}},
 		Security: Security{PrincipalMaxAge: 30 * time.Second},
 		Providers: []Provider{
-			{Name: "openai", Kind: provider.KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-test-SECRET-openai"},
-			{Name: "anthropic", Kind: provider.KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-test-SECRET-anthropic", AnthropicVersion: "2023-06-01"},
-			{Name: "azure-eu", Kind: provider.KindAzureOpenAI, BaseURL: "https://contoso-eu.openai.azure.com", APIKey: "SECRET-azure-key", APIVersion: "2024-10-21"},
-			{Name: "vllm", Kind: provider.KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
+			{Name: "openai", Kind: providerkind.OpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-test-SECRET-openai"},
+			{Name: "anthropic", Kind: providerkind.Anthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-test-SECRET-anthropic", AnthropicVersion: "2023-06-01"},
+			{Name: "azure-eu", Kind: providerkind.AzureOpenAI, BaseURL: "https://contoso-eu.openai.azure.com", APIKey: "SECRET-azure-key", APIVersion: "2024-10-21"},
+			{Name: "vllm", Kind: providerkind.OpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
 		},
 		Models: []Model{
 			{Name: "gpt-4o", Aliases: []string{"gpt4o", "gpt-4o-latest"}, Provider: "openai"},
@@ -313,8 +313,8 @@ models:
     upstream: 007
 `, func(c *Config) {
 			c.Providers = append(c.Providers,
-				Provider{Name: "az", Kind: provider.KindAzureOpenAI, BaseURL: "https://x.openai.azure.com", APIKey: "12345", APIVersion: "2024-10-21"},
-				Provider{Name: "an", Kind: provider.KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "true", AnthropicVersion: "2023-06-01"})
+				Provider{Name: "az", Kind: providerkind.AzureOpenAI, BaseURL: "https://x.openai.azure.com", APIKey: "12345", APIVersion: "2024-10-21"},
+				Provider{Name: "an", Kind: providerkind.Anthropic, BaseURL: "https://api.anthropic.com", APIKey: "true", AnthropicVersion: "2023-06-01"})
 			c.Models[0].Upstream = "007"
 		}},
 		{"merge keys and aliases", `
@@ -332,8 +332,8 @@ teams:
   - {name: t, models: *al}
 `, func(c *Config) {
 			c.Providers = []Provider{
-				{Name: "a", Kind: provider.KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
-				{Name: "b", Kind: provider.KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
+				{Name: "a", Kind: providerkind.OpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
+				{Name: "b", Kind: providerkind.OpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
 			}
 			c.Models = []Model{{Name: "m", Provider: "a", Aliases: []string{"x", "y"}}, {Name: "n", Provider: "b"}}
 			c.Teams = []Team{{Name: "t", Models: []string{"x", "y"}}}
@@ -346,7 +346,7 @@ teams:
 				t.Fatalf("Parse: %v", err)
 			}
 			want := Default()
-			want.Providers = []Provider{{Name: "local", Kind: provider.KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"}}
+			want.Providers = []Provider{{Name: "local", Kind: providerkind.OpenAICompatible, BaseURL: "http://127.0.0.1:8000"}}
 			want.Models = []Model{{Name: "llama3", Provider: "local"}}
 			tt.want(want)
 			if diff := cmp.Diff(want, got, cmpEmpty); diff != "" {

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/sluicegw/sluice/internal/llmapi"
-	"github.com/sluicegw/sluice/internal/provider"
+	"github.com/sluicegw/sluice/internal/providerkind"
 )
 
 // passDialects are the APIs gateway.pass_to names a provider for, with
@@ -51,9 +51,9 @@ func passTargets(c *Config) (map[llmapi.Dialect]int, []issue) {
 			switch {
 			case i < 0:
 				ps = append(ps, issue{Problem: Problem{Path: path, Msg: fmt.Sprintf("unknown provider %q", name)}, refersTo: "providers"})
-			case c.Providers[i].Kind == provider.KindAzureOpenAI:
+			case c.Providers[i].Kind == providerkind.AzureOpenAI:
 				ps = append(ps, issue{Problem: Problem{Path: path, Msg: fmt.Sprintf("provider %q is azure-openai, whose paths are its own (/openai/deployments/…): it cannot take a client's unknown paths", name)}})
-			case dialect(c.Providers[i].Kind) != pd.d:
+			case c.Providers[i].Kind.Dialect() != pd.d:
 				ps = append(ps, issue{Problem: Problem{Path: path, Msg: fmt.Sprintf("provider %q is of kind %q, which does not speak the %s API", name, c.Providers[i].Kind, pd.d)}})
 			default:
 				out[pd.d] = i
@@ -62,7 +62,7 @@ func passTargets(c *Config) (map[llmapi.Dialect]int, []issue) {
 		}
 		var speakers []int
 		for i, p := range c.Providers {
-			if _, ok := provider.For(p.Kind); ok && p.Kind != provider.KindAzureOpenAI && dialect(p.Kind) == pd.d {
+			if p.Kind.Known() && p.Kind != providerkind.AzureOpenAI && p.Kind.Dialect() == pd.d {
 				speakers = append(speakers, i)
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluicegw/sluice/internal/llmapi"
-	"github.com/sluicegw/sluice/internal/provider"
+	"github.com/sluicegw/sluice/internal/providerkind"
 )
 
 // TestPassTo: gateway.pass_to's rule — a named provider must exist, speak
@@ -48,7 +48,7 @@ func TestPassTo(t *testing.T) {
 		}, "", ""},
 		{"pass with no target at all", func(c *Config) {
 			c.Gateway.UnknownPaths = "pass"
-			c.Providers = append(c.Providers, Provider{Name: "anthropic2", Kind: provider.KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-y"})
+			c.Providers = append(c.Providers, Provider{Name: "anthropic2", Kind: providerkind.Anthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-y"})
 		}, []string{
 			"gateway.unknown_paths: is pass, but no provider can take unknown paths: each API has none or several providers that could (azure-openai cannot); name one in gateway.pass_to.openai or gateway.pass_to.anthropic (providers: openai, anthropic, azure, local, anthropic2)",
 		}, "", ""},

@@ -3,6 +3,7 @@ package policies
 import (
 	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/sat"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // Tokens is what a request used, by kind of token, as usage.Usage counts
@@ -13,17 +14,12 @@ import (
 // CacheWrite1h is the part of CacheWrite written with the 1-hour TTL.
 // Output is every output token, and Reasoning and AudioOutput are parts
 // of it.
-type Tokens struct {
-	Input, CachedInput, CacheWrite, CacheWrite1h, AudioInput int64
-	Output, Reasoning, AudioOutput                           int64
-}
+type Tokens = tokens.Counts
 
 // Rates are the price of one token of each kind, in pico-dollars (the
-// price per 1M tokens in micro-dollars), every default applied.
-type Rates struct {
-	Input, CachedInput, CacheWrite, CacheWrite1h, AudioInput int64
-	Output, Reasoning, AudioOutput                           int64
-}
+// price per 1M tokens in micro-dollars), every default applied, indexed
+// by tokens.Kind.
+type Rates [tokens.NumKinds]int64
 
 // Rates are p's rates for a request whose prompt holds inputTokens
 // tokens: the long-context tier's when there is one and inputTokens is
@@ -45,14 +41,14 @@ func (p Price) Rates(inputTokens int64) Rates {
 		cached = in
 	}
 	return Rates{
-		Input:        in,
-		CachedInput:  cached,
-		CacheWrite:   or(write, sat.MulDiv(in, 5, 4)),
-		CacheWrite1h: or(write1h, sat.Mul(in, 2)),
-		AudioInput:   or(p.AudioInput, in),
-		Output:       out,
-		Reasoning:    or(p.Reasoning, out),
-		AudioOutput:  or(p.AudioOutput, out),
+		tokens.Input:        in,
+		tokens.CachedInput:  cached,
+		tokens.CacheWrite:   or(write, sat.MulDiv(in, 5, 4)),
+		tokens.CacheWrite1h: or(write1h, sat.Mul(in, 2)),
+		tokens.AudioInput:   or(p.AudioInput, in),
+		tokens.Output:       out,
+		tokens.Reasoning:    or(p.Reasoning, out),
+		tokens.AudioOutput:  or(p.AudioOutput, out),
 	}
 }
 
@@ -94,25 +90,25 @@ func orPtr(v, def *int64) *int64 {
 // never below the base) never decreases when Input, Output or a price
 // grows.
 func (p Price) Cost(t Tokens) int64 {
-	in := max(t.Input, 0)
-	cached := clampTo(t.CachedInput, in)
-	write := clampTo(t.CacheWrite, in-cached)
-	write1h := clampTo(t.CacheWrite1h, write)
-	audioIn := clampTo(t.AudioInput, in-cached-write)
-	out := max(t.Output, 0)
-	reasoning := clampTo(t.Reasoning, out)
-	audioOut := clampTo(t.AudioOutput, out-reasoning)
+	in := max(t[tokens.Input], 0)
+	cached := clampTo(t[tokens.CachedInput], in)
+	write := clampTo(t[tokens.CacheWrite], in-cached)
+	write1h := clampTo(t[tokens.CacheWrite1h], write)
+	audioIn := clampTo(t[tokens.AudioInput], in-cached-write)
+	out := max(t[tokens.Output], 0)
+	reasoning := clampTo(t[tokens.Reasoning], out)
+	audioOut := clampTo(t[tokens.AudioOutput], out-reasoning)
 
 	r := p.Rates(in)
 	var total sat.Products
-	total.Add(in-cached-write-audioIn, r.Input)
-	total.Add(cached, r.CachedInput)
-	total.Add(write-write1h, r.CacheWrite)
-	total.Add(write1h, r.CacheWrite1h)
-	total.Add(audioIn, r.AudioInput)
-	total.Add(out-reasoning-audioOut, r.Output)
-	total.Add(reasoning, r.Reasoning)
-	total.Add(audioOut, r.AudioOutput)
+	total.Add(in-cached-write-audioIn, r[tokens.Input])
+	total.Add(cached, r[tokens.CachedInput])
+	total.Add(write-write1h, r[tokens.CacheWrite])
+	total.Add(write1h, r[tokens.CacheWrite1h])
+	total.Add(audioIn, r[tokens.AudioInput])
+	total.Add(out-reasoning-audioOut, r[tokens.Output])
+	total.Add(reasoning, r[tokens.Reasoning])
+	total.Add(audioOut, r[tokens.AudioOutput])
 	total.Add(max(p.PerRequest, 0), money.PicoPerMicro)
 	return total.DivUp(1)
 }
@@ -132,13 +128,13 @@ func (p Price) Cost(t Tokens) int64 {
 func (p Price) WorstCost(input, output int64, cacheWrites bool) int64 {
 	in, out := max(input, 0), max(output, 0)
 	r := p.Rates(in)
-	inRate := max(r.Input, r.CachedInput, r.AudioInput)
+	inRate := max(r[tokens.Input], r[tokens.CachedInput], r[tokens.AudioInput])
 	if cacheWrites {
-		inRate = max(inRate, r.CacheWrite, r.CacheWrite1h)
+		inRate = max(inRate, r[tokens.CacheWrite], r[tokens.CacheWrite1h])
 	}
 	var total sat.Products
 	total.Add(in, inRate)
-	total.Add(out, max(r.Output, r.Reasoning, r.AudioOutput))
+	total.Add(out, max(r[tokens.Output], r[tokens.Reasoning], r[tokens.AudioOutput]))
 	total.Add(max(p.PerRequest, 0), money.PicoPerMicro)
 	return total.DivUp(1)
 }

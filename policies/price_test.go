@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicegw/sluice/internal/sat"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // TestCost: costs are exact in pico-dollars (1 µ$ = 10⁶ p$): nothing is
@@ -30,7 +31,7 @@ func TestCost(t *testing.T) {
 		{Price{Input: 20_000}, 7, 0, 0, 140_000},
 		{Price{Input: 1}, 1, 0, 0, 1}, // the smallest price: 1 p$ a token
 	} {
-		if got := tc.p.Cost(Tokens{Input: tc.in, CachedInput: tc.cached, Output: tc.out}); got != tc.want {
+		if got := tc.p.Cost(Tokens{tokens.Input: tc.in, tokens.CachedInput: tc.cached, tokens.Output: tc.out}); got != tc.want {
 			t.Errorf("%+v.Cost(in %d, cached %d, out %d) = %d p$, want %d", tc.p, tc.in, tc.cached, tc.out, got, tc.want)
 		}
 	}
@@ -61,7 +62,7 @@ func TestCostSaturates(t *testing.T) {
 		{"min tokens", expensive, math.MinInt64, math.MinInt64, math.MinInt64, 0},
 		{"negative prices count as 0", Price{Input: -1, Output: math.MinInt64, PerRequest: -1}, 5, 0, 5, 0},
 	} {
-		if got := tc.p.Cost(Tokens{Input: tc.in, CachedInput: tc.cached, Output: tc.out}); got != tc.want {
+		if got := tc.p.Cost(Tokens{tokens.Input: tc.in, tokens.CachedInput: tc.cached, tokens.Output: tc.out}); got != tc.want {
 			t.Errorf("%s: %+v.Cost(in %d, cached %d, out %d) = %d, want %d", tc.name, tc.p, tc.in, tc.cached, tc.out, got, tc.want)
 		}
 	}
@@ -70,7 +71,7 @@ func TestCostSaturates(t *testing.T) {
 // reserved is the worst case ext_proc reserves: the prompt estimate and
 // max_tokens × n output tokens, at price p, in pico-dollars.
 func reserved(p Price, input, maxTokens, n int64) int64 {
-	return p.Cost(Tokens{Input: input, Output: sat.Mul(maxTokens, n)})
+	return p.Cost(Tokens{tokens.Input: input, tokens.Output: sat.Mul(maxTokens, n)})
 }
 
 // FuzzCost checks, over the whole int64 range, that the reserved cost is
@@ -133,12 +134,12 @@ func TestWorstCostBoundsCost(t *testing.T) {
 		for range 20000 {
 			in, out := rng.Int64N(300), rng.Int64N(300)
 			part := func(n int64) int64 { return rng.Int64N(n + 1) }
-			tk := Tokens{Input: in, CachedInput: part(in), CacheWrite: part(in), AudioInput: part(in), Output: out, Reasoning: part(out), AudioOutput: part(out)}
-			tk.CacheWrite1h = part(tk.CacheWrite)
+			tk := Tokens{tokens.Input: in, tokens.CachedInput: part(in), tokens.CacheWrite: part(in), tokens.AudioInput: part(in), tokens.Output: out, tokens.Reasoning: part(out), tokens.AudioOutput: part(out)}
+			tk[tokens.CacheWrite1h] = part(tk[tokens.CacheWrite])
 			if c, w := pr.Cost(tk), pr.WorstCost(in, out, true); c > w {
 				t.Fatalf("price %d: Cost(%+v) = %d > WorstCost = %d", i, tk, c, w)
 			}
-			tk.CacheWrite, tk.CacheWrite1h = 0, 0
+			tk[tokens.CacheWrite], tk[tokens.CacheWrite1h] = 0, 0
 			if c, w := pr.Cost(tk), pr.WorstCost(in, out, false); c > w {
 				t.Fatalf("price %d: Cost(%+v) = %d > WorstCost without cache writes = %d", i, tk, c, w)
 			}

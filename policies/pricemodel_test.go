@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 func p64(v int64) *int64 { return &v }
@@ -22,18 +23,18 @@ func TestRatesDefaults(t *testing.T) {
 		want Rates
 	}{
 		{"unset", Price{Input: 3_000_000, Output: 15_000_000}, Rates{
-			Input: 3_000_000, CachedInput: 3_000_000, CacheWrite: 3_750_000, CacheWrite1h: 6_000_000, AudioInput: 3_000_000,
-			Output: 15_000_000, Reasoning: 15_000_000, AudioOutput: 15_000_000}},
+			tokens.Input: 3_000_000, tokens.CachedInput: 3_000_000, tokens.CacheWrite: 3_750_000, tokens.CacheWrite1h: 6_000_000, tokens.AudioInput: 3_000_000,
+			tokens.Output: 15_000_000, tokens.Reasoning: 15_000_000, tokens.AudioOutput: 15_000_000}},
 		{"set", Price{Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: p64(1), CacheWrite1h: p64(2), AudioInput: p64(40_000_000),
 			Output: 10_000_000, Reasoning: p64(12_000_000), AudioOutput: p64(80_000_000)}, Rates{
-			Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: 1, CacheWrite1h: 2, AudioInput: 40_000_000,
-			Output: 10_000_000, Reasoning: 12_000_000, AudioOutput: 80_000_000}},
+			tokens.Input: 2_500_000, tokens.CachedInput: 1_250_000, tokens.CacheWrite: 1, tokens.CacheWrite1h: 2, tokens.AudioInput: 40_000_000,
+			tokens.Output: 10_000_000, tokens.Reasoning: 12_000_000, tokens.AudioOutput: 80_000_000}},
 		{"set to 0: free", Price{Input: 5, CacheWrite: p64(0), CacheWrite1h: p64(0), AudioInput: p64(0), Output: 7, Reasoning: p64(0), AudioOutput: p64(0)}, Rates{
-			Input: 5, CachedInput: 5, Output: 7}},
-		{"1.25 × an input not divisible by 4: rounded up", Price{Input: 1}, Rates{Input: 1, CachedInput: 1, CacheWrite: 2, CacheWrite1h: 2, AudioInput: 1}},
-		{"1.25 × 800,000 exactly", Price{Input: 800_000}, Rates{Input: 800_000, CachedInput: 800_000, CacheWrite: 1_000_000, CacheWrite1h: 1_600_000, AudioInput: 800_000}},
+			tokens.Input: 5, tokens.CachedInput: 5, tokens.Output: 7}},
+		{"1.25 × an input not divisible by 4: rounded up", Price{Input: 1}, Rates{tokens.Input: 1, tokens.CachedInput: 1, tokens.CacheWrite: 2, tokens.CacheWrite1h: 2, tokens.AudioInput: 1}},
+		{"1.25 × 800,000 exactly", Price{Input: 800_000}, Rates{tokens.Input: 800_000, tokens.CachedInput: 800_000, tokens.CacheWrite: 1_000_000, tokens.CacheWrite1h: 1_600_000, tokens.AudioInput: 800_000}},
 		{"the largest input saturates its defaults", Price{Input: math.MaxInt64}, Rates{
-			Input: math.MaxInt64, CachedInput: math.MaxInt64, CacheWrite: math.MaxInt64, CacheWrite1h: math.MaxInt64, AudioInput: math.MaxInt64}},
+			tokens.Input: math.MaxInt64, tokens.CachedInput: math.MaxInt64, tokens.CacheWrite: math.MaxInt64, tokens.CacheWrite1h: math.MaxInt64, tokens.AudioInput: math.MaxInt64}},
 	} {
 		if diff := cmp.Diff(tt.want, tt.p.Rates(1)); diff != "" {
 			t.Errorf("%s: Rates (-want +got):\n%s", tt.name, diff)
@@ -53,22 +54,22 @@ func TestCostOfEachKind(t *testing.T) {
 		want int64 // p$
 	}{
 		{"nothing: the fee", Tokens{}, fee},
-		{"input", Tokens{Input: 10}, 10*1_000 + fee},
-		{"cached", Tokens{Input: 10, CachedInput: 10}, 10*100 + fee},
-		{"5-minute writes", Tokens{Input: 10, CacheWrite: 10}, 10*1_250 + fee},
-		{"1-hour writes", Tokens{Input: 10, CacheWrite: 10, CacheWrite1h: 10}, 10*2_000 + fee},
-		{"audio in", Tokens{Input: 10, AudioInput: 10}, 10*16_000 + fee},
-		{"output", Tokens{Output: 10}, 10*10_000 + fee},
-		{"reasoning", Tokens{Output: 10, Reasoning: 10}, 10*20_000 + fee},
-		{"audio out", Tokens{Output: 10, AudioOutput: 10}, 10*80_000 + fee},
-		{"every kind", Tokens{Input: 100, CachedInput: 10, CacheWrite: 20, CacheWrite1h: 5, AudioInput: 30, Output: 50, Reasoning: 15, AudioOutput: 5},
+		{"input", Tokens{tokens.Input: 10}, 10*1_000 + fee},
+		{"cached", Tokens{tokens.Input: 10, tokens.CachedInput: 10}, 10*100 + fee},
+		{"5-minute writes", Tokens{tokens.Input: 10, tokens.CacheWrite: 10}, 10*1_250 + fee},
+		{"1-hour writes", Tokens{tokens.Input: 10, tokens.CacheWrite: 10, tokens.CacheWrite1h: 10}, 10*2_000 + fee},
+		{"audio in", Tokens{tokens.Input: 10, tokens.AudioInput: 10}, 10*16_000 + fee},
+		{"output", Tokens{tokens.Output: 10}, 10*10_000 + fee},
+		{"reasoning", Tokens{tokens.Output: 10, tokens.Reasoning: 10}, 10*20_000 + fee},
+		{"audio out", Tokens{tokens.Output: 10, tokens.AudioOutput: 10}, 10*80_000 + fee},
+		{"every kind", Tokens{tokens.Input: 100, tokens.CachedInput: 10, tokens.CacheWrite: 20, tokens.CacheWrite1h: 5, tokens.AudioInput: 30, tokens.Output: 50, tokens.Reasoning: 15, tokens.AudioOutput: 5},
 			40*1_000 + 10*100 + 15*1_250 + 5*2_000 + 30*16_000 + 30*10_000 + 15*20_000 + 5*80_000 + fee},
 		// Parts larger than what holds them are clamped, in order: the
 		// cached 80 of 100, then writes to the 20 left, then no audio.
-		{"parts beyond the whole", Tokens{Input: 100, CachedInput: 80, CacheWrite: 50, CacheWrite1h: 70, AudioInput: 40},
+		{"parts beyond the whole", Tokens{tokens.Input: 100, tokens.CachedInput: 80, tokens.CacheWrite: 50, tokens.CacheWrite1h: 70, tokens.AudioInput: 40},
 			80*100 + 20*2_000 + fee},
-		{"reasoning beyond the output", Tokens{Output: 10, Reasoning: 30, AudioOutput: 5}, 10*20_000 + fee},
-		{"negative counts", Tokens{Input: -1, CachedInput: -1, CacheWrite: -1, CacheWrite1h: -1, AudioInput: -1, Output: -1, Reasoning: -1, AudioOutput: -1}, fee},
+		{"reasoning beyond the output", Tokens{tokens.Output: 10, tokens.Reasoning: 30, tokens.AudioOutput: 5}, 10*20_000 + fee},
+		{"negative counts", Tokens{tokens.Input: -1, tokens.CachedInput: -1, tokens.CacheWrite: -1, tokens.CacheWrite1h: -1, tokens.AudioInput: -1, tokens.Output: -1, tokens.Reasoning: -1, tokens.AudioOutput: -1}, fee},
 	} {
 		if got := p.Cost(tt.t); got != tt.want {
 			t.Errorf("%s: Cost(%+v) = %d p$, want %d", tt.name, tt.t, got, tt.want)
@@ -93,23 +94,23 @@ func TestLongContext(t *testing.T) {
 		want int64 // p$
 	}{
 		// 200,000 × $3/M = $0.60; 1,000 × $15/M = $0.015.
-		{"at the threshold: base", sonnet, Tokens{Input: 200_000, Output: 1_000}, 600_000_000_000 + 15_000_000_000},
+		{"at the threshold: base", sonnet, Tokens{tokens.Input: 200_000, tokens.Output: 1_000}, 600_000_000_000 + 15_000_000_000},
 		// 200,001 × $6/M = $1.200006; 1,000 × $22.50/M = $0.0225.
-		{"one token above: all of it at the tier", sonnet, Tokens{Input: 200_001, Output: 1_000}, 1_200_006_000_000 + 22_500_000_000},
+		{"one token above: all of it at the tier", sonnet, Tokens{tokens.Input: 200_001, tokens.Output: 1_000}, 1_200_006_000_000 + 22_500_000_000},
 		// Of 300,000: 100,000 read at $0.60/M, 50,000 written (5m) at
 		// 1.25 × $6 = $7.50/M, 10,000 of them 1h at 2 × $6 = $12/M, the
 		// other 150,000 at $6/M.
 		{"cache kinds at the tier, their defaults from its input", sonnet,
-			Tokens{Input: 300_000, CachedInput: 100_000, CacheWrite: 50_000, CacheWrite1h: 10_000},
+			Tokens{tokens.Input: 300_000, tokens.CachedInput: 100_000, tokens.CacheWrite: 50_000, tokens.CacheWrite1h: 10_000},
 			100_000*600_000 + 40_000*7_500_000 + 10_000*12_000_000 + 150_000*6_000_000},
 		// A tier with only an input price: output, cache reads (unset in
 		// the base: the input price) and writes follow.
 		{"a tier of input alone", Price{Input: 1_000, Output: 2_000, LongContext: &LongContext{AboveInputTokens: 10, Input: p64(3_000)}},
-			Tokens{Input: 20, CachedInput: 4, CacheWrite: 4, Output: 5}, 12*3_000 + 4*3_000 + 4*3_750 + 5*2_000},
+			Tokens{tokens.Input: 20, tokens.CachedInput: 4, tokens.CacheWrite: 4, tokens.Output: 5}, 12*3_000 + 4*3_000 + 4*3_750 + 5*2_000},
 		// The base's explicit prices hold in the tier where it sets none.
 		{"the base's explicit prices", Price{Input: 1_000, CacheWrite: p64(9_000), Reasoning: p64(7_000), Output: 2_000,
 			LongContext: &LongContext{AboveInputTokens: 10, Input: p64(3_000), Output: p64(4_000)}},
-			Tokens{Input: 20, CacheWrite: 5, Output: 10, Reasoning: 6}, 15*3_000 + 5*9_000 + 4*4_000 + 6*7_000},
+			Tokens{tokens.Input: 20, tokens.CacheWrite: 5, tokens.Output: 10, tokens.Reasoning: 6}, 15*3_000 + 5*9_000 + 4*4_000 + 6*7_000},
 	} {
 		if got := tt.p.Cost(tt.t); got != tt.want {
 			t.Errorf("%s: Cost(%+v) = %d p$, want %d", tt.name, tt.t, got, tt.want)
@@ -127,23 +128,23 @@ func TestPriceSaturates(t *testing.T) {
 		p    Price
 		one  Tokens
 	}{
-		{"input", Price{Input: m}, Tokens{Input: 1}},
-		{"cached_input", Price{CachedInput: m}, Tokens{Input: 1, CachedInput: 1}},
-		{"cache_write", Price{CacheWrite: p64(m)}, Tokens{Input: 1, CacheWrite: 1}},
-		{"cache_write_1h", Price{CacheWrite1h: p64(m)}, Tokens{Input: 1, CacheWrite: 1, CacheWrite1h: 1}},
-		{"audio_input", Price{AudioInput: p64(m)}, Tokens{Input: 1, AudioInput: 1}},
-		{"output", Price{Output: m}, Tokens{Output: 1}},
-		{"reasoning", Price{Reasoning: p64(m)}, Tokens{Output: 1, Reasoning: 1}},
-		{"audio_output", Price{AudioOutput: p64(m)}, Tokens{Output: 1, AudioOutput: 1}},
-		{"long_context.input", Price{LongContext: &LongContext{AboveInputTokens: 0, Input: p64(m)}}, Tokens{Input: 1}},
-		{"long_context.output", Price{LongContext: &LongContext{AboveInputTokens: 0, Output: p64(m)}}, Tokens{Input: 1, Output: 1}},
+		{"input", Price{Input: m}, Tokens{tokens.Input: 1}},
+		{"cached_input", Price{CachedInput: m}, Tokens{tokens.Input: 1, tokens.CachedInput: 1}},
+		{"cache_write", Price{CacheWrite: p64(m)}, Tokens{tokens.Input: 1, tokens.CacheWrite: 1}},
+		{"cache_write_1h", Price{CacheWrite1h: p64(m)}, Tokens{tokens.Input: 1, tokens.CacheWrite: 1, tokens.CacheWrite1h: 1}},
+		{"audio_input", Price{AudioInput: p64(m)}, Tokens{tokens.Input: 1, tokens.AudioInput: 1}},
+		{"output", Price{Output: m}, Tokens{tokens.Output: 1}},
+		{"reasoning", Price{Reasoning: p64(m)}, Tokens{tokens.Output: 1, tokens.Reasoning: 1}},
+		{"audio_output", Price{AudioOutput: p64(m)}, Tokens{tokens.Output: 1, tokens.AudioOutput: 1}},
+		{"long_context.input", Price{LongContext: &LongContext{AboveInputTokens: 0, Input: p64(m)}}, Tokens{tokens.Input: 1}},
+		{"long_context.output", Price{LongContext: &LongContext{AboveInputTokens: 0, Output: p64(m)}}, Tokens{tokens.Input: 1, tokens.Output: 1}},
 	} {
 		if got := tt.p.Cost(tt.one); got != m {
 			t.Errorf("%s at 2^63-1: one token costs %d, want %d", tt.kind, got, int64(m))
 		}
 		two := tt.one
-		two.Input, two.CachedInput, two.CacheWrite, two.CacheWrite1h, two.AudioInput = 2*two.Input, 2*two.CachedInput, 2*two.CacheWrite, 2*two.CacheWrite1h, 2*two.AudioInput
-		two.Output, two.Reasoning, two.AudioOutput = 2*two.Output, 2*two.Reasoning, 2*two.AudioOutput
+		two[tokens.Input], two[tokens.CachedInput], two[tokens.CacheWrite], two[tokens.CacheWrite1h], two[tokens.AudioInput] = 2*two[tokens.Input], 2*two[tokens.CachedInput], 2*two[tokens.CacheWrite], 2*two[tokens.CacheWrite1h], 2*two[tokens.AudioInput]
+		two[tokens.Output], two[tokens.Reasoning], two[tokens.AudioOutput] = 2*two[tokens.Output], 2*two[tokens.Reasoning], 2*two[tokens.AudioOutput]
 		if got := tt.p.Cost(two); got != m {
 			t.Errorf("%s at 2^63-1: two tokens cost %d, want saturated %d", tt.kind, got, int64(m))
 		}

@@ -5,7 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sluicegw/sluice/internal/provider"
+	"github.com/sluicegw/sluice/internal/providerkind"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // PricingWarnings lists what the pricing table leaves to a default or to
@@ -39,34 +40,34 @@ func (s *Snapshot) PricingWarnings() []Problem {
 			continue
 		}
 		p := m.Price
-		kinds := map[provider.Kind]bool{}
+		kinds := map[providerkind.Kind]bool{}
 		names := []string{m.Name}
 		for _, t := range m.Targets {
 			kinds[t.Provider.Kind] = true
 			names = append(names, t.Upstream)
 		}
-		reportsCached := kinds[provider.KindOpenAI] || kinds[provider.KindAzureOpenAI] || kinds[provider.KindAnthropic]
+		reportsCached := kinds[providerkind.OpenAI] || kinds[providerkind.AzureOpenAI] || kinds[providerkind.Anthropic]
 		if p.CachedInput == 0 && reportsCached {
-			out = append(out, Problem{Path: fieldPath(path, "cached_input"),
+			out = append(out, Problem{Path: fieldPath(path, tokens.CachedInput.String()),
 				Msg: "not set: the provider reports cached prompt tokens, and they are charged at the input price (OpenAI bills them at a discount, Anthropic at 0.1 × input)"})
 		}
-		if kinds[provider.KindAnthropic] {
+		if kinds[providerkind.Anthropic] {
 			if p.CacheWrite == nil {
-				out = append(out, Problem{Path: fieldPath(path, "cache_write"),
+				out = append(out, Problem{Path: fieldPath(path, tokens.CacheWrite.String()),
 					Msg: "not set: Anthropic reports 5-minute cache writes, charged at the default, 1.25 × input"})
 			}
 			if p.CacheWrite1h == nil {
-				out = append(out, Problem{Path: fieldPath(path, "cache_write_1h"),
+				out = append(out, Problem{Path: fieldPath(path, tokens.CacheWrite1h.String()),
 					Msg: "not set: Anthropic reports 1-hour cache writes, charged at the default, 2 × input"})
 			}
 		}
 		if audioName(names) {
 			if p.AudioInput == nil {
-				out = append(out, Problem{Path: fieldPath(path, "audio_input"),
+				out = append(out, Problem{Path: fieldPath(path, tokens.AudioInput.String()),
 					Msg: "not set: the model's name says it takes audio, and audio input tokens are charged at the text input price"})
 			}
 			if p.AudioOutput == nil {
-				out = append(out, Problem{Path: fieldPath(path, "audio_output"),
+				out = append(out, Problem{Path: fieldPath(path, tokens.AudioOutput.String()),
 					Msg: "not set: the model's name says it speaks audio, and audio output tokens are charged at the text output price"})
 			}
 		}

@@ -1,6 +1,10 @@
 package policies
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sluicegw/sluice/internal/tokens"
+)
 
 // TestPublishedBills prices requests at the prices providers publish and
 // checks the bill against the one worked out by hand from those prices.
@@ -43,14 +47,14 @@ func TestPublishedBills(t *testing.T) {
 		//   500 × $15/M     = $0.0075
 		//   total           = $0.3855
 		{"Anthropic 5-minute cache write", sonnet4,
-			Tokens{Input: 101_000, CacheWrite: 100_000, Output: 500}, 385_500_000_000},
+			Tokens{tokens.Input: 101_000, tokens.CacheWrite: 100_000, tokens.Output: 500}, 385_500_000_000},
 		// The same prompt written with the 1-hour TTL:
 		//   1,000 × $3/M    = $0.003
 		//   100,000 × $6/M  = $0.600
 		//   500 × $15/M     = $0.0075
 		//   total           = $0.6105
 		{"Anthropic 1-hour cache write", sonnet4,
-			Tokens{Input: 101_000, CacheWrite: 100_000, CacheWrite1h: 100_000, Output: 500}, 610_500_000_000},
+			Tokens{tokens.Input: 101_000, tokens.CacheWrite: 100_000, tokens.CacheWrite1h: 100_000, tokens.Output: 500}, 610_500_000_000},
 		// A request that writes with both TTLs, 60,000 tokens for 1
 		// hour and 40,000 for 5 minutes:
 		//   1,000 × $3/M     = $0.003
@@ -59,7 +63,7 @@ func TestPublishedBills(t *testing.T) {
 		//   500 × $15/M      = $0.0075
 		//   total            = $0.5205
 		{"Anthropic writes of both TTLs", sonnet4,
-			Tokens{Input: 101_000, CacheWrite: 100_000, CacheWrite1h: 60_000, Output: 500}, 520_500_000_000},
+			Tokens{tokens.Input: 101_000, tokens.CacheWrite: 100_000, tokens.CacheWrite1h: 60_000, tokens.Output: 500}, 520_500_000_000},
 		// The exchange whose bill Sluice once got wrong: 4 input tokens,
 		// 2,048 written to the cache (5 minutes), 12 output tokens. At
 		// base input for the write it came to 6,336 µ$; Anthropic bills:
@@ -68,14 +72,14 @@ func TestPublishedBills(t *testing.T) {
 		//   12 × $15/M      = $0.00018
 		//   total           = $0.007872 = 7,872 µ$
 		{"Anthropic cache write, the 7,872 µ$ bill", sonnet4,
-			Tokens{Input: 2_052, CacheWrite: 2_048, Output: 12}, 7_872_000_000},
+			Tokens{tokens.Input: 2_052, tokens.CacheWrite: 2_048, tokens.Output: 12}, 7_872_000_000},
 		// The next request reads those 100,000 tokens from the cache:
 		//   1,000 × $3/M      = $0.003
 		//   100,000 × $0.30/M = $0.030
 		//   500 × $15/M       = $0.0075
 		//   total             = $0.0405
 		{"Anthropic cache read", sonnet4,
-			Tokens{Input: 101_000, CachedInput: 100_000, Output: 500}, 40_500_000_000},
+			Tokens{tokens.Input: 101_000, tokens.CachedInput: 100_000, tokens.Output: 500}, 40_500_000_000},
 		// Haiku 3's 5-minute writes at their own price, $0.30, and
 		// reads at $0.03, for 10,000 written, 20,000 read, 2,000 more
 		// input and 1,000 output:
@@ -85,7 +89,7 @@ func TestPublishedBills(t *testing.T) {
 		//   1,000 × $1.25/M  = $0.00125
 		//   total            = $0.00535
 		{"Anthropic Haiku 3 cache write and read", haiku3,
-			Tokens{Input: 32_000, CachedInput: 20_000, CacheWrite: 10_000, Output: 1_000}, 5_350_000_000},
+			Tokens{tokens.Input: 32_000, tokens.CachedInput: 20_000, tokens.CacheWrite: 10_000, tokens.Output: 1_000}, 5_350_000_000},
 		// A 250,000-token prompt (above 200K: every token at the long-
 		// context prices), 50,000 of it read from the cache, 30,000
 		// written for 5 minutes, 2,000 output:
@@ -95,12 +99,12 @@ func TestPublishedBills(t *testing.T) {
 		//   2,000 × $22.50/M = $0.045
 		//   total            = $1.320
 		{"Anthropic long context", sonnet4Long,
-			Tokens{Input: 250_000, CachedInput: 50_000, CacheWrite: 30_000, Output: 2_000}, 1_320_000_000_000},
+			Tokens{tokens.Input: 250_000, tokens.CachedInput: 50_000, tokens.CacheWrite: 30_000, tokens.Output: 2_000}, 1_320_000_000_000},
 		// The same request at exactly 200,000 prompt tokens is priced
 		// at the base: 120,000 × $3 + 50,000 × $0.30 + 30,000 × $3.75
 		// + 2,000 × $15 = $0.360 + $0.015 + $0.1125 + $0.030 = $0.5175.
 		{"Anthropic at the long-context threshold", sonnet4Long,
-			Tokens{Input: 200_000, CachedInput: 50_000, CacheWrite: 30_000, Output: 2_000}, 517_500_000_000},
+			Tokens{tokens.Input: 200_000, tokens.CachedInput: 50_000, tokens.CacheWrite: 30_000, tokens.Output: 2_000}, 517_500_000_000},
 		// GPT-4o with 2,006 prompt tokens of which 1,920 cached, 300
 		// output tokens:
 		//   86 × $2.50/M    = $0.000215
@@ -108,7 +112,7 @@ func TestPublishedBills(t *testing.T) {
 		//   300 × $10/M     = $0.003
 		//   total           = $0.005615
 		{"OpenAI cached input", gpt4o,
-			Tokens{Input: 2_006, CachedInput: 1_920, Output: 300}, 5_615_000_000},
+			Tokens{tokens.Input: 2_006, tokens.CachedInput: 1_920, tokens.Output: 300}, 5_615_000_000},
 		// The recorded GPT-5 nano exchange of ../shared/fixtures
 		// (openai/chat-basic.yaml): 8 prompt tokens, 377 completion
 		// tokens of which 320 reasoning, billed as output:
@@ -116,12 +120,12 @@ func TestPublishedBills(t *testing.T) {
 		//   377 × $0.40/M  = $0.0001508
 		//   total          = $0.0001512 = 151.2 µ$
 		{"OpenAI reasoning", gpt5nano,
-			Tokens{Input: 8, Output: 377, Reasoning: 320}, 151_200_000},
+			Tokens{tokens.Input: 8, tokens.Output: 377, tokens.Reasoning: 320}, 151_200_000},
 		// An embedding of 7 tokens with text-embedding-3-small at $0.02
 		// per 1M (openai/embeddings-basic.yaml): 7 × $0.02/M = 0.14 µ$,
 		// not a whole micro-dollar.
 		{"OpenAI embedding", Price{Input: 20_000},
-			Tokens{Input: 7}, 140_000},
+			Tokens{tokens.Input: 7}, 140_000},
 	} {
 		if got := tt.p.Cost(tt.t); got != tt.want {
 			t.Errorf("%s: billed %d p$, want %d p$", tt.name, got, tt.want)
@@ -138,12 +142,12 @@ func TestConfigurationExample(t *testing.T) {
 	p := Price{Input: 3_000_000, CachedInput: 300_000, CacheWrite: p64(3_750_000), CacheWrite1h: p64(6_000_000), Output: 15_000_000,
 		LongContext: &LongContext{AboveInputTokens: 200_000, Input: p64(6_000_000), CachedInput: p64(600_000),
 			CacheWrite: p64(7_500_000), CacheWrite1h: p64(12_000_000), Output: p64(22_500_000)}}
-	long := Tokens{Input: 250_000, CachedInput: 50_000, CacheWrite: 30_000, CacheWrite1h: 10_000, Output: 2_000}
+	long := Tokens{tokens.Input: 250_000, tokens.CachedInput: 50_000, tokens.CacheWrite: 30_000, tokens.CacheWrite1h: 10_000, tokens.Output: 2_000}
 	if got := p.Cost(long); got != 1_365_000_000_000 {
 		t.Errorf("above the threshold: %d p$, want 1,365,000,000,000 ($1.365)", got)
 	}
 	base := long
-	base.Input = 200_000
+	base[tokens.Input] = 200_000
 	if got := p.Cost(base); got != 540_000_000_000 {
 		t.Errorf("at the threshold: %d p$, want 540,000,000,000 ($0.540)", got)
 	}

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/sluicegw/sluice/internal/principal"
 )
 
 // Security holds what keeps provider credentials with Envoy alone: the
@@ -60,6 +58,12 @@ type ServerTLS struct {
 // MTLS reports whether t asks for client certificates.
 func (t *ServerTLS) MTLS() bool { return t != nil && t.ClientCAFile != "" }
 
+// MinPrincipalSecretBytes is the shortest secret security.principal_keys
+// takes: 256 bits, what the HMAC-SHA256 signing keys require
+// (internal/principal's MinSecretBytes, which their user makes from
+// these secrets).
+const MinPrincipalSecretBytes = 32
+
 // maxPrincipalMaxAge bounds security.principal_max_age: a signed
 // principal lives from ext_authz's answer to ext_proc's first message.
 const maxPrincipalMaxAge = time.Hour
@@ -70,8 +74,8 @@ func (v *validator) security(s Security) {
 		switch {
 		case (k.Value == "") == (k.File == ""):
 			v.add(path, "set exactly one of value (normally ${ENV}) or file")
-		case k.Value != "" && len(k.Value) < principal.MinSecretBytes:
-			v.add(path+".value", "must be at least %d bytes, got %d (make one with: openssl rand -base64 32)", principal.MinSecretBytes, len(k.Value))
+		case k.Value != "" && len(k.Value) < MinPrincipalSecretBytes:
+			v.add(path+".value", "must be at least %d bytes, got %d (make one with: openssl rand -base64 32)", MinPrincipalSecretBytes, len(k.Value))
 		}
 	}
 	if s.PrincipalMaxAge < time.Second || s.PrincipalMaxAge > maxPrincipalMaxAge {
@@ -146,18 +150,20 @@ func (v *validator) proxyless(p string) {
 	}
 }
 
-// principalKeys reads the signing secrets of s, a file's relative to the
-// config file's directory; nil when none is configured. A file that
-// cannot be read, or holds too short a secret, is a problem of its path.
-func principalKeys(s Security, file string) (*principal.Keys, error) {
+// principalSecrets reads the signing secrets of s, a file's relative to
+// the config file's directory; nil when none is configured. A file that
+// cannot be read, or holds too short a secret, is a problem of its path:
+// files are read once, here, so that a reload that cannot read one keeps
+// the last good snapshot.
+func principalSecrets(s Security, file string) ([]Secret, error) {
 	if len(s.PrincipalKeys) == 0 {
 		return nil, nil
 	}
-	secrets := make([][]byte, 0, len(s.PrincipalKeys))
+	secrets := make([]Secret, 0, len(s.PrincipalKeys))
 	var ps Problems
 	for i, k := range s.PrincipalKeys {
 		if k.File == "" {
-			secrets = append(secrets, []byte(k.Value.Reveal()))
+			secrets = append(secrets, k.Value)
 			continue
 		}
 		path := indexPath("security.principal_keys", i) + ".file"
@@ -171,16 +177,16 @@ func principalKeys(s Security, file string) (*principal.Keys, error) {
 			continue
 		}
 		b = bytes.TrimRight(b, "\r\n")
-		if len(b) < principal.MinSecretBytes {
-			ps = append(ps, Problem{File: file, Path: path, Msg: fmt.Sprintf("%s holds %d bytes; a secret needs at least %d (make one with: openssl rand -base64 32 > %s)", name, len(b), principal.MinSecretBytes, name)})
+		if len(b) < MinPrincipalSecretBytes {
+			ps = append(ps, Problem{File: file, Path: path, Msg: fmt.Sprintf("%s holds %d bytes; a secret needs at least %d (make one with: openssl rand -base64 32 > %s)", name, len(b), MinPrincipalSecretBytes, name)})
 			continue
 		}
-		secrets = append(secrets, b)
+		secrets = append(secrets, Secret(b))
 	}
 	if len(ps) > 0 {
 		return nil, ps
 	}
-	return principal.New(secrets)
+	return secrets, nil
 }
 
 // resolveTLS is t with its files resolved against the config file's

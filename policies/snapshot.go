@@ -18,8 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/llmapi"
-	"github.com/sluicegw/sluice/internal/principal"
-	"github.com/sluicegw/sluice/internal/provider"
+	"github.com/sluicegw/sluice/internal/providerkind"
 )
 
 // Snapshot is a compiled, immutable configuration: everything the hot path
@@ -30,8 +29,8 @@ type Snapshot struct {
 	cfg        *Config
 	sqlitePath string
 	ledgerPath string
-	principals *principal.Keys // nil: none configured
-	serverTLS  *ServerTLS      // files resolved; nil: plaintext
+	principals []Secret   // files read; nil: none configured
+	serverTLS  *ServerTLS // files resolved; nil: plaintext
 	providers  map[string]*Provider
 	pathPrefix map[string]string // provider name → base_url path, no trailing slash
 	passTo     map[llmapi.Dialect]*Provider
@@ -197,7 +196,7 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile policies: ledger.sqlite: %w", err)
 	}
-	keys, err := principalKeys(c.Security, file)
+	keys, err := principalSecrets(c.Security, file)
 	if err != nil {
 		return nil, err
 	}
@@ -224,8 +223,7 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 		s.xds.SluiceAddresses = []string{Dialable(c.Listen.GRPC)}
 	}
 	for _, p := range c.Providers {
-		p.Impl, _ = provider.For(p.Kind) // validated already: never nil
-		set, _ := p.Impl.Configure(p.settings())
+		set, _ := p.Kind.Configure(p.settings()) // validated already: no problem
 		p.AnthropicVersion = set.AnthropicVersion
 		p.ForwardClientHeaders = set.ForwardClientHeaders
 		p.applyDefaults()
@@ -354,9 +352,12 @@ func (s *Snapshot) Models() []*ModelRoute {
 // Gateway returns the request-path settings.
 func (s *Snapshot) Gateway() Gateway { return s.cfg.Gateway }
 
-// PrincipalKeys are the secrets of security.principal_keys, or nil when
-// none is configured (the process then signs with one of its own).
-func (s *Snapshot) PrincipalKeys() *principal.Keys { return s.principals }
+// PrincipalSecrets are the secrets of security.principal_keys, in order
+// (the first signs), each file read and at least MinPrincipalSecretBytes
+// long; nil when none is configured (the process then signs with one of
+// its own). The keys that sign with them are made by their user, not here:
+// the snapshot holds configuration, not signing state.
+func (s *Snapshot) PrincipalSecrets() []Secret { return s.principals }
 
 // PrincipalMaxAge is security.principal_max_age.
 func (s *Snapshot) PrincipalMaxAge() time.Duration { return s.cfg.Security.PrincipalMaxAge }
@@ -375,8 +376,8 @@ func (s *Snapshot) PathPrefix(provider string) string { return s.pathPrefix[prov
 func (s *Snapshot) PassTo(d llmapi.Dialect) *Provider { return s.passTo[d] }
 
 // Provider returns the provider with the given name, with defaults applied
-// (an anthropic provider's AnthropicVersion is never empty) and its Impl
-// resolved.
+// (an anthropic provider's AnthropicVersion is never empty) and a known
+// Kind.
 func (s *Snapshot) Provider(name string) (*Provider, bool) {
 	p, ok := s.providers[name]
 	return p, ok
@@ -662,8 +663,7 @@ func (h *hasher) value(v reflect.Value) {
 var structFields sync.Map // reflect.Type → []int
 
 // hashedFields are the indexes of t's fields in order, but for those
-// tagged yaml:"-": derived when compiling (Provider.Impl), not
-// configuration.
+// tagged yaml:"-", which are not configuration.
 func hashedFields(t reflect.Type) []int {
 	if fs, ok := structFields.Load(t); ok {
 		return fs.([]int)
@@ -692,8 +692,8 @@ var DefaultRetryOn = []string{"connect-failure", "reset", "5xx"}
 
 // settings are the provider's kind-specific fields, for its kind to check
 // and complete.
-func (p *Provider) settings() provider.Settings {
-	return provider.Settings{HasAPIKey: p.APIKey != "", APIVersion: p.APIVersion, AnthropicVersion: p.AnthropicVersion,
+func (p *Provider) settings() providerkind.Settings {
+	return providerkind.Settings{HasAPIKey: p.APIKey != "", APIVersion: p.APIVersion, AnthropicVersion: p.AnthropicVersion,
 		ForwardClientHeaders: p.ForwardClientHeaders}
 }
 

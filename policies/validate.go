@@ -3,6 +3,7 @@ package policies
 import (
 	"encoding/hex"
 	"time"
+
 	// Budget time zones resolve on machines without a zoneinfo database.
 	_ "time/tzdata"
 
@@ -16,10 +17,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicegw/sluice/internal/apikey"
-	"github.com/sluicegw/sluice/internal/llmapi"
-	"github.com/sluicegw/sluice/internal/provider"
+	"github.com/sluicegw/sluice/internal/providerkind"
 	"github.com/sluicegw/sluice/internal/sat"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // Validate checks the configuration and returns every problem it finds,
@@ -52,7 +52,7 @@ func (c *Config) check() []issue {
 	providers := v.providers(c.Providers)
 	_, passIssues := passTargets(c)
 	v.issues = append(v.issues, passIssues...)
-	kinds := make(map[string]provider.Kind, len(c.Providers))
+	kinds := make(map[string]providerkind.Kind, len(c.Providers))
 	for _, p := range c.Providers {
 		kinds[p.Name] = p.Kind
 	}
@@ -167,7 +167,7 @@ var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 // kinds are the provider kinds, as strings for messages and suggestions.
 var kinds = func() []string {
 	var ks []string
-	for _, k := range provider.Kinds() {
+	for _, k := range providerkind.Kinds() {
 		ks = append(ks, string(k))
 	}
 	return ks
@@ -209,12 +209,11 @@ func (v *validator) providers(ps []Provider) map[string]int {
 			v.add(path+".name", "must match %s (it becomes an Envoy cluster name), got %q", providerName, p.Name)
 		}
 		v.baseURL(path+".base_url", p.BaseURL)
-		impl, ok := provider.For(p.Kind)
 		switch {
 		case p.Kind == "":
 			v.add(path+".kind", "required (one of %s)", strings.Join(kinds, ", "))
 			continue
-		case !ok:
+		case !p.Kind.Known():
 			hint := didYouMean(string(p.Kind), kinds)
 			if hint == "" {
 				hint = " (must be one of " + strings.Join(kinds, ", ") + ")"
@@ -224,7 +223,7 @@ func (v *validator) providers(ps []Provider) map[string]int {
 		}
 		// The kind checks its own fields (api_key, api_version,
 		// anthropic_version).
-		_, problems := impl.Configure(p.settings())
+		_, problems := p.Kind.Configure(p.settings())
 		for _, pr := range problems {
 			v.add(path+"."+pr.Field, "%s", pr.Message)
 		}
@@ -357,15 +356,6 @@ func (v *validator) caFile(path, file string) {
 	}
 }
 
-// dialect is the API family a provider kind speaks; an unknown kind
-// (reported under its provider) counts as OpenAI-family.
-func dialect(kind provider.Kind) llmapi.Dialect {
-	if impl, ok := provider.For(kind); ok {
-		return impl.Dialect()
-	}
-	return llmapi.OpenAI
-}
-
 func (v *validator) baseURL(path, s string) {
 	if s == "" {
 		v.add(path, "required")
@@ -396,7 +386,7 @@ func (v *validator) baseURL(path, s string) {
 // models checks the models and returns, for every model name and alias,
 // the index of the model that owns it, and the names and aliases in the
 // order they are declared.
-func (v *validator) models(ms []Model, providers map[string]int, kinds map[string]provider.Kind) (owners map[string]int, known []string) {
+func (v *validator) models(ms []Model, providers map[string]int, kinds map[string]providerkind.Kind) (owners map[string]int, known []string) {
 	if len(ms) == 0 {
 		v.add("models", "at least one model is required")
 	}
@@ -444,7 +434,7 @@ func (v *validator) models(ms []Model, providers map[string]int, kinds map[strin
 
 // modelProviders checks where a model's requests go: one provider, or a
 // list with a routing.
-func (v *validator) modelProviders(path string, m Model, providers map[string]int, providerNames []string, kinds map[string]provider.Kind) {
+func (v *validator) modelProviders(path string, m Model, providers map[string]int, providerNames []string, kinds map[string]providerkind.Kind) {
 	switch {
 	case m.Provider != "" && len(m.Providers) > 0:
 		v.add(path, "set provider or providers, not both")
@@ -492,7 +482,7 @@ func (v *validator) modelProviders(path string, m Model, providers map[string]in
 		if k, ok := kinds[mp.Name]; ok {
 			if first == "" {
 				first = mp.Name
-			} else if dialect(k) != dialect(kinds[first]) {
+			} else if k.Dialect() != kinds[first].Dialect() {
 				v.add(ppath+".name", "provider %q (%s) speaks another API than %q (%s); one model's providers must all be OpenAI-family or all Anthropic", mp.Name, k, first, kinds[first])
 			}
 		}
@@ -574,9 +564,9 @@ func (v *validator) price(path string, p Price) {
 		name       string
 		base, long int64
 	}{
-		{"input", base.Input, long.Input}, {"cached_input", base.CachedInput, long.CachedInput},
-		{"cache_write", base.CacheWrite, long.CacheWrite}, {"cache_write_1h", base.CacheWrite1h, long.CacheWrite1h},
-		{"output", base.Output, long.Output},
+		{"input", base[tokens.Input], long[tokens.Input]}, {"cached_input", base[tokens.CachedInput], long[tokens.CachedInput]},
+		{"cache_write", base[tokens.CacheWrite], long[tokens.CacheWrite]}, {"cache_write_1h", base[tokens.CacheWrite1h], long[tokens.CacheWrite1h]},
+		{"output", base[tokens.Output], long[tokens.Output]},
 	} {
 		if r.long < r.base {
 			v.add(fieldPath(lpath, r.name), "the long-context price of %s is %d, below the base price, %d: a longer prompt must not cost less per token", r.name, r.long, r.base)
@@ -733,7 +723,7 @@ func (v *validator) keys(c *Config, teams, owners map[string]int, known []string
 		case k.Prefix == "":
 		case !strings.HasPrefix(k.Prefix, keyPrefix):
 			v.add(path(".prefix"), "must start with %q", keyPrefix)
-		case len(k.Prefix) < len(keyPrefix)+apikey.MinSecretLen:
+		case len(k.Prefix) < len(keyPrefix)+keyMinSecretLen:
 			// Shorter than any key Sluice takes (apikey.Validate), so
 			// not the whole key.
 		case prefixIsKey(k.Prefix, k.SHA256):
@@ -757,8 +747,15 @@ func prefixIsKey(prefix, hash string) bool {
 	return string(h[:]) == hash
 }
 
-// keyPrefix starts every Sluice API key.
-const keyPrefix = "sk-sluice-"
+// The format of Sluice API keys, owned by internal/apikey, which sits on
+// the request path: keyPrefix starts every key, and keyMinSecretLen is the
+// shortest random part one takes. Kept here rather than imported so that
+// the configuration model stays below the request path; a test pins them
+// to apikey's.
+const (
+	keyPrefix       = "sk-sluice-"
+	keyMinSecretLen = 32
+)
 
 func isSHA256Hex(s string) bool {
 	if len(s) != 64 {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sluicegw/sluice/internal/provider"
+	"github.com/sluicegw/sluice/internal/providerkind"
 )
 
 const (
@@ -20,10 +20,10 @@ const (
 func validConfig() *Config {
 	c := Default()
 	c.Providers = []Provider{
-		{Name: "openai", Kind: provider.KindOpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-x"},
-		{Name: "anthropic", Kind: provider.KindAnthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-x"},
-		{Name: "azure", Kind: provider.KindAzureOpenAI, BaseURL: "https://contoso.openai.azure.com", APIKey: "az", APIVersion: "2024-10-21"},
-		{Name: "local", Kind: provider.KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
+		{Name: "openai", Kind: providerkind.OpenAI, BaseURL: "https://api.openai.com", APIKey: "sk-x"},
+		{Name: "anthropic", Kind: providerkind.Anthropic, BaseURL: "https://api.anthropic.com", APIKey: "sk-ant-x"},
+		{Name: "azure", Kind: providerkind.AzureOpenAI, BaseURL: "https://contoso.openai.azure.com", APIKey: "az", APIVersion: "2024-10-21"},
+		{Name: "local", Kind: providerkind.OpenAICompatible, BaseURL: "http://127.0.0.1:8000"},
 	}
 	c.Models = []Model{
 		{Name: "gpt-4o", Aliases: []string{"gpt4o"}, Provider: "openai"},

@@ -3,20 +3,17 @@ package mockllm
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/sluicegw/sluice/internal/fixtures"
 )
 
-// Cassette is a go-vcr (version 2) recording of provider traffic, as
-// published with the envoyproxy/ai-gateway tests. A Server given
+// Cassette is a go-vcr (version 2) recording of provider traffic, read
+// by internal/fixtures (the one reader of these files). A Server given
 // cassettes answers a request whose method and URL path match a recorded
 // interaction with the recorded status, headers and body, byte for byte.
 //
@@ -24,120 +21,11 @@ import (
 // request body is the same JSON value wins; failing that, the one with
 // the same "model" and "stream"; then the same "model"; then the first
 // loaded. Hop-by-hop headers and Content-Length are not replayed.
-type Cassette struct {
-	// Name is the file's base name (for messages).
-	Name         string
-	Interactions []Interaction
-}
+type Cassette = fixtures.Cassette
 
-// Interaction is one recorded request and its response.
-type Interaction struct {
-	Request  RecordedRequest
-	Response RecordedResponse
-}
-
-// RecordedRequest is the request side of an interaction.
-type RecordedRequest struct {
-	Method  string
-	URL     string
-	Headers http.Header
-	Body    string
-}
-
-// RecordedResponse is the response side of an interaction. Body holds
-// the bytes as the recording client received them (for a stream, the raw
-// text/event-stream bytes).
-type RecordedResponse struct {
-	Code    int
-	Headers http.Header
-	Body    string
-}
-
-// vcrCassette is the part of the go-vcr v2 YAML the mock reads.
-type vcrCassette struct {
-	Version      int `yaml:"version"`
-	Interactions []struct {
-		Request struct {
-			Method  string              `yaml:"method"`
-			URL     string              `yaml:"url"`
-			Headers map[string][]string `yaml:"headers"`
-			Body    string              `yaml:"body"`
-		} `yaml:"request"`
-		Response struct {
-			Code    int                 `yaml:"code"`
-			Headers map[string][]string `yaml:"headers"`
-			Body    string              `yaml:"body"`
-		} `yaml:"response"`
-	} `yaml:"interactions"`
-}
-
-// LoadCassette reads and checks a go-vcr version 2 YAML cassette.
-func LoadCassette(path string) (*Cassette, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("load cassette: %w", err)
-	}
-	c, err := ParseCassette(filepath.Base(path), data)
-	if err != nil {
-		return nil, fmt.Errorf("load cassette %s: %w", path, err)
-	}
-	return c, nil
-}
-
-// ParseCassette parses a go-vcr version 2 YAML cassette named name,
-// reporting every problem with the field it concerns.
-func ParseCassette(name string, data []byte) (*Cassette, error) {
-	var v vcrCassette
-	if err := yaml.Unmarshal(data, &v); err != nil {
-		return nil, fmt.Errorf("parse cassette: %w", err)
-	}
-	if v.Version != 2 {
-		return nil, fmt.Errorf("version: %d is not supported (want go-vcr version 2)", v.Version)
-	}
-	if len(v.Interactions) == 0 {
-		return nil, errors.New("interactions: none recorded")
-	}
-	c := &Cassette{Name: name, Interactions: make([]Interaction, len(v.Interactions))}
-	var errs []error
-	for i, in := range v.Interactions {
-		at := fmt.Sprintf("interactions[%d]", i)
-		if in.Request.Method == "" {
-			errs = append(errs, fmt.Errorf("%s.request.method: required", at))
-		}
-		if u, err := url.Parse(in.Request.URL); err != nil || u.Path == "" {
-			errs = append(errs, fmt.Errorf("%s.request.url: %q is not a URL with a path", at, in.Request.URL))
-		}
-		if in.Response.Code < 100 || in.Response.Code > 599 {
-			errs = append(errs, fmt.Errorf("%s.response.code: %d is not an HTTP status", at, in.Response.Code))
-		}
-		c.Interactions[i] = Interaction{
-			Request: RecordedRequest{
-				Method:  in.Request.Method,
-				URL:     in.Request.URL,
-				Headers: canonicalHeader(in.Request.Headers),
-				Body:    in.Request.Body,
-			},
-			Response: RecordedResponse{
-				Code:    in.Response.Code,
-				Headers: canonicalHeader(in.Response.Headers),
-				Body:    in.Response.Body,
-			},
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-func canonicalHeader(m map[string][]string) http.Header {
-	h := make(http.Header, len(m))
-	for k, v := range m {
-		k = http.CanonicalHeaderKey(k)
-		h[k] = append(h[k], v...)
-	}
-	return h
-}
+// LoadCassette reads and checks a go-vcr version 2 YAML cassette, every
+// problem reported with the field it concerns.
+func LoadCassette(path string) (*Cassette, error) { return fixtures.ReadCassette(path) }
 
 // notReplayed are the recorded response headers that describe the
 // recording connection rather than the response.

@@ -171,7 +171,7 @@ interactions:
 `
 
 func TestReplayMatching(t *testing.T) {
-	cas, err := ParseCassette("match.yaml", []byte(matchCassette))
+	cas, err := fixtures.ParseCassette("match.yaml", []byte(matchCassette))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,36 +203,6 @@ func TestReplayMatching(t *testing.T) {
 	// Another path is not recorded: synthesised.
 	if r := post(t, c, base+"/v1/completions", `{"model":"m","prompt":"x"}`); obj(t, r.body)["object"] != "text_completion" {
 		t.Errorf("unrecorded path: %s", r.body)
-	}
-}
-
-func TestParseCassetteErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name, yaml string
-		want       []string
-	}{
-		{"not yaml", "version: [", []string{"parse cassette"}},
-		{"version 1", "version: 1\ninteractions: []", []string{"version: 1 is not supported"}},
-		{"no interactions", "version: 2\ninteractions: []", []string{"interactions: none recorded"}},
-		{"every field problem", `version: 2
-interactions:
-  - request: {url: "https://x/v1/a"}
-    response: {code: 200}
-  - request: {method: POST, url: "https://x"}
-    response: {code: 99}
-`, []string{"interactions[0].request.method: required", "interactions[1].request.url", "interactions[1].response.code: 99"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseCassette("x.yaml", []byte(tc.yaml))
-			for _, want := range tc.want {
-				if err == nil || !strings.Contains(err.Error(), want) {
-					t.Errorf("error %v, want it to contain %q", err, want)
-				}
-			}
-		})
-	}
-	if _, err := LoadCassette(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
-		t.Errorf("LoadCassette(missing) = %v", err)
 	}
 }
 

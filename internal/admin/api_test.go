@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -26,6 +25,8 @@ import (
 	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/store/sqlite"
+	"github.com/sluicegw/sluice/internal/testenv"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -103,7 +104,7 @@ func start(t *testing.T, yaml string) *harness {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := testenv.Quiet()
 	h := &harness{t: t}
 	h.clock.Set(t0)
 	h.policy.Store(compile(t, yaml))
@@ -533,9 +534,9 @@ func TestSpend(t *testing.T) {
 	ctx := context.Background()
 	for _, r := range []ledger.Record{
 		// 99.5 µ$, 300 µ$ and 49.000001 µ$.
-		{RequestID: "r1", KeyID: "key_1", Team: "red", Org: "acme", Model: "m1", CostPico: 99_500_000, InputTokens: 10, Priced: true, StartedAt: t0.Add(-2 * time.Hour)},
-		{RequestID: "r2", KeyID: "key_2", Team: "red", Org: "acme", Model: "m2", CostPico: 300_000_000, InputTokens: 30, StartedAt: t0.Add(-time.Hour)},
-		{RequestID: "r3", KeyID: "key_3", Team: "blue", Model: "m1", CostPico: 49_000_001, InputTokens: 5, Priced: true, Estimated: true, StartedAt: t0.Add(-48 * time.Hour)},
+		{RequestID: "r1", KeyID: "key_1", Team: "red", Org: "acme", Model: "m1", CostPico: 99_500_000, Tokens: tokens.Counts{tokens.Input: 10}, Priced: true, StartedAt: t0.Add(-2 * time.Hour)},
+		{RequestID: "r2", KeyID: "key_2", Team: "red", Org: "acme", Model: "m2", CostPico: 300_000_000, Tokens: tokens.Counts{tokens.Input: 30}, StartedAt: t0.Add(-time.Hour)},
+		{RequestID: "r3", KeyID: "key_3", Team: "blue", Model: "m1", CostPico: 49_000_001, Tokens: tokens.Counts{tokens.Input: 5}, Priced: true, Estimated: true, StartedAt: t0.Add(-48 * time.Hour)},
 	} {
 		if err := h.led.Append(ctx, r); err != nil {
 			t.Fatal(err)

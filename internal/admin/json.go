@@ -15,6 +15,7 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/store"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -228,19 +229,22 @@ func toBudgetJSON(b admission.BudgetStatus) budgetStatusJSON {
 	return j
 }
 
+// totalJSON is a ledger.Total as the API writes it: its group and
+// requests, a field per kind of token named as tokens.Names.JSON says
+// ("input_tokens", … "audio_output_tokens": the parts priced apart
+// included), then its cost and counts (MarshalJSON).
 type totalJSON struct {
-	Group               string `json:"group"`
-	Requests            int64  `json:"requests"`
-	InputTokens         int64  `json:"input_tokens"`
-	CachedInputTokens   int64  `json:"cached_input_tokens"`
-	CacheCreationTokens int64  `json:"cache_creation_tokens"`
-	OutputTokens        int64  `json:"output_tokens"`
-	ReasoningTokens     int64  `json:"reasoning_tokens"`
-	// The parts of the counts above that are priced apart: 1-hour cache
-	// writes (of cache_creation_tokens) and audio.
-	CacheCreation1hTokens int64 `json:"cache_creation_1h_tokens"`
-	AudioInputTokens      int64 `json:"audio_input_tokens"`
-	AudioOutputTokens     int64 `json:"audio_output_tokens"`
+	totalGroup
+	Tokens tokens.Counts `json:"-"`
+	totalCost
+}
+
+type totalGroup struct {
+	Group    string `json:"group"`
+	Requests int64  `json:"requests"`
+}
+
+type totalCost struct {
 	// CostMicroUSD is the exact CostPicoUSD rounded up.
 	CostMicroUSD int64       `json:"cost_micro_usd"`
 	CostPicoUSD  json.Number `json:"cost_pico_usd"`
@@ -248,13 +252,15 @@ type totalJSON struct {
 	Unpriced     int64       `json:"unpriced"`
 }
 
+func (t totalJSON) MarshalJSON() ([]byte, error) {
+	return tokens.JSONObject(t.totalGroup, t.Tokens, func(n tokens.Names) string { return n.JSON }, t.totalCost)
+}
+
 func toTotalJSON(t ledger.Total) totalJSON {
 	return totalJSON{
-		Group: t.Group, Requests: t.Requests,
-		InputTokens: t.InputTokens, CachedInputTokens: t.CachedInputTokens, CacheCreationTokens: t.CacheCreationTokens,
-		OutputTokens: t.OutputTokens, ReasoningTokens: t.ReasoningTokens,
-		CacheCreation1hTokens: t.CacheCreation1hTokens, AudioInputTokens: t.AudioInputTokens, AudioOutputTokens: t.AudioOutputTokens,
-		CostMicroUSD: t.Cost.MicrosUp(), CostPicoUSD: pico(t.Cost), Estimated: t.Estimated, Unpriced: t.Unpriced,
+		totalGroup: totalGroup{Group: t.Group, Requests: t.Requests},
+		Tokens:     t.Tokens,
+		totalCost:  totalCost{CostMicroUSD: t.Cost.MicrosUp(), CostPicoUSD: pico(t.Cost), Estimated: t.Estimated, Unpriced: t.Unpriced},
 	}
 }
 

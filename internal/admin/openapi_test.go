@@ -1,8 +1,6 @@
 package admin
 
 import (
-	"io"
-	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +20,8 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/store"
+	"github.com/sluicegw/sluice/internal/testenv"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -39,7 +39,7 @@ func routeOnlyServer(t *testing.T) *Server {
 	s, err := New(Deps{
 		Gatherer:   prometheus.NewRegistry(),
 		Ready:      func() error { return nil },
-		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Log:        testenv.Quiet(),
 		Policy:     func() *policies.Snapshot { return nil },
 		Keys:       struct{ store.Store }{},
 		Groups:     struct{ store.Store }{},
@@ -200,15 +200,31 @@ func TestOpenAPISchemasMatchJSON(t *testing.T) {
 			continue
 		}
 		var fields, always []string
-		typ := reflect.TypeOf(v)
-		for i := range typ.NumField() {
-			tag := typ.Field(i).Tag.Get("json")
-			field, opts, _ := strings.Cut(tag, ",")
-			fields = append(fields, field)
-			if !strings.Contains(opts, "omitempty") {
-				always = append(always, field)
+		var walk func(typ reflect.Type)
+		walk = func(typ reflect.Type) {
+			for i := range typ.NumField() {
+				f := typ.Field(i)
+				switch {
+				case f.Anonymous:
+					walk(f.Type)
+					continue
+				case f.Type == reflect.TypeFor[tokens.Counts]():
+					// A field per kind of token (totalJSON.MarshalJSON).
+					for _, k := range tokens.All() {
+						fields = append(fields, k.Names().JSON)
+						always = append(always, k.Names().JSON)
+					}
+					continue
+				}
+				tag := f.Tag.Get("json")
+				field, opts, _ := strings.Cut(tag, ",")
+				fields = append(fields, field)
+				if !strings.Contains(opts, "omitempty") {
+					always = append(always, field)
+				}
 			}
 		}
+		walk(reflect.TypeOf(v))
 		slices.Sort(fields)
 		slices.Sort(always)
 		documented := slices.Sorted(maps.Keys(schema.Properties))

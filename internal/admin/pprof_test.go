@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +19,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/store"
+	"github.com/sluicegw/sluice/internal/testenv"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -169,7 +169,7 @@ func TestPProfShutdown(t *testing.T) {
 	srv, err := admin.New(admin.Deps{
 		Gatherer:   prometheus.NewRegistry(),
 		Ready:      func() error { return nil },
-		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Log:        testenv.Quiet(),
 		Policy:     func() *policies.Snapshot { return snap },
 		Keys:       struct{ store.Store }{},
 		Groups:     struct{ store.Store }{},

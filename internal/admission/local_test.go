@@ -16,6 +16,7 @@ import (
 	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/money"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -77,7 +78,7 @@ func TestBudgetUnderConcurrency(t *testing.T) {
 			}
 			admitted.Add(1)
 			rec := ledger.Record{RequestID: fmt.Sprintf("r%d", i), KeyID: p.KeyID, Team: p.Team, Org: p.Org, Model: "m",
-				InputTokens: 10, OutputTokens: 10, CostPico: each * micro, Priced: true, Status: 200, Outcome: "ok", StartedAt: at, FinishedAt: at.Add(time.Second)}
+				Tokens: tokens.Counts{tokens.Input: 10, tokens.Output: 10}, CostPico: each * micro, Priced: true, Status: 200, Outcome: "ok", StartedAt: at, FinishedAt: at.Add(time.Second)}
 			if err := led.Append(context.Background(), rec); err != nil {
 				t.Errorf("append: %v", err)
 			}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sluicegw/sluice/internal/apierr"
+	"github.com/sluicegw/sluice/internal/llmapi"
 )
 
 // Every credential error is an *apierr.Error with status 401 and one of
@@ -27,16 +28,17 @@ var ErrMissing = &apierr.Error{Status: http.StatusUnauthorized, Code: apierr.Cod
 }
 
 // Credential headers, lower-case as Envoy presents them. `api-key` is what
-// Azure OpenAI clients send.
+// Azure OpenAI clients send. llmapi names them, with the APIs they belong
+// to.
 const (
-	HeaderAuthorization = "authorization"
-	HeaderXAPIKey       = "x-api-key"
-	HeaderAPIKey        = "api-key"
+	HeaderAuthorization = llmapi.HeaderAuthorization
+	HeaderXAPIKey       = llmapi.HeaderXAPIKey
+	HeaderAPIKey        = llmapi.HeaderAPIKey
 )
 
 // CredentialHeaders lists every header a caller's key may arrive in; all of
 // them are removed before a request goes upstream.
-var CredentialHeaders = []string{HeaderAuthorization, HeaderXAPIKey, HeaderAPIKey}
+var CredentialHeaders = llmapi.CredentialHeaders
 
 // maxHeaderLen bounds how much of a header value is examined; anything
 // longer is refused without scanning it.

@@ -68,7 +68,7 @@ func runCheckConfig(args []string, stdout, stderr io.Writer, env Env) error {
 // loopback without mTLS.
 func securityWarnings(snap *policies.Snapshot, l policies.Listen) []string {
 	var ws []string
-	if snap.PrincipalKeys() == nil {
+	if len(snap.PrincipalSecrets()) == 0 {
 		ws = append(ws, noPrincipalKeys)
 	}
 	for _, a := range []struct{ name, addr string }{{"grpc", l.GRPC}, {"xds", l.XDS}} {

@@ -41,17 +41,28 @@ func newPrincipalSource(snap *policies.Snapshot, log *slog.Logger, now func() ti
 		return nil, err
 	}
 	s := &principalSource{own: own, log: log, now: now}
-	k := s.of(snap)
+	k, err := s.of(snap)
+	if err != nil {
+		return nil, err
+	}
 	s.cur.Store(&keySet{inForce: k, during: k})
 	return s, nil
 }
 
-// of is the keys snap asks for.
-func (s *principalSource) of(snap *policies.Snapshot) *principal.Keys {
-	if k := snap.PrincipalKeys(); k != nil {
-		return k
+// of is the keys snap asks for: new keys over its
+// security.principal_keys, else the process's own. The snapshot holds
+// the secrets and checked their length; the keys are made here, by their
+// user.
+func (s *principalSource) of(snap *policies.Snapshot) (*principal.Keys, error) {
+	secrets := snap.PrincipalSecrets()
+	if len(secrets) == 0 {
+		return s.own, nil
 	}
-	return s.own
+	bs := make([][]byte, len(secrets))
+	for i, sec := range secrets {
+		bs[i] = []byte(sec.Reveal())
+	}
+	return principal.New(bs)
 }
 
 // get returns the keys in force now.
@@ -66,7 +77,13 @@ func (s *principalSource) get() *principal.Keys {
 // reloaded takes the keys of a reloaded snapshot. Only the config
 // watcher calls it, one reload at a time.
 func (s *principalSource) reloaded(snap *policies.Snapshot) {
-	next, prev := s.of(snap), s.cur.Load().inForce
+	next, err := s.of(snap)
+	if err != nil {
+		// Not expected: the snapshot admits only secrets long enough.
+		s.log.Error("the reloaded security.principal_keys make no signing keys; the keys in force stay", "err", err)
+		return
+	}
+	prev := s.cur.Load().inForce
 	if next == prev {
 		return
 	}

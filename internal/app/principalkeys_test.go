@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,7 +59,11 @@ func TestPrincipalSourceRotation(t *testing.T) {
 	if r := verify(src.get()); r != principal.OK {
 		t.Errorf("just after the rotation the old key's signature: %s", r)
 	}
-	if r := second.PrincipalKeys().Verify(src.get().Sign(principal.ForPrincipal, "r", now, "k"), principal.ForPrincipal, "r", now, time.Hour, "k"); r != principal.OK {
+	secondKeys, err := src.of(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := secondKeys.Verify(src.get().Sign(principal.ForPrincipal, "r", now, "k"), principal.ForPrincipal, "r", now, time.Hour, "k"); r != principal.OK {
 		t.Errorf("the new key does not sign: %s", r)
 	}
 	now = now.Add(15*time.Minute - time.Second)
@@ -75,5 +80,46 @@ func TestPrincipalSourceRotation(t *testing.T) {
 	}
 	if !src.get().Generated() {
 		t.Error("without keys the process does not sign with its own")
+	}
+}
+
+// TestPrincipalKeysOfSnapshot: the keys made from a snapshot's
+// security.principal_keys — a value and a file read relative to the
+// config file — sign with the first and accept the others.
+func TestPrincipalKeysOfSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	first, second := strings.Repeat("a", 40), strings.Repeat("b", 32)
+	if err := os.WriteFile(filepath.Join(dir, "old.key"), []byte(second+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	y := "providers: [{name: local, kind: openai-compatible, base_url: \"http://127.0.0.1:8000\"}]\nmodels: [{name: m, provider: local}]\n" +
+		"security: {principal_keys: [{value: " + first + "}, {file: old.key}]}\n"
+	file := filepath.Join(dir, "sluice.yaml")
+	cfg, err := policies.Parse([]byte(y), file, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := policies.Compile(cfg, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	src, err := newPrincipalSource(snap, slog.New(slog.DiscardHandler), func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := src.get()
+	byOld, err := principal.New([][]byte{[]byte(second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := keys.Verify(byOld.Sign(principal.ForPrincipal, "r", now, "k"), principal.ForPrincipal, "r", now, time.Second, "k"); r != principal.OK {
+		t.Errorf("a signature by the file's key: %s", r)
+	}
+	if r := byOld.Verify(keys.Sign(principal.ForPrincipal, "r", now, "k"), principal.ForPrincipal, "r", now, time.Second, "k"); r != principal.BadSignature {
+		t.Errorf("the snapshot signs with the file's key, not the first: %s", r)
+	}
+	if keys.Generated() {
+		t.Error("with security.principal_keys the process signs with a key of its own")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
 	// The zone database, for --tz on machines without one installed
 	// (make run must work on a bare machine).
 	_ "time/tzdata"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/money"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 func runSpend(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
@@ -139,14 +141,7 @@ func fold(ts []ledger.Total, period func(time.Time) string, loc *time.Location) 
 			sums[name] = s
 		}
 		s.Requests += t.Requests
-		s.InputTokens += t.InputTokens
-		s.CachedInputTokens += t.CachedInputTokens
-		s.CacheCreationTokens += t.CacheCreationTokens
-		s.OutputTokens += t.OutputTokens
-		s.ReasoningTokens += t.ReasoningTokens
-		s.CacheCreation1hTokens += t.CacheCreation1hTokens
-		s.AudioInputTokens += t.AudioInputTokens
-		s.AudioOutputTokens += t.AudioOutputTokens
+		s.Tokens.Add(t.Tokens)
 		s.Cost = s.Cost.Add(t.Cost)
 		s.Estimated += t.Estimated
 		s.Unpriced += t.Unpriced
@@ -187,20 +182,18 @@ func dollars(s money.Sum) string {
 func writeTotals(w io.Writer, format, by string, ts []ledger.Total) error {
 	header := []string{by, "requests", "input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "estimated", "unpriced"}
 	row := func(t ledger.Total) []string {
-		return []string{t.Group, i64(t.Requests), i64(t.InputTokens), i64(t.CachedInputTokens), i64(t.CacheCreationTokens),
-			i64(t.OutputTokens), i64(t.ReasoningTokens), dollars(t.Cost), i64(t.Estimated), i64(t.Unpriced)}
+		return []string{t.Group, i64(t.Requests), i64(t.Tokens[tokens.Input]), i64(t.Tokens[tokens.CachedInput]), i64(t.Tokens[tokens.CacheWrite]),
+			i64(t.Tokens[tokens.Output]), i64(t.Tokens[tokens.Reasoning]), dollars(t.Cost), i64(t.Estimated), i64(t.Unpriced)}
 	}
 	switch format {
 	case "json":
 		enc := json.NewEncoder(w)
 		for _, t := range ts {
 			if err := enc.Encode(totalJSON{
-				Group: t.Group, Requests: t.Requests,
-				InputTokens: t.InputTokens, CachedInputTokens: t.CachedInputTokens, CacheCreationTokens: t.CacheCreationTokens,
-				OutputTokens: t.OutputTokens, ReasoningTokens: t.ReasoningTokens,
-				CacheCreation1hTokens: t.CacheCreation1hTokens, AudioInputTokens: t.AudioInputTokens, AudioOutputTokens: t.AudioOutputTokens,
-				CostMicros: t.Cost.MicrosUp(), CostPico: json.Number(t.Cost.PicoString()), CostUSD: dollars(t.Cost),
-				Estimated: t.Estimated, Unpriced: t.Unpriced,
+				totalGroup: totalGroup{Group: t.Group, Requests: t.Requests},
+				Tokens:     t.Tokens,
+				totalCost: totalCost{CostMicros: t.Cost.MicrosUp(), CostPico: json.Number(t.Cost.PicoString()), CostUSD: dollars(t.Cost),
+					Estimated: t.Estimated, Unpriced: t.Unpriced},
 			}); err != nil {
 				return err
 			}
@@ -237,21 +230,26 @@ func writeTotals(w io.Writer, format, by string, ts []ledger.Total) error {
 // (cost_micros, the number cost_usd shows) and exact in pico-dollars
 // (cost_pico_usd, an integer that may exceed 2^63).
 type totalJSON struct {
-	Group                 string      `json:"group"`
-	Requests              int64       `json:"requests"`
-	InputTokens           int64       `json:"input_tokens"`
-	CachedInputTokens     int64       `json:"cached_input_tokens"`
-	CacheCreationTokens   int64       `json:"cache_creation_tokens"`
-	OutputTokens          int64       `json:"output_tokens"`
-	ReasoningTokens       int64       `json:"reasoning_tokens"`
-	CacheCreation1hTokens int64       `json:"cache_creation_1h_tokens"`
-	AudioInputTokens      int64       `json:"audio_input_tokens"`
-	AudioOutputTokens     int64       `json:"audio_output_tokens"`
-	CostMicros            int64       `json:"cost_micros"`
-	CostPico              json.Number `json:"cost_pico_usd"`
-	CostUSD               string      `json:"cost_usd"`
-	Estimated             int64       `json:"estimated"`
-	Unpriced              int64       `json:"unpriced"`
+	totalGroup
+	Tokens tokens.Counts `json:"-"` // a field per kind, named as tokens.Names.JSON says
+	totalCost
+}
+
+type totalGroup struct {
+	Group    string `json:"group"`
+	Requests int64  `json:"requests"`
+}
+
+type totalCost struct {
+	CostMicros int64       `json:"cost_micros"`
+	CostPico   json.Number `json:"cost_pico_usd"`
+	CostUSD    string      `json:"cost_usd"`
+	Estimated  int64       `json:"estimated"`
+	Unpriced   int64       `json:"unpriced"`
+}
+
+func (t totalJSON) MarshalJSON() ([]byte, error) {
+	return tokens.JSONObject(t.totalGroup, t.Tokens, func(n tokens.Names) string { return n.JSON }, t.totalCost)
 }
 
 func writeRecords(w io.Writer, format string, rs []ledger.Record) error {
@@ -261,7 +259,7 @@ func writeRecords(w io.Writer, format string, rs []ledger.Record) error {
 		"input", "cached", "cache_creation", "output", "reasoning", "cost_usd", "estimated"}
 	row := func(r ledger.Record) []string {
 		return []string{r.StartedAt.Format(time.RFC3339), r.RequestID, r.ClientRequestID, r.KeyID, r.Team, r.Model, r.Provider, strconv.Itoa(r.Status), r.Outcome, r.ErrorType,
-			i64(r.InputTokens), i64(r.CachedInputTokens), i64(r.CacheCreationTokens), i64(r.OutputTokens), i64(r.ReasoningTokens),
+			i64(r.Tokens[tokens.Input]), i64(r.Tokens[tokens.CachedInput]), i64(r.Tokens[tokens.CacheWrite]), i64(r.Tokens[tokens.Output]), i64(r.Tokens[tokens.Reasoning]),
 			dollars(money.FromPico(r.CostPico)), strconv.FormatBool(r.Estimated)}
 	}
 	switch format {

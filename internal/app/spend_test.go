@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // spendLedger writes recs into the ledger of config, as sluice serve
@@ -64,7 +65,7 @@ func TestSpendCLI(t *testing.T) {
 	rec := func(id, key, team, model, started string, cost int64) ledger.Record {
 		return ledger.Record{
 			RequestID: id, KeyID: key, Team: team, Org: "acme", Model: model,
-			InputTokens: 100, OutputTokens: 10, CostPico: cost * 1_000_000, Priced: true,
+			Tokens: tokens.Counts{tokens.Input: 100, tokens.Output: 10}, CostPico: cost * 1_000_000, Priced: true,
 			Status: 200, Outcome: "ok", StartedAt: at(started),
 		}
 	}
@@ -168,7 +169,7 @@ func TestSpendRecords(t *testing.T) {
 	rec := func(id, client string, i int) ledger.Record {
 		return ledger.Record{
 			RequestID: id, ClientRequestID: client, KeyID: "key_a", Team: "search", Model: "gpt-4o",
-			InputTokens: 100, OutputTokens: 10, CostPico: 1000 * 1_000_000, Priced: true,
+			Tokens: tokens.Counts{tokens.Input: 100, tokens.Output: 10}, CostPico: 1000 * 1_000_000, Priced: true,
 			Status: 200, Outcome: "ok", StartedAt: at.Add(time.Duration(i) * time.Second),
 		}
 	}
@@ -227,13 +228,12 @@ ledger: {sqlite: ledger.db}
 	var recs []ledger.Record
 	for i := range 3 {
 		recs = append(recs, ledger.Record{RequestID: fmt.Sprintf("emb-%d", i), KeyID: "key_e", Model: "text-embedding-3-small",
-			InputTokens: 7, CostPico: 140_000, Priced: true, Status: 200, Outcome: "ok", StartedAt: at.Add(time.Duration(i) * time.Second)})
+			Tokens: tokens.Counts{tokens.Input: 7}, CostPico: 140_000, Priced: true, Status: 200, Outcome: "ok", StartedAt: at.Add(time.Duration(i) * time.Second)})
 	}
 	recs = append(recs,
 		// 15 input, 13 written, 12 read, 21 output of which 5 thinking:
 		// 15 + 16.25 + 1.2 + 105 µ$.
-		ledger.Record{RequestID: "claude-1", KeyID: "key_c", Model: "claude", InputTokens: 40, CachedInputTokens: 12,
-			CacheCreationTokens: 13, OutputTokens: 21, ReasoningTokens: 5, CostPico: 137_450_000, Priced: true,
+		ledger.Record{RequestID: "claude-1", KeyID: "key_c", Model: "claude", Tokens: tokens.Counts{tokens.Input: 40, tokens.CachedInput: 12, tokens.CacheWrite: 13, tokens.Output: 21, tokens.Reasoning: 5}, CostPico: 137_450_000, Priced: true,
 			Status: 200, Outcome: "ok", StartedAt: at.Add(time.Minute)},
 		// A provider's 529 that reported no usage: charged nothing, as a
 		// rule rather than a count, so not estimated.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/internal/store/sqlite"
+	"github.com/sluicegw/sluice/internal/testenv"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -28,8 +27,6 @@ const (
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func snapshot(t *testing.T, yaml string) *policies.Snapshot {
 	t.Helper()
@@ -65,7 +62,7 @@ func openStore(t *testing.T) store.Store {
 func TestResolveMergesConfigAndStore(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ring.SetPolicy(snapshot(t, base+`
 keys:
   - {name: bot, team: red, sha256: `+apikey.HashHex(secretA)+`, prefix: sk-sluice-AAAA45, models: [m1]}
@@ -130,7 +127,7 @@ func TestFollowSeesRevocationAndNewKeys(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := openStore(t)
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ring.SetPolicy(snapshot(t, base))
 	if err := st.CreateKey(ctx, store.Key{ID: "key_a", Prefix: "p", Hash: apikey.Hash(secretA), Team: "red", CreatedAt: t0}); err != nil {
 		t.Fatal(err)
@@ -168,7 +165,7 @@ func (f failing) Changes(_ context.Context, since int64) (store.Changes, error) 
 
 func TestFailedSyncKeepsReplica(t *testing.T) {
 	ctx := context.Background()
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ring.SetPolicy(snapshot(t, base))
 	ok := failing{func(since int64) (store.Changes, error) {
 		return store.Changes{Keys: []store.Key{{ID: "key_a", Hash: apikey.Hash(secretA), Team: "red"}}, Rev: 5}, nil
@@ -195,7 +192,7 @@ func TestFailedSyncKeepsReplica(t *testing.T) {
 func TestPolicyChangeRepublishes(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ring.SetPolicy(snapshot(t, base))
 	if err := st.CreateKey(ctx, store.Key{ID: "key_a", Prefix: "p", Hash: apikey.Hash(secretA), Team: "red", CreatedAt: t0}); err != nil {
 		t.Fatal(err)
@@ -234,7 +231,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestOrgLimits(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ring.SetPolicy(snapshot(t, `
 providers: [{name: local, kind: openai-compatible, base_url: "http://127.0.0.1:8000"}]
 models: [{name: m1, provider: local}]
@@ -302,7 +299,7 @@ func (f changesFunc) Changes(_ context.Context, since int64) (store.Changes, err
 // TestStaleSyncDoesNotUndoRevocation: two overlapping Syncs may deliver
 // their results out of order; the older record must not replace the newer.
 func TestStaleSyncDoesNotUndoRevocation(t *testing.T) {
-	r := keyring.New(quiet())
+	r := keyring.New(testenv.Quiet())
 	h := sha256.Sum256([]byte("sk-sluice-stale"))
 	live := store.Key{ID: "key_s", Hash: h, Team: "t", Rev: 3}
 	revoked := live
@@ -338,7 +335,7 @@ func TestKeyTimesKeepTheirInstant(t *testing.T) {
 		{"with a monotonic reading", time.Now().Add(time.Hour), time.Time{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			r := keyring.New(quiet())
+			r := keyring.New(testenv.Quiet())
 			h := sha256.Sum256([]byte("sk-sluice-times-" + tt.name))
 			k := store.Key{ID: "key_t", Hash: h, Team: "t", ExpiresAt: tt.expires, RevokedAt: tt.revoked, Rev: 1}
 			if err := r.Sync(context.Background(), changesFunc(func(int64) store.Changes { return store.Changes{Keys: []store.Key{k}, Rev: 1} })); err != nil {
@@ -375,7 +372,7 @@ func TestFirstLoadTakesTheCurrentPolicysKeys(t *testing.T) {
 	if err := st.CreateKey(ctx, store.Key{ID: "key_c", Prefix: apikey.PublicPrefix(secretC), Hash: apikey.Hash(secretC), Team: "red", CreatedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ring.SetPolicy(snapshot(t, base+`
 keys:
   - {name: first, team: red, sha256: `+apikey.HashHex(secretA)+`}

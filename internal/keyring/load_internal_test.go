@@ -2,14 +2,13 @@ package keyring
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"testing"
 
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/internal/store/sqlite"
+	"github.com/sluicegw/sluice/internal/testenv"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -43,7 +42,7 @@ keys:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ring := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ring := New(testenv.Quiet())
 	ring.SetPolicy(snap)
 	before := ring.view.Load()
 	if p := ring.Resolve(apikey.Hash(secretA)); p == nil || p.KeyID != "config:bot" {

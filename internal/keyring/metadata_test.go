@@ -11,6 +11,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/store"
+	"github.com/sluicegw/sluice/internal/testenv"
 )
 
 // wantMetadata is the documented metadata of p, built field by field
@@ -44,7 +45,7 @@ func wantMetadata(t *testing.T, p *keyring.Principal) *structpb.Struct {
 func TestMetadataOfEveryShape(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ring.SetPolicy(snapshot(t, base+`  - {name: open, org: acme, models: ["*"]}
 keys:
   - {name: d1, team: red, sha256: `+apikey.HashHex("sk-d1")+`, prefix: sk-sluice-d1}
@@ -93,7 +94,7 @@ keys:
 // TestShadowedKeyReturns: a stored key with a declared key's hash is
 // hidden while the declaration lasts and resolves once it is removed.
 func TestShadowedKeyReturns(t *testing.T) {
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ring.SetPolicy(snapshot(t, base+`keys: [{name: bot, team: red, sha256: `+apikey.HashHex(secretA)+`}]
 `))
 	dup := store.Key{ID: "key_dup", Hash: apikey.Hash(secretA), Team: "red", Rev: 1}

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/internal/store/sqlite"
+	"github.com/sluicegw/sluice/internal/testenv"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -73,7 +74,7 @@ func BenchmarkApply(b *testing.B) {
 				before := heapInUse()
 				ch := population(n)
 				b.StartTimer()
-				ring := keyring.New(quiet())
+				ring := keyring.New(testenv.Quiet())
 				ring.Apply(ch)
 				b.StopTimer()
 				ch = store.Changes{}
@@ -91,7 +92,7 @@ func BenchmarkApply(b *testing.B) {
 func TestTableFindsEveryKey(t *testing.T) {
 	const n = 100000
 	ch := population(n)
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ring.Apply(ch)
 	if ring.Len() != n {
 		t.Fatalf("Len = %d, want %d", ring.Len(), n)
@@ -120,7 +121,7 @@ func TestTableFindsEveryKey(t *testing.T) {
 // by hash and by id, keep the latest record, and count new keys once.
 func TestOverlayAndCompaction(t *testing.T) {
 	ch := population(2000)
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ring.Apply(ch)
 	rev := ch.Rev
 	revoke := func(ids ...int) {
@@ -177,7 +178,7 @@ func TestOverlayAndCompaction(t *testing.T) {
 // BenchmarkResolve is a lookup of a key already used (its principal made)
 // and of an absent key, in a ring of 100,000.
 func BenchmarkResolve(b *testing.B) {
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ch := population(100000)
 	ring.Apply(ch)
 	h := ch.Keys[777].Hash
@@ -204,7 +205,7 @@ func BenchmarkResolve(b *testing.B) {
 // BenchmarkMetadata is the per-request cost of the ext_authz metadata of
 // a key with its own allow-list in a team with one.
 func BenchmarkMetadata(b *testing.B) {
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ch := population(100)
 	ring.Apply(ch)
 	p := ring.Resolve(ch.Keys[10].Hash)
@@ -244,7 +245,7 @@ func BenchmarkSyncStore(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				ring := keyring.New(quiet())
+				ring := keyring.New(testenv.Quiet())
 				if err := ring.Sync(ctx, c.src); err != nil || ring.Len() != n {
 					b.Fatalf("Len %d, %v", ring.Len(), err)
 				}

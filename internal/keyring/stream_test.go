@@ -15,6 +15,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/internal/store/sqlite"
+	"github.com/sluicegw/sluice/internal/testenv"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -173,7 +174,7 @@ func TestStreamedLoadEqualsBatch(t *testing.T) {
 	pol := snapshot(t, base+fmt.Sprintf(declaredShadow, apikey.HashHex(secretA)))
 	groups := []string{"red", "blue", "green", "gone", "acme", "beta"}
 
-	batch, streamed := keyring.New(quiet()), keyring.New(quiet())
+	batch, streamed := keyring.New(testenv.Quiet()), keyring.New(testenv.Quiet())
 	batch.SetPolicy(pol)
 	streamed.SetPolicy(pol)
 	bsrc, ssrc := &streamer{changes: st.Changes}, over(st)
@@ -240,7 +241,7 @@ func TestStreamedLoadFailure(t *testing.T) {
 	st := openStore(t).(*sqlite.Store)
 	ids := fill(t, st)
 	pol := snapshot(t, base+fmt.Sprintf(declaredShadow, apikey.HashHex(secretA)))
-	ring := keyring.New(quiet())
+	ring := keyring.New(testenv.Quiet())
 	ring.SetPolicy(pol)
 	fire := errors.New("disk on fire")
 	src := over(st)
@@ -281,7 +282,7 @@ func TestStreamedLoadFailure(t *testing.T) {
 	if src.streams != 2 || len(src.since) != 0 {
 		t.Errorf("%d EachKey and Changes since %v; want the second Sync to stream too", src.streams, src.since)
 	}
-	want := keyring.New(quiet())
+	want := keyring.New(testenv.Quiet())
 	want.SetPolicy(pol)
 	if err := want.Sync(ctx, changesOnly{st}); err != nil {
 		t.Fatal(err)
@@ -302,7 +303,7 @@ func TestStreamedLoadMeetsOtherWriters(t *testing.T) {
 	pol := snapshot(t, base+fmt.Sprintf(declaredShadow, apikey.HashHex(secretA)))
 
 	t.Run("policy", func(t *testing.T) {
-		ring := keyring.New(quiet())
+		ring := keyring.New(testenv.Quiet())
 		ring.SetPolicy(old)
 		src := over(st)
 		src.each = func(ctx context.Context, size func(int), fn func(store.Key) error) (store.Changes, error) {
@@ -312,7 +313,7 @@ func TestStreamedLoadMeetsOtherWriters(t *testing.T) {
 		if err := ring.Sync(ctx, src); err != nil {
 			t.Fatal(err)
 		}
-		want := keyring.New(quiet())
+		want := keyring.New(testenv.Quiet())
 		want.SetPolicy(pol)
 		if err := want.Sync(ctx, changesOnly{st}); err != nil {
 			t.Fatal(err)
@@ -328,7 +329,7 @@ func TestStreamedLoadMeetsOtherWriters(t *testing.T) {
 	})
 
 	t.Run("load", func(t *testing.T) {
-		ring := keyring.New(quiet())
+		ring := keyring.New(testenv.Quiet())
 		ring.SetPolicy(old)
 		other := store.Key{ID: "key_other", Hash: apikey.Hash(secretC), Team: "blue", Rev: 1 << 40}
 		src := over(st)

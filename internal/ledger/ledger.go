@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/money"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // Record is the spend record of one request, written once when the request
@@ -34,14 +35,9 @@ type Record struct {
 	// are where Sluice sent it after alias resolution.
 	Model, Provider, UpstreamModel string
 
-	// The token counts, as usage.Usage holds them: InputTokens is every
-	// prompt token, and CachedInputTokens (read from the prompt cache),
-	// CacheCreationTokens (written to it) and AudioInputTokens are parts
-	// of it; CacheCreation1hTokens is the part of CacheCreationTokens
-	// written with the 1-hour TTL. OutputTokens is every output token, and
-	// ReasoningTokens and AudioOutputTokens are parts of it.
-	InputTokens, CachedInputTokens, CacheCreationTokens, OutputTokens, ReasoningTokens int64
-	CacheCreation1hTokens, AudioInputTokens, AudioOutputTokens                         int64
+	// Tokens are the token counts, as usage.Usage holds them (see
+	// tokens.Kind for which kind is a part of which).
+	Tokens tokens.Counts
 
 	// CostPico is the cost in integer pico-dollars (1 µ$ = 10⁶ p$), exact:
 	// the tokens times the model's prices, never rounded (internal/money).
@@ -92,18 +88,15 @@ func (r Record) Validate() error {
 	if r.StartedAt.IsZero() {
 		return fmt.Errorf("request %s: zero started_at: %w", r.RequestID, ErrInvalid)
 	}
-	for _, f := range []struct {
+	for k, n := range r.Tokens {
+		if n < 0 {
+			return fmt.Errorf("request %s: %s %d is negative: %w", r.RequestID, tokens.Kind(k).Names().Column, n, ErrInvalid)
+		}
+	}
+	for _, f := range [...]struct {
 		name string
 		v    int64
 	}{
-		{"input_tokens", r.InputTokens},
-		{"cached_input_tokens", r.CachedInputTokens},
-		{"cache_creation_tokens", r.CacheCreationTokens},
-		{"output_tokens", r.OutputTokens},
-		{"reasoning_tokens", r.ReasoningTokens},
-		{"cache_creation_1h_tokens", r.CacheCreation1hTokens},
-		{"audio_input_tokens", r.AudioInputTokens},
-		{"audio_output_tokens", r.AudioOutputTokens},
 		{"cost_pico", r.CostPico},
 		{"ttft", int64(r.TTFT)},
 	} {
@@ -198,8 +191,8 @@ type Total struct {
 	Group    string
 	Requests int64
 
-	InputTokens, CachedInputTokens, CacheCreationTokens, OutputTokens, ReasoningTokens int64
-	CacheCreation1hTokens, AudioInputTokens, AudioOutputTokens                         int64
+	// Tokens are the sums of the records' Tokens.
+	Tokens tokens.Counts
 
 	// Cost is the sum of the records' CostPico, exact: it is not bounded
 	// by an int64 of pico-dollars ($9.2M), and backends sum it so that

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 func TestValidate(t *testing.T) {
@@ -23,7 +25,7 @@ func TestValidate(t *testing.T) {
 		{"minimal record", ok.Validate(), ""},
 		{"empty request id", with(func(r *Record) { r.RequestID = "" }).Validate(), "empty request id"},
 		{"zero started at", with(func(r *Record) { r.StartedAt = time.Time{} }).Validate(), "request req_1: zero started_at"},
-		{"negative tokens", with(func(r *Record) { r.ReasoningTokens = -3 }).Validate(), "request req_1: reasoning_tokens -3 is negative"},
+		{"negative tokens", with(func(r *Record) { r.Tokens[tokens.Reasoning] = -3 }).Validate(), "request req_1: reasoning_tokens -3 is negative"},
 		{"negative cost", with(func(r *Record) { r.CostPico = -1 }).Validate(), "cost_pico -1 is negative"},
 		{"negative ttft", with(func(r *Record) { r.TTFT = -1 }).Validate(), "ttft -1 is negative"},
 		{"zero filter", Filter{}.Validate(), ""},

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // WriteYAML writes models as sluice.yaml's pricing: section, one flow
@@ -29,16 +31,16 @@ func WriteYAML(w io.Writer, source string, models []Model) error {
 		fmt.Fprintf(bw, "  %s: {", yamlKey(m.Name))
 		p := m.Price
 		sep := writeFields(bw, "", []field{
-			{"input", p.Input}, {"cached_input", p.CachedInput}, {"cache_write", p.CacheWrite},
-			{"cache_write_1h", p.CacheWrite1h}, {"output", p.Output}, {"reasoning", p.Reasoning},
-			{"audio_input", p.AudioInput}, {"audio_output", p.AudioOutput}, {"per_request", p.PerRequest},
+			{tokens.Input.String(), p.Input}, {tokens.CachedInput.String(), p.CachedInput}, {tokens.CacheWrite.String(), p.CacheWrite},
+			{tokens.CacheWrite1h.String(), p.CacheWrite1h}, {tokens.Output.String(), p.Output}, {tokens.Reasoning.String(), p.Reasoning},
+			{tokens.AudioInput.String(), p.AudioInput}, {tokens.AudioOutput.String(), p.AudioOutput}, {"per_request", p.PerRequest},
 		})
 		if lc := p.LongContext; lc != nil {
 			above := lc.AboveInputTokens
 			fmt.Fprintf(bw, "%slong_context: {", sep)
 			writeFields(bw, "", []field{
-				{"above_input_tokens", &above}, {"input", lc.Input}, {"cached_input", lc.CachedInput},
-				{"cache_write", lc.CacheWrite}, {"cache_write_1h", lc.CacheWrite1h}, {"output", lc.Output},
+				{"above_input_tokens", &above}, {tokens.Input.String(), lc.Input}, {tokens.CachedInput.String(), lc.CachedInput},
+				{tokens.CacheWrite.String(), lc.CacheWrite}, {tokens.CacheWrite1h.String(), lc.CacheWrite1h}, {tokens.Output.String(), lc.Output},
 			})
 			bw.WriteString("}")
 		}

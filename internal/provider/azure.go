@@ -5,6 +5,7 @@ import (
 	"net/url"
 
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/providerkind"
 )
 
 // AzureOpenAI is Azure OpenAI (kind "azure-openai"): the OpenAI API but
@@ -15,9 +16,6 @@ type AzureOpenAI struct{}
 
 var _ Provider = AzureOpenAI{}
 
-// Dialect is OpenAI's.
-func (AzureOpenAI) Dialect() llmapi.Dialect { return llmapi.OpenAI }
-
 // Unsupported refuses the Anthropic Messages API and the Responses API.
 func (AzureOpenAI) Unsupported(ep llmapi.Endpoint, name string) string {
 	if msg := openAIFamily(ep, name); msg != "" {
@@ -27,19 +25,6 @@ func (AzureOpenAI) Unsupported(ep llmapi.Endpoint, name string) string {
 		return fmt.Sprintf("the Responses API is not routed to Azure OpenAI provider %q", name)
 	}
 	return ""
-}
-
-// Configure requires api_key and api_version, refuses anthropic_version,
-// and checks forward_client_headers.
-func (AzureOpenAI) Configure(s Settings) (Settings, []Problem) {
-	ps := keyRequired(KindAzureOpenAI, s)
-	if s.APIVersion == "" {
-		ps = append(ps, Problem{"api_version", fmt.Sprintf("required for kind %q", KindAzureOpenAI)})
-	}
-	ps = append(ps, onlyFor(KindAzureOpenAI, s)...)
-	fwd, fps := forwardable(KindAzureOpenAI, s)
-	s.ForwardClientHeaders = fwd
-	return s, append(ps, fps...)
 }
 
 // azureOperation is the operation in a deployment's path, per endpoint.
@@ -55,7 +40,7 @@ var azureOperation = map[llmapi.Endpoint]string{
 // drops the model from the body: Azure takes the deployment from the path.
 func (AzureOpenAI) Rewrite(t Target, r Request) Rewrite {
 	var rw Rewrite
-	rw.credential(KindAzureOpenAI, t, "api-key", t.APIKey)
+	rw.credential(providerkind.AzureOpenAI, t, "api-key", t.APIKey)
 	rw.set(":path", t.PathPrefix+"/openai/deployments/"+url.PathEscape(t.Upstream)+"/"+azureOperation[r.Endpoint]+"?api-version="+url.QueryEscape(t.APIVersion))
 	rw.Body.DropModel = true
 	return rw.done()

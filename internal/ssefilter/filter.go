@@ -1,8 +1,9 @@
 package ssefilter
 
 import (
-	"bytes"
 	"encoding/json"
+
+	"github.com/sluicegw/sluice/internal/sselex"
 )
 
 // DefaultMaxEvent bounds the bytes a Filter holds for one event: about a
@@ -27,9 +28,8 @@ type Filter struct {
 	held    []byte // the current event's bytes from earlier chunks, not yet sent
 	scratch []byte // the data lines of a multi-line candidate, joined
 
-	lineStart bool // the next byte starts a line
-	crPending bool // the last byte was a '\r' ending a line: a '\n' next belongs to it
-	dropLF    bool // ... and that line ended a removed event: the '\n' goes too
+	lex    sselex.Lines
+	dropLF bool // the last chunk ended in the '\r' of a removed event's blank line
 
 	inEvent   bool // the current event has a non-blank line
 	candidate bool // ... and may still be a usage chunk
@@ -57,7 +57,7 @@ func New(maxEvent int) *Filter {
 	if maxEvent <= 0 {
 		maxEvent = DefaultMaxEvent
 	}
-	return &Filter{max: maxEvent, lineStart: true}
+	return &Filter{max: maxEvent}
 }
 
 // Held is the number of bytes the filter holds: the start of an event
@@ -84,61 +84,44 @@ func (f *Filter) Write(p []byte, end bool) ([]byte, bool) {
 	// in an earlier chunk (its bytes in f.held) begins at 0.
 	start := 0
 	for i := 0; i < len(p); {
-		c := p[i]
-		if f.crPending {
-			f.crPending = false
-			drop := f.dropLF
-			f.dropLF = false
-			if c == '\n' {
-				switch {
-				case drop:
-					o.drop(i, i+1)
-				case f.candidate:
-					f.grow(&o, 1)
-				}
-				i++
-				continue
+		stop, next, what := f.lex.Next(p, i)
+		drop := f.dropLF
+		f.dropLF = false
+		switch {
+		case what == sselex.LF:
+			switch {
+			case drop:
+				o.drop(i, next)
+			case f.candidate:
+				f.grow(&o, 1)
 			}
-		}
-		if f.lineStart {
-			if c == '\n' || c == '\r' { // a blank line
-				removed := false
-				if f.inEvent {
-					removed = f.endEvent(&o, start, i+1)
-				}
-				if c == '\r' {
-					f.crPending, f.dropLF = true, removed
-				}
-				i++
-				continue
+		case what == sselex.Ended && stop == i: // a blank line
+			removed := false
+			if f.inEvent {
+				removed = f.endEvent(&o, start, i+1)
 			}
-			f.lineStart = false
-			if !f.inEvent {
+			if removed {
+				// The '\n' of a "\r\n" goes with the event, here or,
+				// when the '\r' ends p, at the start of the next chunk.
+				o.drop(i+1, next)
+				f.dropLF = p[i] == '\r' && i+1 == len(p)
+			}
+		default:
+			if what&sselex.Cont == 0 && !f.inEvent {
 				f.beginEvent()
 				start = i
 			}
-		}
-		// Inside a line: up to its terminator, or the end of the chunk.
-		e := lineEnd(p[i:])
-		stop := len(p)
-		if e >= 0 {
-			stop = i + e
-		}
-		if f.candidate {
-			f.feedLine(p[i:stop])
-			n := stop - i
-			if e >= 0 && f.candidate {
-				f.endLine()
-				n++ // the terminator
+			if f.candidate {
+				f.feedLine(p[i:stop])
+				n := stop - i
+				if what&sselex.Ended != 0 && f.candidate {
+					f.endLine()
+					n = next - i // the terminator
+				}
+				f.grow(&o, n)
 			}
-			f.grow(&o, n)
 		}
-		if e < 0 {
-			break
-		}
-		f.lineStart = true
-		f.crPending = p[stop] == '\r'
-		i = stop + 1
+		i = next
 	}
 	if f.inEvent && f.candidate {
 		switch {
@@ -160,7 +143,7 @@ func (f *Filter) Write(p []byte, end bool) ([]byte, bool) {
 
 // reset forgets the stream (after its end), keeping the buffers.
 func (f *Filter) reset() {
-	*f = Filter{max: f.max, held: f.held[:0], scratch: f.scratch[:0], lineStart: true, counts: f.counts}
+	*f = Filter{max: f.max, held: f.held[:0], scratch: f.scratch[:0], counts: f.counts}
 }
 
 // grow counts n more bytes of a candidate event, which stops being one
@@ -230,17 +213,11 @@ func (f *Filter) validJSON(raw []byte) bool {
 	var data []byte
 	n := 0
 	for len(raw) > 0 {
-		e := lineEnd(raw)
+		e := sselex.LineEnd(raw)
 		if e <= 0 { // the blank line
 			break
 		}
-		v := raw[len("data"):e]
-		if len(v) > 0 { // v[0] is ':'
-			v = v[1:]
-			if len(v) > 0 && v[0] == ' ' {
-				v = v[1:]
-			}
-		}
+		_, v := sselex.Field(raw[:e])
 		next := e + 1
 		if raw[e] == '\r' && next < len(raw) && raw[next] == '\n' {
 			next++
@@ -326,19 +303,6 @@ func (f *Filter) beginValue() bool {
 	}
 	f.dataLines++
 	return f.candidate
-}
-
-// lineEnd returns the index of the first '\r' or '\n' in p, or -1.
-func lineEnd(p []byte) int {
-	n := bytes.IndexByte(p, '\n')
-	q := p
-	if n >= 0 {
-		q = p[:n]
-	}
-	if r := bytes.IndexByte(q, '\r'); r >= 0 {
-		return r
-	}
-	return n
 }
 
 // output builds what replaces one chunk p: runs of p, in order, after

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // stream20 is a 20-chunk OpenAI chat stream as Envoy delivers it, one
@@ -50,7 +51,7 @@ func benchStream(b *testing.B, chunks [][]byte, opts Options, check func(Result)
 func BenchmarkMeterStream20(b *testing.B) {
 	opts := Options{Endpoint: llmapi.ChatCompletions, Stream: true, ContentType: "text/event-stream", Model: "gpt-5-nano"}
 	benchStream(b, stream20(true), opts, func(r Result) error {
-		if !r.Reported || r.OutputTokens != 377 || r.Events != 21 {
+		if !r.Reported || r.Usage[tokens.Output] != 377 || r.Events != 21 {
 			return fmt.Errorf("result %+v", r)
 		}
 		return nil
@@ -62,7 +63,7 @@ func BenchmarkMeterStream20(b *testing.B) {
 func BenchmarkMeterStream20Fallback(b *testing.B) {
 	opts := Options{Endpoint: llmapi.ChatCompletions, Stream: true, ContentType: "text/event-stream", Model: "gpt-5-nano"}
 	benchStream(b, stream20(false), opts, func(r Result) error {
-		if r.Reported || !r.Estimated || r.OutputTokens == 0 {
+		if r.Reported || !r.Estimated || r.Usage[tokens.Output] == 0 {
 			return fmt.Errorf("result %+v", r)
 		}
 		return nil
@@ -82,7 +83,7 @@ func BenchmarkMeterStream20Gzip(b *testing.B) {
 		chunks = append(chunks, z[i:min(i+len(z)/20+1, len(z))])
 	}
 	benchStream(b, chunks, opts, func(r Result) error {
-		if !r.Reported || r.OutputTokens != 377 {
+		if !r.Reported || r.Usage[tokens.Output] != 377 {
 			return fmt.Errorf("result %+v", r)
 		}
 		return nil
@@ -97,7 +98,7 @@ func BenchmarkMeterAnthropicStream(b *testing.B) {
 		chunks = append(chunks, []byte(body[i:min(i+97, len(body))]))
 	}
 	benchStream(b, chunks, opts, func(r Result) error {
-		if !r.Reported || r.Estimated || r.OutputTokens != 42 {
+		if !r.Reported || r.Estimated || r.Usage[tokens.Output] != 42 {
 			return fmt.Errorf("result %+v", r)
 		}
 		return nil
@@ -144,7 +145,7 @@ const chatCompletion = `{
 func BenchmarkMeterJSON(b *testing.B) {
 	opts := Options{Endpoint: llmapi.ChatCompletions, ContentType: "application/json", Model: "gpt-5-nano"}
 	benchStream(b, [][]byte{[]byte(chatCompletion)}, opts, func(r Result) error {
-		if !r.Reported || r.OutputTokens != 377 || r.ReasoningTokens != 320 {
+		if !r.Reported || r.Usage[tokens.Output] != 377 || r.Usage[tokens.Reasoning] != 320 {
 			return fmt.Errorf("result %+v", r)
 		}
 		return nil
@@ -173,7 +174,7 @@ func BenchmarkMeterJSONFallback(b *testing.B) {
   }
 }`)] + "}"
 	benchStream(b, [][]byte{[]byte(body)}, opts, func(r Result) error {
-		if r.Reported || r.OutputTokens == 0 {
+		if r.Reported || r.Usage[tokens.Output] == 0 {
 			return fmt.Errorf("result %+v", r)
 		}
 		return nil

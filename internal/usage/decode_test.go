@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // Equivalent mutants gremlins leaves alive in this package:
@@ -127,10 +128,10 @@ func TestJSONBodyBound(t *testing.T) {
 	const text = `"Hello, world"`
 	noUsage := `{"choices":[{"index":0,"message":{"content":` + text + `}}]}`
 	withUsage := `{"usage":{"prompt_tokens":3,"completion_tokens":4}}`
-	estimated := Result{Usage: Usage{InputTokens: 9, OutputTokens: o200k(t, "Hello, world")}, Estimated: true, OutputEstimated: true,
+	estimated := Result{Usage: Usage{tokens.Input: 9, tokens.Output: o200k(t, "Hello, world")}, Estimated: true, OutputEstimated: true,
 		OutputTextRunes: 12}
-	reported := Result{Usage: Usage{InputTokens: 3, OutputTokens: 4}, Reported: true}
-	tooLarge := Result{Usage: Usage{InputTokens: 9}, Estimated: true, OutputEstimated: true, Unparsed: true, Err: CodeBodyTooLarge}
+	reported := Result{Usage: Usage{tokens.Input: 3, tokens.Output: 4}, Reported: true}
+	tooLarge := Result{Usage: Usage{tokens.Input: 9}, Estimated: true, OutputEstimated: true, Unparsed: true, Err: CodeBodyTooLarge}
 	tests := []struct {
 		name string
 		body string
@@ -145,7 +146,7 @@ func TestJSONBodyBound(t *testing.T) {
 		{name: "one byte over in pieces", body: noUsage, max: len(noUsage) - 1, cuts: []int{30, len(noUsage) - 1}, want: tooLarge},
 		{name: "usage at exactly the bound", body: withUsage, max: len(withUsage), want: reported},
 		{name: "usage one byte over", body: withUsage, max: len(withUsage) - 1,
-			want: Result{Usage: Usage{InputTokens: 3, OutputTokens: 4}, Reported: true, Err: CodeBodyTooLarge}},
+			want: Result{Usage: Usage{tokens.Input: 3, tokens.Output: 4}, Reported: true, Err: CodeBodyTooLarge}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

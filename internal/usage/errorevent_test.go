@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // TestStreamEndingInProviderError takes recorded streams, cuts each where
@@ -28,14 +29,14 @@ func TestStreamEndingInProviderError(t *testing.T) {
 		delivered: "Hi there! How are you doing today? Is there anything I can help you with?",
 		// message_start reported 15 input tokens and a provisional 5
 		// output tokens; message_delta, with the final count, never came.
-		want: Result{Usage: Usage{InputTokens: 15}, Reported: true, Estimated: true, OutputEstimated: true, Events: 9,
+		want: Result{Usage: Usage{tokens.Input: 15}, Reported: true, Estimated: true, OutputEstimated: true, Events: 9,
 			ProviderError: "overloaded_error"},
 	}, {
 		file:      "openai/agw-chat-stream.yaml",
 		cutBefore: `data: {"id":"chatcmpl-DFnKV81lMKGBRRh35sxZO8I88ireo","object":"chat.completion.chunk","created":1772656915,"model":"gpt-5-nano-2025-08-07","service_tier":"default","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":" How"}`,
 		tail:      "data: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n",
 		delivered: "Hi there!",
-		want:      Result{Usage: Usage{InputTokens: 5}, Estimated: true, OutputEstimated: true, Events: 5, ProviderError: "server_error"},
+		want:      Result{Usage: Usage{tokens.Input: 5}, Estimated: true, OutputEstimated: true, Events: 5, ProviderError: "server_error"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -55,7 +56,7 @@ func TestStreamEndingInProviderError(t *testing.T) {
 			}
 			body := []byte(c.Body[:i] + tt.tail)
 			want := tt.want
-			want.OutputTokens = o200k(t, tt.delivered) // above Anthropic's provisional 5
+			want.Usage[tokens.Output] = o200k(t, tt.delivered) // above Anthropic's provisional 5
 			want.OutputTextRunes = runes(tt.delivered)
 			opts := c.options()
 			opts.Model = "gpt-4o" // o200k_base, as o200k counts

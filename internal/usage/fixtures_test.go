@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/tiktoken-go/tokenizer"
 )
 
@@ -19,29 +20,29 @@ func TestFixtures(t *testing.T) {
 	// The streams without usage are charged by the tokenizer: the counts
 	// are pinned here and re-derived by streamText+tokenizer below.
 	want := map[string]Result{
-		"chat-bad-request": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true, OutputEstimated: true,
+		"chat-bad-request": {Usage: Usage{tokens.Input: fallbackIn}, Estimated: true, OutputEstimated: true,
 			ProviderError: "invalid_request_error"},
-		"chat-basic":     {Usage: Usage{InputTokens: 8, OutputTokens: 377, ReasoningTokens: 320}, Reported: true},
-		"chat-json-mode": {Usage: Usage{InputTokens: 21, OutputTokens: 280, ReasoningTokens: 256}, Reported: true},
-		"chat-multiturn": {Usage: Usage{InputTokens: 50, OutputTokens: 526, ReasoningTokens: 512}, Reported: true},
+		"chat-basic":     {Usage: Usage{tokens.Input: 8, tokens.Output: 377, tokens.Reasoning: 320}, Reported: true},
+		"chat-json-mode": {Usage: Usage{tokens.Input: 21, tokens.Output: 280, tokens.Reasoning: 256}, Reported: true},
+		"chat-multiturn": {Usage: Usage{tokens.Input: 50, tokens.Output: 526, tokens.Reasoning: 512}, Reported: true},
 		// No stream_options.include_usage: no usage chunk.
-		"chat-streaming": {Usage: Usage{InputTokens: fallbackIn, OutputTokens: 48}, Estimated: true, OutputEstimated: true,
+		"chat-streaming": {Usage: Usage{tokens.Input: fallbackIn, tokens.Output: 48}, Estimated: true, OutputEstimated: true,
 			Events: 51, OutputTextRunes: 209},
-		"chat-tools": {Usage: Usage{InputTokens: 162, OutputTokens: 287, ReasoningTokens: 256}, Reported: true},
-		"chat-unknown-model": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true, OutputEstimated: true,
+		"chat-tools": {Usage: Usage{tokens.Input: 162, tokens.Output: 287, tokens.Reasoning: 256}, Reported: true},
+		"chat-unknown-model": {Usage: Usage{tokens.Input: fallbackIn}, Estimated: true, OutputEstimated: true,
 			ProviderError: "invalid_request_error"},
-		"completion-basic": {Usage: Usage{InputTokens: 31, OutputTokens: 25}, Reported: true},
+		"completion-basic": {Usage: Usage{tokens.Input: 31, tokens.Output: 25}, Reported: true},
 		// babbage-002 counts with cl100k_base: 25, as the provider charged
 		// (max_tokens 25, finish_reason length).
-		"completion-streaming": {Usage: Usage{InputTokens: fallbackIn, OutputTokens: 25}, Estimated: true, OutputEstimated: true,
+		"completion-streaming": {Usage: Usage{tokens.Input: fallbackIn, tokens.Output: 25}, Estimated: true, OutputEstimated: true,
 			Events: 26, OutputTextRunes: 68},
-		"completion-streaming-usage": {Usage: Usage{InputTokens: 31, OutputTokens: 25}, Reported: true,
+		"completion-streaming-usage": {Usage: Usage{tokens.Input: 31, tokens.Output: 25}, Reported: true,
 			Events: 27, OutputTextRunes: 59},
-		"embeddings-bad-request": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true, OutputEstimated: true,
+		"embeddings-bad-request": {Usage: Usage{tokens.Input: fallbackIn}, Estimated: true, OutputEstimated: true,
 			ProviderError: "invalid_request_error"},
-		"embeddings-basic":  {Usage: Usage{InputTokens: 7}, Reported: true},
-		"embeddings-tokens": {Usage: Usage{InputTokens: 7}, Reported: true},
-		"embeddings-unknown-model": {Usage: Usage{InputTokens: fallbackIn}, Estimated: true, OutputEstimated: true,
+		"embeddings-basic":  {Usage: Usage{tokens.Input: 7}, Reported: true},
+		"embeddings-tokens": {Usage: Usage{tokens.Input: 7}, Reported: true},
+		"embeddings-unknown-model": {Usage: Usage{tokens.Input: fallbackIn}, Estimated: true, OutputEstimated: true,
 			ProviderError: "invalid_request_error"},
 	}
 	seen := 0
@@ -74,8 +75,8 @@ func TestFixtures(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if int64(n) != got.OutputTokens {
-					t.Errorf("OutputTokens = %d, tokenizer count of the streamed text %q = %d", got.OutputTokens, text, n)
+				if int64(n) != got.Usage[tokens.Output] {
+					t.Errorf("OutputTokens = %d, tokenizer count of the streamed text %q = %d", got.Usage[tokens.Output], text, n)
 				}
 			}
 		})
@@ -131,52 +132,52 @@ func TestThirdPartyFixtures(t *testing.T) {
 	rep := func(u Usage) usage { return usage{Usage: u, Reported: true} }
 	want := map[string]usage{
 		// Anthropic: InputTokens = input + cache read + cache creation.
-		"agw-messages-basic":                rep(Usage{InputTokens: 40, CachedInputTokens: 12, CacheCreationTokens: 13, OutputTokens: 21}),
-		"agw-messages-multiple-text-blocks": rep(Usage{InputTokens: 15, OutputTokens: 21}),
+		"agw-messages-basic":                rep(Usage{tokens.Input: 40, tokens.CachedInput: 12, tokens.CacheWrite: 13, tokens.Output: 21}),
+		"agw-messages-multiple-text-blocks": rep(Usage{tokens.Input: 15, tokens.Output: 21}),
 		// cache_creation_input_tokens 1, its breakdown {5m: 0, 1h: 0}: the
 		// larger, 1, all with the 5-minute TTL.
-		"agw-messages-thinking":        rep(Usage{InputTokens: 50, CachedInputTokens: 2, CacheCreationTokens: 1, OutputTokens: 251}),
-		"agw-messages-tool":            rep(Usage{InputTokens: 561, CachedInputTokens: 2, CacheCreationTokens: 1, OutputTokens: 48}),
-		"agw-messages-stream-basic":    rep(Usage{InputTokens: 15, OutputTokens: 21}),
-		"agw-messages-stream-thinking": rep(Usage{InputTokens: 47, OutputTokens: 264}),
+		"agw-messages-thinking":        rep(Usage{tokens.Input: 50, tokens.CachedInput: 2, tokens.CacheWrite: 1, tokens.Output: 251}),
+		"agw-messages-tool":            rep(Usage{tokens.Input: 561, tokens.CachedInput: 2, tokens.CacheWrite: 1, tokens.Output: 48}),
+		"agw-messages-stream-basic":    rep(Usage{tokens.Input: 15, tokens.Output: 21}),
+		"agw-messages-stream-thinking": rep(Usage{tokens.Input: 47, tokens.Output: 264}),
 		// message_delta's counts replace message_start's field by field;
 		// its OpenAI-style prompt_tokens_details is not counted again.
-		"agw-messages-stream-message-delta-usage": rep(Usage{InputTokens: 34347, CachedInputTokens: 30464, OutputTokens: 49}),
-		"agw-messages-stream-tool":                rep(Usage{InputTokens: 15, OutputTokens: 12}),
-		"agw-messages-stream-tool-empty-args":     rep(Usage{InputTokens: 15, OutputTokens: 8}),
+		"agw-messages-stream-message-delta-usage": rep(Usage{tokens.Input: 34347, tokens.CachedInput: 30464, tokens.Output: 49}),
+		"agw-messages-stream-tool":                rep(Usage{tokens.Input: 15, tokens.Output: 12}),
+		"agw-messages-stream-tool-empty-args":     rep(Usage{tokens.Input: 15, tokens.Output: 8}),
 
-		"agw-chat-audio": rep(Usage{InputTokens: 320, CachedInputTokens: 12, AudioInputTokens: 240,
-			OutputTokens: 180, ReasoningTokens: 15, AudioOutputTokens: 90}),
-		"agw-chat-basic":       rep(Usage{InputTokens: 17, OutputTokens: 23}),
-		"agw-chat-cache-write": rep(Usage{InputTokens: 1000, CachedInputTokens: 300, CacheCreationTokens: 200, OutputTokens: 10}),
+		"agw-chat-audio": rep(Usage{tokens.Input: 320, tokens.CachedInput: 12, tokens.AudioInput: 240,
+			tokens.Output: 180, tokens.Reasoning: 15, tokens.AudioOutput: 90}),
+		"agw-chat-basic":       rep(Usage{tokens.Input: 17, tokens.Output: 23}),
+		"agw-chat-cache-write": rep(Usage{tokens.Input: 1000, tokens.CachedInput: 300, tokens.CacheWrite: 200, tokens.Output: 10}),
 		// total_tokens 402 = 7 + 12 + 383 hidden thinking tokens.
-		"agw-chat-gemini-with-completion-tokens": rep(Usage{InputTokens: 7, OutputTokens: 12 + 383, ReasoningTokens: 383}),
+		"agw-chat-gemini-with-completion-tokens": rep(Usage{tokens.Input: 7, tokens.Output: 12 + 383, tokens.Reasoning: 383}),
 		// total_tokens 8 = 7 + 0 + 1.
-		"agw-chat-gemini-zero-completion-tokens": rep(Usage{InputTokens: 7, OutputTokens: 1, ReasoningTokens: 1}),
-		"agw-chat-openrouter-reasoning":          rep(Usage{InputTokens: 23, OutputTokens: 796}),
-		"agw-chat-stream":                        rep(Usage{InputTokens: 18, OutputTokens: 286, ReasoningTokens: 192}),
-		"agw-chat-stream-tool-empty-content":     rep(Usage{InputTokens: 12, OutputTokens: 8}),
-		"agw-chat-tool-call":                     rep(Usage{InputTokens: 25, OutputTokens: 18}),
-		"agw-chat-truncated-tool-call":           rep(Usage{InputTokens: 20, OutputTokens: 15}),
-		"agw-embeddings":                         rep(Usage{InputTokens: 8}),
+		"agw-chat-gemini-zero-completion-tokens": rep(Usage{tokens.Input: 7, tokens.Output: 1, tokens.Reasoning: 1}),
+		"agw-chat-openrouter-reasoning":          rep(Usage{tokens.Input: 23, tokens.Output: 796}),
+		"agw-chat-stream":                        rep(Usage{tokens.Input: 18, tokens.Output: 286, tokens.Reasoning: 192}),
+		"agw-chat-stream-tool-empty-content":     rep(Usage{tokens.Input: 12, tokens.Output: 8}),
+		"agw-chat-tool-call":                     rep(Usage{tokens.Input: 25, tokens.Output: 18}),
+		"agw-chat-truncated-tool-call":           rep(Usage{tokens.Input: 20, tokens.Output: 15}),
+		"agw-embeddings":                         rep(Usage{tokens.Input: 8}),
 		// No usage, no text: the caller's input estimate, no output.
-		"agw-embeddings-gemini":     {Usage: Usage{InputTokens: fallbackIn}, Estimated: true},
-		"agw-responses-basic":       rep(Usage{InputTokens: 10, OutputTokens: 10}),
-		"agw-responses-custom-tool": rep(Usage{InputTokens: 10, CachedInputTokens: 4, OutputTokens: 5}),
+		"agw-embeddings-gemini":     {Usage: Usage{tokens.Input: fallbackIn}, Estimated: true},
+		"agw-responses-basic":       rep(Usage{tokens.Input: 10, tokens.Output: 10}),
+		"agw-responses-custom-tool": rep(Usage{tokens.Input: 10, tokens.CachedInput: 4, tokens.Output: 5}),
 		// reasoning_tokens 8 > output_tokens 5, total 23 = 18 + 5: the
 		// reasoning part is clamped to the output.
-		"agw-responses-reasoning":          rep(Usage{InputTokens: 18, OutputTokens: 5, ReasoningTokens: 5}),
-		"agw-responses-stream":             rep(Usage{InputTokens: 12, OutputTokens: 8}),
-		"agw-responses-stream-custom-tool": rep(Usage{InputTokens: 10, CachedInputTokens: 4, OutputTokens: 5}),
-		"agw-responses-stream-image":       rep(Usage{InputTokens: 1755, OutputTokens: 1314, ReasoningTokens: 1152}),
-		"agw-responses-stream-refusal":     rep(Usage{InputTokens: 5, OutputTokens: 3}),
-		"agw-responses-tool":               rep(Usage{InputTokens: 30, CachedInputTokens: 4, CacheCreationTokens: 6, OutputTokens: 5}),
+		"agw-responses-reasoning":          rep(Usage{tokens.Input: 18, tokens.Output: 5, tokens.Reasoning: 5}),
+		"agw-responses-stream":             rep(Usage{tokens.Input: 12, tokens.Output: 8}),
+		"agw-responses-stream-custom-tool": rep(Usage{tokens.Input: 10, tokens.CachedInput: 4, tokens.Output: 5}),
+		"agw-responses-stream-image":       rep(Usage{tokens.Input: 1755, tokens.Output: 1314, tokens.Reasoning: 1152}),
+		"agw-responses-stream-refusal":     rep(Usage{tokens.Input: 5, tokens.Output: 3}),
+		"agw-responses-tool":               rep(Usage{tokens.Input: 30, tokens.CachedInput: 4, tokens.CacheWrite: 6, tokens.Output: 5}),
 		// No usage: the function call's truncated arguments are counted.
-		"agw-responses-truncated-tool-call": {Usage: Usage{InputTokens: fallbackIn, OutputTokens: o200k(t, `{"location": "Par`)}, Estimated: true},
+		"agw-responses-truncated-tool-call": {Usage: Usage{tokens.Input: fallbackIn, tokens.Output: o200k(t, `{"location": "Par`)}, Estimated: true},
 	}
 	ignored := map[string]Usage{
-		"agw-chat-gemini-with-completion-tokens": {InputTokens: 7, OutputTokens: 12},
-		"agw-chat-gemini-zero-completion-tokens": {InputTokens: 7},
+		"agw-chat-gemini-with-completion-tokens": {tokens.Input: 7, tokens.Output: 12},
+		"agw-chat-gemini-zero-completion-tokens": {tokens.Input: 7},
 	}
 	cs := readThirdParty(t, fixturesDir(t))
 	if len(cs) != len(want) {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // The fuzz targets feed arbitrary bytes, as a provider (or anything in
@@ -107,15 +108,15 @@ func checkMeter(t *testing.T, opts Options, body []byte, seed uint64) {
 		}
 	}
 	r := whole
-	if r.InputTokens < 0 || r.OutputTokens < 0 || r.CachedInputTokens < 0 || r.CacheCreationTokens < 0 ||
-		r.ReasoningTokens < 0 || r.CacheCreation1hTokens < 0 || r.AudioInputTokens < 0 || r.AudioOutputTokens < 0 ||
+	if r.Usage[tokens.Input] < 0 || r.Usage[tokens.Output] < 0 || r.Usage[tokens.CachedInput] < 0 || r.Usage[tokens.CacheWrite] < 0 ||
+		r.Usage[tokens.Reasoning] < 0 || r.Usage[tokens.CacheWrite1h] < 0 || r.Usage[tokens.AudioInput] < 0 || r.Usage[tokens.AudioOutput] < 0 ||
 		r.Events < 0 || r.OutputTextRunes < 0 {
 		t.Fatalf("negative count: %+v", r)
 	}
-	if r.CachedInputTokens+r.CacheCreationTokens > r.InputTokens || r.ReasoningTokens > r.OutputTokens ||
-		r.CacheCreation1hTokens > r.CacheCreationTokens || r.AudioInputTokens > r.InputTokens ||
-		r.AudioOutputTokens > r.OutputTokens ||
-		r.InputTokens > 3*maxCount || r.CacheCreationTokens > maxCount || r.OutputTokens > maxCount && r.Reported {
+	if r.Usage[tokens.CachedInput]+r.Usage[tokens.CacheWrite] > r.Usage[tokens.Input] || r.Usage[tokens.Reasoning] > r.Usage[tokens.Output] ||
+		r.Usage[tokens.CacheWrite1h] > r.Usage[tokens.CacheWrite] || r.Usage[tokens.AudioInput] > r.Usage[tokens.Input] ||
+		r.Usage[tokens.AudioOutput] > r.Usage[tokens.Output] ||
+		r.Usage[tokens.Input] > 3*maxCount || r.Usage[tokens.CacheWrite] > maxCount || r.Usage[tokens.Output] > maxCount && r.Reported {
 		t.Fatalf("inconsistent counts: %+v", r)
 	}
 	if !r.Reported && !r.Estimated {

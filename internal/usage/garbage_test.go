@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluicegw/sluice/internal/llmapi"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 var (
@@ -59,7 +60,7 @@ func garbageCases(t testing.TB) []struct {
 	if _, err := zw.Write([]byte("\xef\x00\x00")); err != nil || zw.Flush() != nil {
 		t.Fatal("gzip")
 	}
-	fallback := Result{Usage: Usage{InputTokens: 5}, Estimated: true, OutputEstimated: true}
+	fallback := Result{Usage: Usage{tokens.Input: 5}, Estimated: true, OutputEstimated: true}
 	with := func(r Result, f func(*Result)) Result { f(&r); return r }
 	return []struct {
 		splitCase
@@ -83,52 +84,52 @@ func garbageCases(t testing.TB) []struct {
 		{splitCase{"a field name alone is an event", chatStreamOpts, "data"}, true,
 			with(fallback, func(r *Result) { r.Unparsed, r.Events = true, 1 })},
 		{splitCase{"BOM then JSON", chatJSONOpts, "\ufeff" + chatBody}, true,
-			Result{Usage: Usage{InputTokens: 8, OutputTokens: 3}, Reported: true}},
+			Result{Usage: Usage{tokens.Input: 8, tokens.Output: 3}, Reported: true}},
 		{splitCase{"BOM then SSE", chatStreamOpts, "\ufeff" + stream}, true,
-			Result{Usage: Usage{InputTokens: 4, OutputTokens: 2}, Reported: true, Events: 2, OutputTextRunes: 2}},
+			Result{Usage: Usage{tokens.Input: 4, tokens.Output: 2}, Reported: true, Events: 2, OutputTextRunes: 2}},
 		{splitCase{"SSE garbage lines", chatStreamOpts, "data: hello\n\nfoo bar\n\n: x\ndata: {not json\n\ndata: [1,2]\n\n"}, true,
 			with(fallback, func(r *Result) { r.Unparsed, r.Events = true, 3 })},
 		{splitCase{"SSE garbage then usage", chatStreamOpts, "data: hello\n\nrandom words\n" + stream}, true,
-			Result{Usage: Usage{InputTokens: 4, OutputTokens: 2}, Reported: true, Events: 3, OutputTextRunes: 2}},
+			Result{Usage: Usage{tokens.Input: 4, tokens.Output: 2}, Reported: true, Events: 3, OutputTextRunes: 2}},
 		{splitCase{"truncated JSON", chatJSONOpts, chatBody[:60]}, false,
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, CodeTruncatedJSON })},
 		{splitCase{"truncated JSON after usage", chatJSONOpts, `{"usage":{"prompt_tokens":8,"completion_tokens":3},"choices":[{"mess`}, false,
-			Result{Usage: Usage{InputTokens: 8, OutputTokens: 3}, Reported: true, Err: CodeTruncatedJSON}},
+			Result{Usage: Usage{tokens.Input: 8, tokens.Output: 3}, Reported: true, Err: CodeTruncatedJSON}},
 		{splitCase{"bad JSON", chatJSONOpts, `{"choices": [}, "usage": 7}`}, true,
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, CodeBadJSON })},
 		{splitCase{"JSON array", chatJSONOpts, `[{"usage":{"prompt_tokens":1}}]`}, true,
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, CodeBadJSON })},
 		{splitCase{"JSON then garbage", chatJSONOpts, chatBody + "<html>"}, true,
-			Result{Usage: Usage{InputTokens: 8, OutputTokens: 3}, Reported: true}},
+			Result{Usage: Usage{tokens.Input: 8, tokens.Output: 3}, Reported: true}},
 		{splitCase{"invalid UTF-8 in JSON text", chatJSONOpts, `{"choices":[{"message":{"content":"a` + "\xff\xfe" + `b"}}]}`}, true,
 			// "a\ufffd\ufffdb": encoding/json replaces each bad byte.
-			with(fallback, func(r *Result) { r.OutputTokens, r.OutputTextRunes = 3, 4 })},
+			with(fallback, func(r *Result) { r.Usage[tokens.Output], r.OutputTextRunes = 3, 4 })},
 		{splitCase{"invalid UTF-8 in SSE text", chatStreamOpts, "data: {\"choices\":[{\"delta\":{\"content\":\"\xc3\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"\xa9 ok\"}}]}\n\n"}, false,
 			// A rune split across events is two U+FFFD: "\ufffd", "\ufffd ok".
-			with(fallback, func(r *Result) { r.OutputTokens, r.OutputTextRunes, r.Events = 2, 5, 2 })},
+			with(fallback, func(r *Result) { r.Usage[tokens.Output], r.OutputTextRunes, r.Events = 2, 5, 2 })},
 		{splitCase{"JSON over MaxJSONBytes with usage", small, `{"data":"` + huge + `","usage":{"prompt_tokens":8}}`}, true,
-			Result{Usage: Usage{InputTokens: 8}, Reported: true, Estimated: true, OutputEstimated: true, Err: CodeBodyTooLarge}},
+			Result{Usage: Usage{tokens.Input: 8}, Reported: true, Estimated: true, OutputEstimated: true, Err: CodeBodyTooLarge}},
 		{splitCase{"JSON over MaxJSONBytes without usage", small, `{"choices":[{"message":{"content":"` + huge + `"}}]}`}, true,
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, CodeBodyTooLarge })},
 		{splitCase{"huge event", smallStream, stream[:strings.Index(stream, "data: {\"choices\":[]")] +
 			"data: {\"choices\":[{\"delta\":{\"content\":\"" + huge + "\"}}]}\n\n" + stream}, true,
-			Result{Usage: Usage{InputTokens: 5, OutputTokens: 1}, Estimated: true, OutputEstimated: true, Events: 1, OutputTextRunes: 2, Err: CodeEventTooLarge}},
+			Result{Usage: Usage{tokens.Input: 5, tokens.Output: 1}, Estimated: true, OutputEstimated: true, Events: 1, OutputTextRunes: 2, Err: CodeEventTooLarge}},
 		{splitCase{"unsupported encoding", Options{Endpoint: llmapi.ChatCompletions, ContentEncoding: "br"}, chatBody}, true,
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, CodeUnsupportedEncoding })},
 		{splitCase{"gzip declared, plain sent", gzOpts, chatBody}, true,
-			Result{Usage: Usage{InputTokens: 8, OutputTokens: 3}, Reported: true}},
+			Result{Usage: Usage{tokens.Input: 8, tokens.Output: 3}, Reported: true}},
 		{splitCase{"gzip", gzOpts, gz(t, chatBody)}, true,
-			Result{Usage: Usage{InputTokens: 8, OutputTokens: 3}, Reported: true}},
+			Result{Usage: Usage{tokens.Input: 8, tokens.Output: 3}, Reported: true}},
 		{splitCase{"gzip truncated", gzOpts, gz(t, chatBody)[:40]}, true,
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, "gzip: truncated" })},
 		{splitCase{"gzip stream cut", gzStream, gz(t, stream)[:len(gz(t, stream))-12]}, false,
-			Result{Usage: Usage{InputTokens: 4, OutputTokens: 2}, Reported: true, Events: 2, OutputTextRunes: 2}},
+			Result{Usage: Usage{tokens.Input: 4, tokens.Output: 2}, Reported: true, Events: 2, OutputTextRunes: 2}},
 		{splitCase{"gzip stream truncated", gzStream, gz(t, stream)[:len(gz(t, stream))-4]}, true,
-			Result{Usage: Usage{InputTokens: 4, OutputTokens: 2}, Reported: true, Events: 2, OutputTextRunes: 2, Err: "gzip: truncated"}},
+			Result{Usage: Usage{tokens.Input: 4, tokens.Output: 2}, Reported: true, Events: 2, OutputTextRunes: 2, Err: "gzip: truncated"}},
 		{splitCase{"gzip checksum after the JSON ends is not checked", gzOpts, gz(t, chatBody)[:len(gz(t, chatBody))-8] + "\x00\x00\x00\x00" + gz(t, chatBody)[len(gz(t, chatBody))-4:]}, true,
-			Result{Usage: Usage{InputTokens: 8, OutputTokens: 3}, Reported: true}},
+			Result{Usage: Usage{tokens.Input: 8, tokens.Output: 3}, Reported: true}},
 		{splitCase{"gzip stream checksum", gzStream, gz(t, stream)[:len(gz(t, stream))-8] + "\x00\x00\x00\x00" + gz(t, stream)[len(gz(t, stream))-4:]}, true,
-			Result{Usage: Usage{InputTokens: 4, OutputTokens: 2}, Reported: true, Events: 2, OutputTextRunes: 2, Err: "gzip: checksum"}},
+			Result{Usage: Usage{tokens.Input: 4, tokens.Output: 2}, Reported: true, Events: 2, OutputTextRunes: 2, Err: "gzip: checksum"}},
 		{splitCase{"gzip rejected by its first bytes before the stream breaks", gzOpts, noBOM.String()}, true,
 			with(fallback, func(r *Result) { r.Unparsed, r.Err = true, CodeNotJSON })},
 		{splitCase{"gzip corrupt", gzOpts, "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + "\xff\xff\xff\xff\xff\xff"}, true,
@@ -224,7 +225,7 @@ func TestStreamMemoryBounded(t *testing.T) {
 	// "lorem ipsum dolor sit amet," is 6 tokens, then " lorem…" repeats:
 	// the count is exact despite the incremental tokenizing.
 	want := o200k(t, strings.Repeat("lorem ipsum dolor sit amet, ", n))
-	if r.OutputTokens != want {
-		t.Errorf("OutputTokens %d, whole-text count %d", r.OutputTokens, want)
+	if r.Usage[tokens.Output] != want {
+		t.Errorf("OutputTokens %d, whole-text count %d", r.Usage[tokens.Output], want)
 	}
 }

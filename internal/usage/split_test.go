@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluicegw/sluice/internal/testenv"
 )
 
 // splitCases is every fixture response plus the hand-written bodies.
@@ -151,7 +153,7 @@ const everyOffsetMax = 16 << 10
 // splitOffsets returns the offsets in (0, n) to split a body of n bytes at.
 func splitOffsets(n int) []int {
 	every, edge, stride := everyOffsetMax, 4096, 7
-	if raceEnabled || testing.Short() {
+	if testenv.Race || testing.Short() {
 		every, edge, stride = 2048, 1024, 23
 	}
 	var out []int

@@ -1,6 +1,6 @@
 package usage
 
-import "bytes"
+import "github.com/sluicegw/sluice/internal/sselex"
 
 // sseSink receives the events an sseParser dispatches.
 type sseSink interface {
@@ -28,8 +28,8 @@ var badEventName = []byte("\x00")
 type sseParser struct {
 	max int // bound on one kept event's data
 
+	lex      sselex.Lines
 	line     []byte // the partial last line (a data or event line, or ≤5 undecided bytes)
-	skipLF   bool   // the last feed ended in '\r': a leading '\n' belongs to it
 	skipping bool   // dropping the rest of a line that need not be read
 
 	name     []byte // event type buffer
@@ -48,49 +48,34 @@ func (s *sseParser) feed(p []byte, sink sseSink) bool {
 	if s.err != "" {
 		return false
 	}
-	for len(p) > 0 {
-		if s.skipLF {
-			s.skipLF = false
-			if p[0] == '\n' {
-				p = p[1:]
-				continue
-			}
-		}
-		i := lineEnd(p)
-		if i < 0 {
-			s.settle()
-			s.partial(p, sink)
-			return s.err == ""
-		}
-		next := i + 1
-		if p[i] == '\r' {
-			if i+1 == len(p) {
-				s.skipLF = true
-			} else if p[i+1] == '\n' {
-				next++
-			}
-		}
+	for i := 0; i < len(p); {
+		stop, next, what := s.lex.Next(p, i)
 		switch {
+		case what == sselex.LF:
+		case what&sselex.Ended == 0:
+			s.settle()
+			s.partial(p[i:], sink)
+			return s.err == ""
 		case s.skipping:
 			s.skipping = false
 		case len(s.line) > 0:
-			s.line = append(s.line, p[:i]...)
+			s.line = append(s.line, p[i:stop]...)
 			s.processLine(s.line, sink)
 			s.line = s.line[:0]
 		default:
-			s.processLine(p[:i], sink)
+			s.processLine(p[i:stop], sink)
 		}
 		if s.err != "" {
 			return false
 		}
-		p = p[next:]
+		i = next
 	}
 	s.settle()
 	return true
 }
 
 // finish ends the stream: an unterminated last line and event are
-// processed (a deliberate leniency, see the package doc).
+// processed (a deliberate leniency, see README.md).
 func (s *sseParser) finish(sink sseSink) {
 	if s.err != "" {
 		return
@@ -102,19 +87,6 @@ func (s *sseParser) finish(sink sseSink) {
 	if s.err == "" && s.hasData {
 		s.dispatch(sink)
 	}
-}
-
-// lineEnd returns the index of the first '\r' or '\n' in p, or -1.
-func lineEnd(p []byte) int {
-	n := bytes.IndexByte(p, '\n')
-	q := p
-	if n >= 0 {
-		q = p[:n]
-	}
-	if r := bytes.IndexByte(q, '\r'); r >= 0 {
-		return r
-	}
-	return n
 }
 
 // settle copies a borrowed data line before the caller's bytes go away.
@@ -219,16 +191,7 @@ func (s *sseParser) processLine(line []byte, sink sseSink) {
 		s.dispatch(sink)
 		return
 	}
-	if line[0] == ':' {
-		return
-	}
-	field, value := line, []byte(nil)
-	if c := bytes.IndexByte(line, ':'); c >= 0 {
-		field, value = line[:c], line[c+1:]
-		if len(value) > 0 && value[0] == ' ' {
-			value = value[1:]
-		}
-	}
+	field, value := sselex.Field(line) // a comment's field is ""
 	switch string(field) {
 	case "data":
 		s.addData(value, sink)

@@ -6,42 +6,35 @@ import (
 	"github.com/sluicegw/sluice/internal/jsonlex"
 	"github.com/sluicegw/sluice/internal/llmapi"
 	"github.com/sluicegw/sluice/internal/sat"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
-// Usage is the token usage of one response. Tokens are int64, never floats.
-type Usage struct {
-	// InputTokens is every prompt token, cached ones included (OpenAI
-	// prompt_tokens / input_tokens; Anthropic input_tokens +
-	// cache_read_input_tokens + CacheCreationTokens).
-	InputTokens int64
-	// CachedInputTokens were read from the prompt cache (OpenAI
-	// *_tokens_details.cached_tokens; Anthropic cache_read_input_tokens).
-	CachedInputTokens int64
-	// CacheCreationTokens were written to the prompt cache (Anthropic
-	// cache_creation_input_tokens, or its cache_creation breakdown's sum
-	// where that is larger; OpenAI-compatible
-	// {prompt,input}_tokens_details.cache_write_tokens).
-	CacheCreationTokens int64
-	// OutputTokens is every output token, reasoning included
-	// (completion_tokens / output_tokens, plus a total_tokens excess
-	// under ExcessAsOutput).
-	OutputTokens int64
-	// ReasoningTokens is the reasoning part of OutputTokens
-	// (*_tokens_details.reasoning_tokens, at least a total_tokens excess
-	// under ExcessAsOutput).
-	ReasoningTokens int64
-	// CacheCreation1hTokens is the part of CacheCreationTokens written
-	// with the 1-hour TTL (Anthropic
-	// cache_creation.ephemeral_1h_input_tokens); the rest has the
-	// 5-minute TTL.
-	CacheCreation1hTokens int64
-	// AudioInputTokens is the audio part of InputTokens
-	// ({prompt,input}_tokens_details.audio_tokens).
-	AudioInputTokens int64
-	// AudioOutputTokens is the audio part of OutputTokens
-	// ({completion,output}_tokens_details.audio_tokens).
-	AudioOutputTokens int64
-}
+// Usage is the token usage of one response, by kind (tokens.Kind).
+// Tokens are int64, never floats. Where each count comes from:
+//
+//   - Input is every prompt token, cached ones included (OpenAI
+//     prompt_tokens / input_tokens; Anthropic input_tokens +
+//     cache_read_input_tokens + CacheWrite).
+//   - CachedInput were read from the prompt cache (OpenAI
+//     *_tokens_details.cached_tokens; Anthropic cache_read_input_tokens).
+//   - CacheWrite were written to the prompt cache (Anthropic
+//     cache_creation_input_tokens, or its cache_creation breakdown's sum
+//     where that is larger; OpenAI-compatible
+//     {prompt,input}_tokens_details.cache_write_tokens).
+//   - CacheWrite1h is the part of CacheWrite written with the 1-hour TTL
+//     (Anthropic cache_creation.ephemeral_1h_input_tokens); the rest has
+//     the 5-minute TTL.
+//   - AudioInput is the audio part of Input
+//     ({prompt,input}_tokens_details.audio_tokens).
+//   - Output is every output token, reasoning included
+//     (completion_tokens / output_tokens, plus a total_tokens excess
+//     under ExcessAsOutput).
+//   - Reasoning is the reasoning part of Output
+//     (*_tokens_details.reasoning_tokens, at least a total_tokens excess
+//     under ExcessAsOutput).
+//   - AudioOutput is the audio part of Output
+//     ({completion,output}_tokens_details.audio_tokens).
+type Usage = tokens.Counts
 
 // Result is what a Meter read from one response body.
 type Result struct {
@@ -49,7 +42,7 @@ type Result struct {
 	// Reported: the provider reported usage (input, final output or both).
 	Reported bool
 	// Estimated: some counts were computed by Sluice — the input from the
-	// caller's fallback, the output from the tokenizer. See the package doc.
+	// caller's fallback, the output from the tokenizer. See README.md.
 	Estimated bool
 	// OutputEstimated: the output count is Sluice's (the tokenizer's count
 	// of the text seen, or Anthropic's provisional message_start count),
@@ -481,40 +474,39 @@ func (m *Meter) result(fallbackInput int64) Result {
 	c := m.c
 	r.Reported = c.haveIn || c.haveOut
 	if c.haveIn {
-		r.InputTokens = c.input
-		r.CachedInputTokens = c.cacheRead
-		r.CacheCreationTokens = c.cacheCreate
-		r.CacheCreation1hTokens = c.cacheCreate1h
-		r.AudioInputTokens = c.audioIn
+		r.Usage[tokens.Input] = c.input
+		r.Usage[tokens.CachedInput] = c.cacheRead
+		r.Usage[tokens.CacheWrite] = c.cacheCreate
+		r.Usage[tokens.CacheWrite1h] = c.cacheCreate1h
+		r.Usage[tokens.AudioInput] = c.audioIn
 		if m.schema == anthropic {
 			// The breakdown should add up to cache_creation_input_tokens;
 			// where it does not (or comes alone), the larger is charged,
 			// so a write is never charged below a count the provider
 			// reported. The 1-hour part is as reported; the rest is
-			// 5-minute. So CacheCreation1hTokens ≤ CacheCreationTokens,
-			// and the clamp below cannot cut CacheCreationTokens (it is
-			// part of InputTokens here); OpenAI-shaped usage has no 1-hour
-			// count.
+			// 5-minute. So CacheWrite1h ≤ CacheWrite, and the clamp
+			// below cannot cut CacheWrite (it is part of Input here);
+			// OpenAI-shaped usage has no 1-hour count.
 			bd := min(c.cacheCreate5m+c.cacheCreate1h, maxCount) // each ≤ maxCount: no overflow
-			r.CacheCreationTokens = max(r.CacheCreationTokens, bd)
-			r.InputTokens = sat.Add(r.InputTokens, sat.Add(c.cacheRead, r.CacheCreationTokens))
+			r.Usage[tokens.CacheWrite] = max(r.Usage[tokens.CacheWrite], bd)
+			r.Usage[tokens.Input] = sat.Add(r.Usage[tokens.Input], sat.Add(c.cacheRead, r.Usage[tokens.CacheWrite]))
 		}
 	} else {
-		r.InputTokens = clampCount(fallbackInput)
+		r.Usage[tokens.Input] = clampCount(fallbackInput)
 		r.Estimated = true
 	}
 	if c.haveOut {
-		r.OutputTokens = c.output
-		r.ReasoningTokens = c.reasoning
-		r.AudioOutputTokens = c.audioOut
+		r.Usage[tokens.Output] = c.output
+		r.Usage[tokens.Reasoning] = c.reasoning
+		r.Usage[tokens.AudioOutput] = c.audioOut
 	} else {
-		r.OutputTokens = max(c.provisionalOut, m.text.tokens())
+		r.Usage[tokens.Output] = max(c.provisionalOut, m.text.tokens())
 		r.Estimated, r.OutputEstimated = true, true
 	}
-	r.CachedInputTokens = min(r.CachedInputTokens, r.InputTokens)
-	r.CacheCreationTokens = min(r.CacheCreationTokens, r.InputTokens-r.CachedInputTokens)
-	r.AudioInputTokens = min(r.AudioInputTokens, r.InputTokens)
-	r.ReasoningTokens = min(r.ReasoningTokens, r.OutputTokens)
-	r.AudioOutputTokens = min(r.AudioOutputTokens, r.OutputTokens)
+	r.Usage[tokens.CachedInput] = min(r.Usage[tokens.CachedInput], r.Usage[tokens.Input])
+	r.Usage[tokens.CacheWrite] = min(r.Usage[tokens.CacheWrite], r.Usage[tokens.Input]-r.Usage[tokens.CachedInput])
+	r.Usage[tokens.AudioInput] = min(r.Usage[tokens.AudioInput], r.Usage[tokens.Input])
+	r.Usage[tokens.Reasoning] = min(r.Usage[tokens.Reasoning], r.Usage[tokens.Output])
+	r.Usage[tokens.AudioOutput] = min(r.Usage[tokens.AudioOutput], r.Usage[tokens.Output])
 	return r
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/money"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 func buckets(t *testing.T, a ledger.Aggregates, since time.Time) []ledger.Aggregate {
@@ -49,7 +50,7 @@ func testAggregates(t *testing.T, b Backend) {
 	rec := func(id, key, team, org, model, started string, cost, in, cached, out int64) ledger.Record {
 		return ledger.Record{
 			RequestID: id, KeyID: key, Team: team, Org: org, Model: model,
-			CostPico: cost, InputTokens: in, CachedInputTokens: cached, OutputTokens: out,
+			CostPico: cost, Tokens: tokens.Counts{tokens.Input: in, tokens.CachedInput: cached, tokens.Output: out},
 			StartedAt: at(started),
 		}
 	}
@@ -189,9 +190,9 @@ func testAggregatesMatchRecords(t *testing.T, b Backend) {
 			r.Org = ""
 		}
 		if rng.IntN(10) > 0 {
-			r.InputTokens = rng.Int64N(100_000)
-			r.CachedInputTokens = rng.Int64N(r.InputTokens + 1)
-			r.OutputTokens = rng.Int64N(10_000)
+			r.Tokens[tokens.Input] = rng.Int64N(100_000)
+			r.Tokens[tokens.CachedInput] = rng.Int64N(r.Tokens[tokens.Input] + 1)
+			r.Tokens[tokens.Output] = rng.Int64N(10_000)
 			r.CostPico = rng.Int64N(5_000_000_000_000) // up to $5, to the pico-dollar
 		}
 		r.FinishedAt = r.StartedAt.Add(time.Duration(rng.Int64N(int64(time.Minute))))
@@ -262,9 +263,9 @@ func testAggregatesMatchRecords(t *testing.T, b Backend) {
 		}
 		s := perKey[a.ID]
 		s.Group, s.Requests, s.Cost = a.ID, s.Requests+a.Requests, s.Cost.Add(a.Cost)
-		s.InputTokens += a.InputTokens
-		s.CachedInputTokens += a.CachedInputTokens
-		s.OutputTokens += a.OutputTokens
+		s.Tokens[tokens.Input] += a.InputTokens
+		s.Tokens[tokens.CachedInput] += a.CachedInputTokens
+		s.Tokens[tokens.Output] += a.OutputTokens
 		perKey[a.ID] = s
 	}
 	for _, tot := range totals(t, b, ledger.Filter{}, ledger.ByKey) {
@@ -273,7 +274,7 @@ func testAggregatesMatchRecords(t *testing.T, b Backend) {
 		}
 		got := perKey[tot.Group]
 		want := ledger.Total{Group: tot.Group, Requests: tot.Requests, Cost: tot.Cost,
-			InputTokens: tot.InputTokens, CachedInputTokens: tot.CachedInputTokens, OutputTokens: tot.OutputTokens}
+			Tokens: tokens.Counts{tokens.Input: tot.Tokens[tokens.Input], tokens.CachedInput: tot.Tokens[tokens.CachedInput], tokens.Output: tot.Tokens[tokens.Output]}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("key %s: Lifetime summed over models differs from Totals (-totals +lifetime):\n%s", tot.Group, diff)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // Backend is a ledger under test: what every backend is.
@@ -98,24 +99,26 @@ func totals(t *testing.T, r ledger.Reader, f ledger.Filter, by ledger.GroupBy) [
 // zone other than UTC and to the nanosecond.
 func fullRecord(id string, startedAt time.Time) ledger.Record {
 	return ledger.Record{
-		RequestID:           id,
-		ClientRequestID:     "client-" + id,
-		KeyID:               "key_" + id,
-		Team:                "team-" + id,
-		Org:                 "org-" + id,
-		Endpoint:            "chat_completions",
-		Model:               "gpt-4o",
-		Provider:            "openai",
-		UpstreamModel:       "gpt-4o-2024-08-06",
-		InputTokens:         1234,
-		CachedInputTokens:   234,
-		CacheCreationTokens: 34,
-		OutputTokens:        567,
-		ReasoningTokens:     67,
-		// The other token kinds, each a part of what holds it.
-		CacheCreation1hTokens: 12,
-		AudioInputTokens:      45,
-		AudioOutputTokens:     56,
+		RequestID:       id,
+		ClientRequestID: "client-" + id,
+		KeyID:           "key_" + id,
+		Team:            "team-" + id,
+		Org:             "org-" + id,
+		Endpoint:        "chat_completions",
+		Model:           "gpt-4o",
+		Provider:        "openai",
+		UpstreamModel:   "gpt-4o-2024-08-06",
+		Tokens: tokens.Counts{
+			tokens.Input:       1234,
+			tokens.CachedInput: 234,
+			tokens.CacheWrite:  34,
+			tokens.Output:      567,
+			tokens.Reasoning:   67,
+			// The other token kinds, each a part of what holds it.
+			tokens.CacheWrite1h: 12,
+			tokens.AudioInput:   45,
+			tokens.AudioOutput:  56,
+		},
 		// 8,901.234567 µ$: a cost to the pico-dollar.
 		CostPico:   8_901_234_567,
 		Priced:     true,
@@ -143,7 +146,7 @@ func testRoundTrip(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 	// Values a float64 would round: stored as integers, they come back
 	// exact.
 	c := fullRecord("req_c", base.Add(-time.Hour))
-	c.InputTokens, c.CostPico = 1<<53+1, 1<<62+1
+	c.Tokens[tokens.Input], c.CostPico = 1<<53+1, 1<<62+1
 	c.Status, c.Outcome, c.TTFT = 0, "cancelled", 0
 	// Unicode and SQL-looking text round trip as they are.
 	d := fullRecord("req_d", base.Add(time.Hour))
@@ -282,15 +285,15 @@ func testInvalidRecord(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 	for name, r := range map[string]ledger.Record{
 		"empty request id":       with(func(r *ledger.Record) { r.RequestID = "" }),
 		"zero started at":        with(func(r *ledger.Record) { r.StartedAt = time.Time{} }),
-		"negative input tokens":  with(func(r *ledger.Record) { r.InputTokens = -1 }),
-		"negative cached tokens": with(func(r *ledger.Record) { r.CachedInputTokens = -1 }),
-		"negative cache writes":  with(func(r *ledger.Record) { r.CacheCreationTokens = -1 }),
-		"negative output tokens": with(func(r *ledger.Record) { r.OutputTokens = -1 }),
-		"negative reasoning":     with(func(r *ledger.Record) { r.ReasoningTokens = -1 }),
+		"negative input tokens":  with(func(r *ledger.Record) { r.Tokens[tokens.Input] = -1 }),
+		"negative cached tokens": with(func(r *ledger.Record) { r.Tokens[tokens.CachedInput] = -1 }),
+		"negative cache writes":  with(func(r *ledger.Record) { r.Tokens[tokens.CacheWrite] = -1 }),
+		"negative output tokens": with(func(r *ledger.Record) { r.Tokens[tokens.Output] = -1 }),
+		"negative reasoning":     with(func(r *ledger.Record) { r.Tokens[tokens.Reasoning] = -1 }),
 		"negative cost":          with(func(r *ledger.Record) { r.CostPico = -1 }),
-		"negative 1h writes":     with(func(r *ledger.Record) { r.CacheCreation1hTokens = -1 }),
-		"negative audio input":   with(func(r *ledger.Record) { r.AudioInputTokens = -1 }),
-		"negative audio output":  with(func(r *ledger.Record) { r.AudioOutputTokens = -1 }),
+		"negative 1h writes":     with(func(r *ledger.Record) { r.Tokens[tokens.CacheWrite1h] = -1 }),
+		"negative audio input":   with(func(r *ledger.Record) { r.Tokens[tokens.AudioInput] = -1 }),
+		"negative audio output":  with(func(r *ledger.Record) { r.Tokens[tokens.AudioOutput] = -1 }),
 		"negative ttft":          with(func(r *ledger.Record) { r.TTFT = -time.Nanosecond }),
 	} {
 		if err := l.Append(testctx.Deadline(t), r); !errors.Is(err, ledger.ErrInvalid) {
@@ -330,8 +333,7 @@ func dataset() map[string]ledger.Record {
 		return ledger.Record{
 			RequestID: id, KeyID: key, Team: team, Org: org, Endpoint: "chat_completions",
 			Model: model, Provider: "p", UpstreamModel: model,
-			InputTokens: in, CachedInputTokens: cachedIn, CacheCreationTokens: cacheWrite,
-			OutputTokens: out, ReasoningTokens: reasoning,
+			Tokens:   tokens.Counts{tokens.Input: in, tokens.CachedInput: cachedIn, tokens.CacheWrite: cacheWrite, tokens.Output: out, tokens.Reasoning: reasoning},
 			CostPico: cost, Priced: priced, Status: 200, Outcome: "ok", Estimated: estimated,
 			StartedAt: at, FinishedAt: at.Add(time.Second),
 		}
@@ -383,8 +385,7 @@ func testTotals(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 
 	// One Total written out by hand, so that sumOf is checked too.
 	keyA1 := ledger.Total{
-		Group: "key_a1", Requests: 2, InputTokens: 300, CachedInputTokens: 10, CacheCreationTokens: 20,
-		OutputTokens: 130, ReasoningTokens: 5, Cost: money.FromPico(4000), Estimated: 1, Unpriced: 0,
+		Group: "key_a1", Requests: 2, Tokens: tokens.Counts{tokens.Input: 300, tokens.CachedInput: 10, tokens.CacheWrite: 20, tokens.Output: 130, tokens.Reasoning: 5}, Cost: money.FromPico(4000), Estimated: 1, Unpriced: 0,
 	}
 	if diff := cmp.Diff(keyA1, sumOf(ds, "key_a1", "a", "b")); diff != "" {
 		t.Fatalf("the suite's own sumOf is wrong (-want +got):\n%s", diff)
@@ -674,7 +675,7 @@ func testConcurrentAppends(t *testing.T, l ledger.Ledger, rd ledger.Reader) {
 		for i := range each {
 			r := fullRecord(fmt.Sprintf("req_%02d_%03d", g, i), start.Add(time.Duration(g*each+i)*time.Millisecond))
 			r.KeyID, r.Team = fmt.Sprintf("key_%02d", g), fmt.Sprintf("team_%d", g%4)
-			r.InputTokens, r.OutputTokens, r.CostPico = int64(i), int64(g), int64(g*1000+i+1)
+			r.Tokens[tokens.Input], r.Tokens[tokens.Output], r.CostPico = int64(i), int64(g), int64(g*1000+i+1)
 			r.Estimated, r.Priced = i%3 == 0, i%5 != 0
 			all[g] = append(all[g], r)
 		}

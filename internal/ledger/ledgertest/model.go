@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/money"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // The reference semantics of Filter and GroupBy, written plainly: Memory
@@ -48,14 +49,7 @@ func group(r ledger.Record, by ledger.GroupBy) string {
 // add counts r into t.
 func add(t *ledger.Total, r ledger.Record) {
 	t.Requests++
-	t.InputTokens += r.InputTokens
-	t.CachedInputTokens += r.CachedInputTokens
-	t.CacheCreationTokens += r.CacheCreationTokens
-	t.OutputTokens += r.OutputTokens
-	t.ReasoningTokens += r.ReasoningTokens
-	t.CacheCreation1hTokens += r.CacheCreation1hTokens
-	t.AudioInputTokens += r.AudioInputTokens
-	t.AudioOutputTokens += r.AudioOutputTokens
+	t.Tokens.Add(r.Tokens)
 	t.Cost = t.Cost.AddPico(r.CostPico)
 	if r.Estimated {
 		t.Estimated++
@@ -106,8 +100,8 @@ func ExpectedBuckets(recs []ledger.Record, since time.Time) []ledger.Aggregate {
 				sums[k] = &ledger.Aggregate{Scope: s, ID: id, Model: r.Model, Bucket: b}
 			}
 			addAggregate(sums[k], ledger.Aggregate{
-				Cost: money.FromPico(r.CostPico), InputTokens: r.InputTokens, CachedInputTokens: r.CachedInputTokens,
-				OutputTokens: r.OutputTokens, Requests: 1,
+				Cost: money.FromPico(r.CostPico), InputTokens: r.Tokens[tokens.Input], CachedInputTokens: r.Tokens[tokens.CachedInput],
+				OutputTokens: r.Tokens[tokens.Output], Requests: 1,
 			})
 		}
 	}

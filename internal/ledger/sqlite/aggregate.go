@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/money"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 var _ ledger.Aggregates = (*Ledger)(nil)
@@ -60,8 +61,8 @@ func aggregateOf(r ledger.Record) aggInput {
 		key: r.KeyID, team: r.Team, org: r.Org, model: r.Model,
 		bucket: ledger.BucketOf(r.StartedAt).Unix(),
 		sums: sums{
-			cost: money.FromPico(r.CostPico), input: r.InputTokens, cachedInput: r.CachedInputTokens,
-			output: r.OutputTokens, requests: 1,
+			cost: money.FromPico(r.CostPico), input: r.Tokens[tokens.Input], cachedInput: r.Tokens[tokens.CachedInput],
+			output: r.Tokens[tokens.Output], requests: 1,
 		},
 	}
 }

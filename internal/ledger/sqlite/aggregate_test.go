@@ -17,6 +17,7 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger/ledgertest"
 	"github.com/sluicegw/sluice/internal/sqlitedb"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // checkAggregates fails the test unless l's aggregates are the sums of
@@ -59,7 +60,7 @@ func TestMigrationBackfill(t *testing.T) {
 		r.Team = []string{"search", "ads", ""}[rng.IntN(3)]
 		r.Org = []string{"acme", ""}[rng.IntN(2)]
 		r.Model = []string{"gpt-4o", "claude-sonnet", ""}[rng.IntN(3)]
-		r.InputTokens, r.CachedInputTokens, r.OutputTokens = rng.Int64N(5000), rng.Int64N(100), rng.Int64N(900)
+		r.Tokens[tokens.Input], r.Tokens[tokens.CachedInput], r.Tokens[tokens.Output] = rng.Int64N(5000), rng.Int64N(100), rng.Int64N(900)
 		r.CostPico = rng.Int64N(1_000_000) * 1_000_000 // whole µ$, as the first schema held
 		switch p := rng.IntN(20); {
 		case p == 0: // before 1970: the backfill floors towards the past
@@ -238,11 +239,11 @@ func TestAggregateOverflow(t *testing.T) {
 
 	l := openTest(t, path, Options{})
 	over := big
-	over.RequestID, over.InputTokens = "req_over", 200 // against the stored sum
+	over.RequestID, over.Tokens[tokens.Input] = "req_over", 200 // against the stored sum
 	// Any two of these fit in one aggregate, all three do not: whichever
 	// the batch counts last fails.
 	three := numbered(3)
-	three[0].InputTokens, three[1].InputTokens, three[2].InputTokens = math.MaxInt64-100, 60, 60
+	three[0].Tokens[tokens.Input], three[1].Tokens[tokens.Input], three[2].Tokens[tokens.Input] = math.MaxInt64-100, 60, 60
 	fine := record("req_fine")
 	fine.KeyID, fine.Team, fine.Org = "key_fine", "team_fine", "org_fine"
 	wait := appendAsync(t.Context(), l, over, fine, three[0], three[1], three[2])
@@ -281,7 +282,7 @@ func seedBigSum(t *testing.T) (string, ledger.Record) {
 	seed := openTest(t, path, Options{})
 	stop := start(t, seed)
 	big := record("req_big")
-	big.KeyID, big.Team, big.Org, big.InputTokens = "key_big", "team_big", "org_big", math.MaxInt64-100
+	big.KeyID, big.Team, big.Org, big.Tokens[tokens.Input] = "key_big", "team_big", "org_big", math.MaxInt64-100
 	if err := errors.Join(seed.Append(testctx.Deadline(t), big), stop()); err != nil {
 		t.Fatal(err)
 	}
@@ -297,14 +298,14 @@ func TestLifetimeOverflow(t *testing.T) {
 	path, big := seedBigSum(t)
 
 	l := openTest(t, path, Options{})
-	later := func(r ledger.Record, id string, tokens int64) ledger.Record {
-		r.RequestID, r.InputTokens = id, tokens
+	later := func(r ledger.Record, id string, input int64) ledger.Record {
+		r.RequestID, r.Tokens[tokens.Input] = id, input
 		r.StartedAt, r.FinishedAt = r.StartedAt.Add(time.Hour), r.FinishedAt.Add(time.Hour)
 		return r
 	}
 	over := later(big, "req_over", 200) // against the stored lifetime sum
 	pair := record("req_pair_0")
-	pair.KeyID, pair.Team, pair.Org, pair.InputTokens = "key_pair", "team_pair", "org_pair", math.MaxInt64-100
+	pair.KeyID, pair.Team, pair.Org, pair.Tokens[tokens.Input] = "key_pair", "team_pair", "org_pair", math.MaxInt64-100
 	pair1 := later(pair, "req_pair_1", 200) // the pair overflows within the batch
 	fine := record("req_fine")
 	fine.KeyID, fine.Team, fine.Org = "key_fine", "team_fine", "org_fine"

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // pending is one queued Append.
@@ -97,14 +99,28 @@ func encode(r ledger.Record) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("request %s: %w", r.RequestID, err)
 	}
-	return []any{
+	args := append(make([]any, 0, numColumns),
 		r.RequestID, r.KeyID, r.Team, r.Org, r.Endpoint, r.Model, r.Provider, r.UpstreamModel,
-		r.InputTokens, r.CachedInputTokens, r.CacheCreationTokens, r.OutputTokens, r.ReasoningTokens,
 		r.Priced, int64(r.Status), r.Outcome, r.Estimated, r.Stream,
 		started, finished, int64(r.TTFT),
-		r.ClientRequestID, r.ErrorType,
-		r.CostPico, r.CacheCreation1hTokens, r.AudioInputTokens, r.AudioOutputTokens,
-	}, nil
+		r.ClientRequestID, r.ErrorType, r.CostPico)
+	for _, v := range r.Tokens {
+		args = append(args, v)
+	}
+	return args, nil
+}
+
+// tokenColumns is the spend table's token columns, in tokens.Kind's
+// order, each formatted with format ("sum(%s)"), joined by commas.
+func tokenColumns(format string) string {
+	var b strings.Builder
+	for _, k := range tokens.All() {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, format, k.Names().Column)
+	}
+	return b.String()
 }
 
 // Run is the committer: it takes up to MaxBatch queued records (waiting at

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // commitBatch writes recs as one batch with a committer of l's, in their
@@ -61,11 +62,11 @@ func TestMultiRowInsertDuplicates(t *testing.T) {
 	recs := numbered(2*insertRows + 5) // two statements and a tail of 5
 	for i := range recs {
 		recs[i].KeyID = fmt.Sprintf("key_%d", i%3)
-		recs[i].InputTokens = int64(1000 + i) // tells the copies apart
+		recs[i].Tokens[tokens.Input] = int64(1000 + i) // tells the copies apart
 	}
 	before := []ledger.Record{recs[4], recs[insertRows+7], recs[2*insertRows+1]}
 	for i := range before {
-		before[i].InputTokens = 1 // the stored copy, which must stay
+		before[i].Tokens[tokens.Input] = 1 // the stored copy, which must stay
 	}
 	for i, err := range commitBatch(t, l, before, nil) {
 		if err != nil {
@@ -97,19 +98,19 @@ func TestMultiRowInsertDuplicates(t *testing.T) {
 	}
 	for _, r := range batch {
 		if _, ok := want[r.RequestID]; !ok {
-			want[r.RequestID] = r.InputTokens // the first of an id
+			want[r.RequestID] = r.Tokens[tokens.Input] // the first of an id
 		}
 	}
 	gotTokens := map[string]int64{}
 	for _, r := range got {
-		gotTokens[r.RequestID] = r.InputTokens
+		gotTokens[r.RequestID] = r.Tokens[tokens.Input]
 	}
 	if diff := cmp.Diff(want, gotTokens); diff != "" {
 		t.Errorf("stored records' input tokens (-want +got):\n%s", diff)
 	}
 	// The duplicate in the tail of one in the tail before it: the first
 	// wins there too.
-	if gotTokens[recs[2*insertRows].RequestID] != recs[2*insertRows].InputTokens {
+	if gotTokens[recs[2*insertRows].RequestID] != recs[2*insertRows].Tokens[tokens.Input] {
 		t.Errorf("the tail's first copy of %s was not the one stored", recs[2*insertRows].RequestID)
 	}
 }
@@ -145,7 +146,7 @@ func TestMultiRowInsertRefusal(t *testing.T) {
 					t.Fatal(err)
 				}
 				for i := range isBad {
-					recs[i].OutputTokens = 999
+					recs[i].Tokens[tokens.Output] = 999
 				}
 			}
 			errs := commitBatch(t, l, recs, func(i int, args []any) {

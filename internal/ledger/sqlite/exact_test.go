@@ -3,6 +3,7 @@ package sqlite
 import (
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/testenv"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // fill writes n records of key (its team and org named after it), each
@@ -36,8 +39,8 @@ func fill(t *testing.T, l *Ledger, key string, n, cost int64, start time.Time) {
 		WITH RECURSIVE i(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM i WHERE n + 1 < ?1)
 		INSERT INTO spend (`+columns+`)
 		SELECT ?2 || printf('_%07d', n), ?2, ?2, ?2, 'embeddings', 'm', 'openai', 'm',
-			7, 0, 0, 0, 0, 1, 200, 'ok', 0, 0, ?3 + n * 1000000, ?3 + n * 1000000, 0,
-			'', '', ?4, 0, 0, 0
+			1, 200, 'ok', 0, 0, ?3 + n * 1000000, ?3 + n * 1000000, 0,
+			'', '', ?4, 7`+strings.Repeat(", 0", tokens.NumKinds-1)+`
 		FROM i`, n, key, start.UnixNano(), cost); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +79,7 @@ func TestMillionRecordsExact(t *testing.T) {
 	// under the race detector, which has nothing to check in one
 	// goroutine's bulk inserts and would make them last minutes).
 	n, hugeN := int64(1_000_000), int64(1_000)
-	if raceEnabled {
+	if testenv.Race {
 		n = 10_000
 	}
 	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{})
@@ -93,7 +96,7 @@ func TestMillionRecordsExact(t *testing.T) {
 
 	tiny := money.FromParts(0, 140_000*n+1)
 	huge := money.FromParts(0, math.MaxInt64).Add(money.FromParts(math.MaxInt64/money.PicoPerMicro*(hugeN-1), math.MaxInt64%money.PicoPerMicro*(hugeN-1)))
-	if (!raceEnabled && tiny.PicoString() != "140000000001") || huge.PicoString() != "9223372036854775807000" {
+	if (!testenv.Race && tiny.PicoString() != "140000000001") || huge.PicoString() != "9223372036854775807000" {
 		t.Fatalf("the test's own sums are %s and %s p$", tiny.PicoString(), huge.PicoString())
 	}
 	ts, err := l.Totals(t.Context(), ledger.Filter{}, ledger.ByKey)
@@ -101,8 +104,8 @@ func TestMillionRecordsExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []ledger.Total{
-		{Group: "huge", Requests: hugeN, InputTokens: 7 * hugeN, Cost: huge},
-		{Group: "tiny", Requests: n + 1, InputTokens: 7*n + last.InputTokens, OutputTokens: last.OutputTokens, Cost: tiny},
+		{Group: "huge", Requests: hugeN, Tokens: tokens.Counts{tokens.Input: 7 * hugeN}, Cost: huge},
+		{Group: "tiny", Requests: n + 1, Tokens: tokens.Counts{tokens.Input: 7*n + last.Tokens[tokens.Input], tokens.Output: last.Tokens[tokens.Output]}, Cost: tiny},
 	}
 	if diff := cmp.Diff(want, ts); diff != "" {
 		t.Errorf("Totals by key (-want +got):\n%s", diff)

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/sqlitedb"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // insertV1 writes r as the releases before schema version 3 did: the
@@ -59,7 +60,7 @@ func v1Args(t *testing.T, r ledger.Record) []any {
 	}
 	return []any{
 		r.RequestID, r.KeyID, r.Team, r.Org, r.Endpoint, r.Model, r.Provider, r.UpstreamModel,
-		r.InputTokens, r.CachedInputTokens, r.CacheCreationTokens, r.OutputTokens, r.ReasoningTokens,
+		r.Tokens[tokens.Input], r.Tokens[tokens.CachedInput], r.Tokens[tokens.CacheWrite], r.Tokens[tokens.Output], r.Tokens[tokens.Reasoning],
 		r.CostPico / money.PicoPerMicro, r.Priced, int64(r.Status), r.Outcome, r.Estimated, r.Stream,
 		r.StartedAt.UnixNano(), r.FinishedAt.UnixNano(), int64(r.TTFT),
 	}
@@ -155,7 +156,7 @@ func TestMigrationPico(t *testing.T) {
 				ON CONFLICT (scope, id, model, bucket) DO UPDATE SET cost_micros = cost_micros + excluded.cost_micros,
 					input_tokens = input_tokens + excluded.input_tokens, cached_input_tokens = cached_input_tokens + excluded.cached_input_tokens,
 					output_tokens = output_tokens + excluded.output_tokens, requests = requests + 1`,
-				sc.scope, sc.id, a.model, a.bucket, r.CostPico/money.PicoPerMicro, r.InputTokens, r.CachedInputTokens, r.OutputTokens); err != nil {
+				sc.scope, sc.id, a.model, a.bucket, r.CostPico/money.PicoPerMicro, r.Tokens[tokens.Input], r.Tokens[tokens.CachedInput], r.Tokens[tokens.Output]); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -188,8 +189,8 @@ func TestMigrationPico(t *testing.T) {
 	// New records are exact to the pico-dollar, and land in the old rows.
 	start(t, l)
 	tiny := record("req_v4_tiny")
-	tiny.CostPico, tiny.CacheCreation1hTokens, tiny.AudioInputTokens, tiny.AudioOutputTokens = 140_000, 3, 4, 5
-	tiny.CacheCreationTokens, tiny.InputTokens = 7, 100
+	tiny.CostPico, tiny.Tokens[tokens.CacheWrite1h], tiny.Tokens[tokens.AudioInput], tiny.Tokens[tokens.AudioOutput] = 140_000, 3, 4, 5
+	tiny.Tokens[tokens.CacheWrite], tiny.Tokens[tokens.Input] = 7, 100
 	if err := l.Append(testctx.Deadline(t), tiny); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func TestMigrationPico(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := wantLife.AddPico(140_000); len(ts) != 1 || ts[0].Cost != want || ts[0].CacheCreation1hTokens != 3 {
+	if want := wantLife.AddPico(140_000); len(ts) != 1 || ts[0].Cost != want || ts[0].Tokens[tokens.CacheWrite1h] != 3 {
 		t.Errorf("Totals of key_1 = %+v; want a cost of %v and 3 1-hour cache writes", ts, want)
 	}
 }

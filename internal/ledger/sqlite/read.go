@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/money"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // Records returns the records f selects, newest first (StartedAt
@@ -44,11 +45,13 @@ func (l *Ledger) records(ctx context.Context, f ledger.Filter) ([]ledger.Record,
 			started, finished, ttft   int64
 			priced, estimated, stream bool
 		)
-		err := rows.Scan(&r.RequestID, &r.KeyID, &r.Team, &r.Org, &r.Endpoint, &r.Model, &r.Provider, &r.UpstreamModel,
-			&r.InputTokens, &r.CachedInputTokens, &r.CacheCreationTokens, &r.OutputTokens, &r.ReasoningTokens,
+		dest := [numColumns]any{&r.RequestID, &r.KeyID, &r.Team, &r.Org, &r.Endpoint, &r.Model, &r.Provider, &r.UpstreamModel,
 			&priced, &r.Status, &r.Outcome, &estimated, &stream, &started, &finished, &ttft,
-			&r.ClientRequestID, &r.ErrorType,
-			&r.CostPico, &r.CacheCreation1hTokens, &r.AudioInputTokens, &r.AudioOutputTokens)
+			&r.ClientRequestID, &r.ErrorType, &r.CostPico}
+		for k := range r.Tokens {
+			dest[numColumns-tokens.NumKinds+k] = &r.Tokens[k]
+		}
+		err := rows.Scan(dest[:]...)
 		if err != nil {
 			return nil, err
 		}
@@ -118,10 +121,11 @@ func (l *Ledger) totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy)
 			t            ledger.Total
 			micros, pico int64
 		)
-		err := rows.Scan(&t.Group, &t.Requests,
-			&t.InputTokens, &t.CachedInputTokens, &t.CacheCreationTokens, &t.OutputTokens, &t.ReasoningTokens,
-			&t.CacheCreation1hTokens, &t.AudioInputTokens, &t.AudioOutputTokens,
-			&micros, &pico, &t.Estimated, &t.Unpriced)
+		dest := [6 + tokens.NumKinds]any{&t.Group, &t.Requests, &micros, &pico, &t.Estimated, &t.Unpriced}
+		for k := range t.Tokens {
+			dest[6+k] = &t.Tokens[k]
+		}
+		err := rows.Scan(dest[:]...)
 		if err != nil {
 			return nil, err
 		}
@@ -143,12 +147,14 @@ func (l *Ledger) totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy)
 func totalsQuery(f ledger.Filter, by ledger.GroupBy) (string, []any) {
 	cond, args, _ := where(f)
 	return `SELECT ` + groupExprs[by] + ` AS grp, count(*),
-		sum(input_tokens), sum(cached_input_tokens), sum(cache_creation_tokens), sum(output_tokens), sum(reasoning_tokens),
-		sum(cache_creation_1h_tokens), sum(audio_input_tokens), sum(audio_output_tokens),
-		sum(cost_pico / 1000000) AS micros, sum(cost_pico % 1000000) AS pico, sum(estimated), sum(1 - priced)
+		sum(cost_pico / 1000000) AS micros, sum(cost_pico % 1000000) AS pico, sum(estimated), sum(1 - priced),
+		` + sumTokens + `
 		FROM spend` + cond + ` GROUP BY grp
 		ORDER BY micros + pico / 1000000 DESC, pico % 1000000 DESC, grp ASC LIMIT ?`, append(args, limit(f))
 }
+
+// sumTokens sums each token column, in tokens.Kind's order.
+var sumTokens = tokenColumns("sum(%s)")
 
 // where is the WHERE clause (with a leading space, or empty) selecting
 // f's records, its arguments, and whether it selects by a column that a

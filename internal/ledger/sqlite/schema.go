@@ -3,6 +3,8 @@ package sqlite
 import (
 	"strconv"
 	"strings"
+
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // migrations[i] brings the schema from version i to version i+1; the
@@ -257,25 +259,23 @@ func addSums(table string, key ...string) (update, insert string) {
 	return update, insert
 }
 
-// columns are the spend table's columns as insert binds them and reads
-// scan them: the first schema's, in ledger.Record's order (cost_micros,
-// dropped by migration 4, aside), then the columns later migrations added.
-const columns = `request_id, key_id, team, org, endpoint, model, provider, upstream_model,
-	input_tokens, cached_input_tokens, cache_creation_tokens, output_tokens, reasoning_tokens,
+// columns are the spend table's columns as insert binds them (encode)
+// and reads scan them: the record's other fields, then a column per kind
+// of token, in tokens.Kind's order.
+var columns = `request_id, key_id, team, org, endpoint, model, provider, upstream_model,
 	priced, status, outcome, estimated, stream, started_at, finished_at, ttft,
-	client_request_id, error_type,
-	cost_pico, cache_creation_1h_tokens, audio_input_tokens, audio_output_tokens`
+	client_request_id, error_type, cost_pico, ` + tokenColumns("%s")
 
 // insert writes one record; a record whose request_id is taken is skipped
 // (the first wins). ON CONFLICT names the column so that only that
 // uniqueness conflict is ignored: a CHECK failure is still an error, where
 // INSERT OR IGNORE would drop the row silently.
-const insert = `INSERT INTO spend (` + columns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+var insert = `INSERT INTO spend (` + columns + `)
+	VALUES (` + strings.Repeat("?, ", numColumns-1) + `?)
 	ON CONFLICT (request_id) DO NOTHING`
 
 // numColumns is how many columns columns names.
-const numColumns = 27
+const numColumns = 19 + tokens.NumKinds
 
 // insertOf is insert for n records in one statement. ON CONFLICT still
 // skips a taken request_id row by row, one taken earlier in the same

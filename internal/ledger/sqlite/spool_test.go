@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/ledger/ledgertest"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 func TestContractSpooled(t *testing.T) {
@@ -34,8 +35,8 @@ func TestContractSpooled(t *testing.T) {
 func fullRecord(id string) ledger.Record {
 	r := record(id)
 	r.ClientRequestID, r.ErrorType, r.Estimated, r.Stream = "client-"+id, "overloaded_error", true, true
-	r.CachedInputTokens, r.CacheCreationTokens, r.ReasoningTokens = 7, 11, 13
-	r.CacheCreation1hTokens, r.AudioInputTokens, r.AudioOutputTokens = 5, 3, 2
+	r.Tokens[tokens.CachedInput], r.Tokens[tokens.CacheWrite], r.Tokens[tokens.Reasoning] = 7, 11, 13
+	r.Tokens[tokens.CacheWrite1h], r.Tokens[tokens.AudioInput], r.Tokens[tokens.AudioOutput] = 5, 3, 2
 	r.StartedAt = r.StartedAt.Add(123456789 * time.Nanosecond)
 	return r
 }
@@ -372,7 +373,7 @@ func TestReplayDropsUndecodable(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, neg := fullRecord("a"), fullRecord("neg")
-	neg.InputTokens = -1
+	neg.Tokens[tokens.Input] = -1
 	if err := sp.write(sp.frames([][]byte{{9, 9}, appendRecord(nil, &neg), appendRecord(nil, &a)})); err != nil {
 		t.Fatal(err)
 	}

@@ -8,14 +8,29 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // A spooled record is its fields in a fixed order: a version byte, the
 // strings (each a uvarint length and the bytes), the integers (zigzag
-// varints; times as Unix nanoseconds, 0 for the zero time, as the spend
-// table stores them), and one byte of flags. A new field is added at the
-// end under a new version; a decoder refuses versions it does not know.
+// varints: the token counts in tokens.Kind's order, the cost, the status,
+// then times as Unix nanoseconds, 0 for the zero time, as the spend table
+// stores them, and the TTFT), and one byte of flags. A new field is added
+// at the end under a new version; a decoder refuses versions it does not
+// know.
 const recordVersion = 1
+
+// recordKinds is how many token counts a version-1 record holds: every
+// kind there was when it was defined. A new kind changes the layout, so
+// it needs a new version (and decodeRecord must go on reading version 1,
+// with the new kind's count 0): this line stops the build until then.
+const recordKinds = 8
+
+var _ [recordKinds - tokens.NumKinds]struct{} // a new kind: see recordKinds
+
+// recordInts is how many integers follow the strings: the counts, then
+// cost_pico, status, started_at, finished_at and ttft.
+const recordInts = recordKinds + 5
 
 const (
 	flagPriced = 1 << iota
@@ -23,15 +38,10 @@ const (
 	flagStream
 )
 
-// recordStrings and recordInts are r's fields in their encoded order.
+// recordStrings are r's strings in their encoded order.
 func recordStrings(r *ledger.Record) [11]*string {
 	return [...]*string{&r.RequestID, &r.ClientRequestID, &r.KeyID, &r.Team, &r.Org, &r.Endpoint,
 		&r.Model, &r.Provider, &r.UpstreamModel, &r.Outcome, &r.ErrorType}
-}
-
-func recordInts(r *ledger.Record) [9]*int64 {
-	return [...]*int64{&r.InputTokens, &r.CachedInputTokens, &r.CacheCreationTokens, &r.OutputTokens,
-		&r.ReasoningTokens, &r.CacheCreation1hTokens, &r.AudioInputTokens, &r.AudioOutputTokens, &r.CostPico}
 }
 
 // appendRecord appends r's encoding to b. r's times must be storable
@@ -41,12 +51,12 @@ func appendRecord(b []byte, r *ledger.Record) []byte {
 	for _, s := range recordStrings(r) {
 		b = protowire.AppendString(b, *s)
 	}
-	for _, n := range recordInts(r) {
-		b = protowire.AppendVarint(b, protowire.EncodeZigZag(*n))
+	for _, n := range r.Tokens {
+		b = protowire.AppendVarint(b, protowire.EncodeZigZag(n))
 	}
 	started, _ := nanos("started_at", r.StartedAt)
 	finished, _ := nanos("finished_at", r.FinishedAt)
-	for _, n := range [...]int64{int64(r.Status), started, finished, int64(r.TTFT)} {
+	for _, n := range [...]int64{r.CostPico, int64(r.Status), started, finished, int64(r.TTFT)} {
 		b = protowire.AppendVarint(b, protowire.EncodeZigZag(n))
 	}
 	var flags byte
@@ -79,7 +89,7 @@ func decodeRecord(b []byte) (ledger.Record, error) {
 		}
 		*s, b = v, b[n:]
 	}
-	var ints [13]int64
+	var ints [recordInts]int64
 	for i := range ints {
 		v, n := protowire.ConsumeVarint(b)
 		if n < 0 {
@@ -87,10 +97,9 @@ func decodeRecord(b []byte) (ledger.Record, error) {
 		}
 		ints[i], b = protowire.DecodeZigZag(v), b[n:]
 	}
-	for i, p := range recordInts(&r) {
-		*p = ints[i]
-	}
-	status, started, finished, ttft := ints[9], ints[10], ints[11], ints[12]
+	copy(r.Tokens[:], ints[:recordKinds])
+	r.CostPico = ints[recordKinds]
+	status, started, finished, ttft := ints[recordKinds+1], ints[recordKinds+2], ints[recordKinds+3], ints[recordKinds+4]
 	if int64(int(status)) != status {
 		return r, fmt.Errorf("%w: status %d", errRecordEncoding, status)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/ledger/ledgertest"
 	"github.com/sluicegw/sluice/internal/testctx"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // database/sql's connection opener goroutine ends with DB.Close, the
@@ -88,7 +89,7 @@ func record(id string) ledger.Record {
 	return ledger.Record{
 		RequestID: id, KeyID: "key_1", Team: "search", Org: "acme", Endpoint: "chat_completions",
 		Model: "gpt-4o", Provider: "openai", UpstreamModel: "gpt-4o",
-		InputTokens: 100, OutputTokens: 20, CostPico: 450_000_000, Priced: true, Status: 200, Outcome: "ok",
+		Tokens: tokens.Counts{tokens.Input: 100, tokens.Output: 20}, CostPico: 450_000_000, Priced: true, Status: 200, Outcome: "ok",
 		StartedAt: at, FinishedAt: at.Add(time.Second), TTFT: 100 * time.Millisecond,
 	}
 }

@@ -1,5 +1,0 @@
-//go:build !race
-
-package extproc
-
-const raceEnabled = false

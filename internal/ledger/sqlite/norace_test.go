@@ -1,6 +1,0 @@
-//go:build !race
-
-package sqlite
-
-// raceEnabled: see race_test.go.
-const raceEnabled = false

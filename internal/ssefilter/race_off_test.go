@@ -1,5 +1,0 @@
-//go:build !race
-
-package ssefilter
-
-const raceEnabled = false

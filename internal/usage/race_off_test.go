@@ -1,5 +1,0 @@
-//go:build !race
-
-package usage
-
-const raceEnabled = false
