@@ -335,7 +335,7 @@ func (s *Server) setKeyLimits(w http.ResponseWriter, r *http.Request) (int, any,
 	if _, ok := declaredKey(snap, id); ok {
 		return 0, nil, declaredInConfig("key "+id, "edit its limits there")
 	}
-	var body limitsJSON
+	var body LimitsJSON
 	if e := decode(w, r, &body); e != nil {
 		return 0, nil, e
 	}
@@ -371,7 +371,7 @@ func (s *Server) keyBudgets(_ http.ResponseWriter, r *http.Request) (int, any, *
 // limits converts and checks limits as sluice.yaml's are checked, and
 // returns every problem: a window that is no duration is reported as such,
 // not again as a missing window.
-func (s *Server) limits(snap *policies.Snapshot, j limitsJSON, path string) (policies.Limits, []problem) {
+func (s *Server) limits(snap *policies.Snapshot, j LimitsJSON, path string) (policies.Limits, []problem) {
 	l, ps := j.limits(path)
 	for _, p := range fromPolicies(snap.CheckLimits(path, l), "") {
 		if !slices.ContainsFunc(ps, func(q problem) bool { return q.Path == p.Path }) {

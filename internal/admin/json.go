@@ -26,32 +26,34 @@ import (
 // (*_pico_usd, a JSON integer that may exceed 2^63), times are RFC 3339 in
 // UTC, durations Go durations ("24h").
 
-// limitsJSON is policies.Limits as sluice.yaml writes it: the same fields,
-// and a budget's window as a duration string, not nanoseconds.
-type limitsJSON struct {
+// LimitsJSON is policies.Limits as sluice.yaml writes it: the same fields,
+// and a budget's window as a duration string, not nanoseconds. The admin
+// API and `sluice keys import` read and write limits in this shape.
+type LimitsJSON struct {
 	Requests policies.RateLimits   `json:"requests,omitzero"`
 	Tokens   policies.TokenLimits  `json:"tokens,omitzero"`
-	Budgets  []budgetJSON          `json:"budgets,omitempty"`
-	Models   map[string]limitsJSON `json:"models,omitempty"`
+	Budgets  []BudgetJSON          `json:"budgets,omitempty"`
+	Models   map[string]LimitsJSON `json:"models,omitempty"`
 }
 
-type budgetJSON struct {
+// BudgetJSON is a policies.Budget in LimitsJSON.
+type BudgetJSON struct {
 	MicroUSD int64  `json:"micro_usd"`
 	Period   string `json:"period"`
 	Window   string `json:"window,omitempty"`
 }
 
-func toLimitsJSON(l policies.Limits) limitsJSON {
-	j := limitsJSON{Requests: l.Requests, Tokens: l.Tokens}
+func toLimitsJSON(l policies.Limits) LimitsJSON {
+	j := LimitsJSON{Requests: l.Requests, Tokens: l.Tokens}
 	for _, b := range l.Budgets {
-		bj := budgetJSON{MicroUSD: b.MicroUSD, Period: b.Period}
+		bj := BudgetJSON{MicroUSD: b.MicroUSD, Period: b.Period}
 		if b.Window != 0 {
 			bj.Window = duration(b.Window)
 		}
 		j.Budgets = append(j.Budgets, bj)
 	}
 	if len(l.Models) > 0 {
-		j.Models = make(map[string]limitsJSON, len(l.Models))
+		j.Models = make(map[string]LimitsJSON, len(l.Models))
 		for m, ml := range l.Models {
 			j.Models[m] = toLimitsJSON(ml)
 		}
@@ -59,9 +61,20 @@ func toLimitsJSON(l policies.Limits) limitsJSON {
 	return j
 }
 
+// Limits converts j, reporting each window that is not a duration as
+// "path: problem"; everything else is for policies.Snapshot.CheckLimits.
+func (j LimitsJSON) Limits(path string) (policies.Limits, []string) {
+	l, ps := j.limits(path)
+	out := make([]string, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.Path+": "+p.Message)
+	}
+	return l, out
+}
+
 // limits converts j, reporting windows that are not durations; everything
 // else is checked by policies.Snapshot.CheckLimits.
-func (j limitsJSON) limits(path string) (policies.Limits, []problem) {
+func (j LimitsJSON) limits(path string) (policies.Limits, []problem) {
 	l := policies.Limits{Requests: j.Requests, Tokens: j.Tokens}
 	var ps []problem
 	for i, b := range j.Budgets {
@@ -112,7 +125,7 @@ type keyJSON struct {
 	Source    string     `json:"source"`
 	State     string     `json:"state"`
 	Models    []string   `json:"models,omitempty"`
-	Limits    limitsJSON `json:"limits"`
+	Limits    LimitsJSON `json:"limits"`
 	CreatedAt *time.Time `json:"created_at,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
@@ -159,7 +172,7 @@ type createKeyRequest struct {
 	Team   string     `json:"team"`
 	Name   string     `json:"name"`
 	Models []string   `json:"models"`
-	Limits limitsJSON `json:"limits"`
+	Limits LimitsJSON `json:"limits"`
 	// ExpiresAt is an RFC 3339 time, parsed by the handler so that a bad
 	// one is reported at its path.
 	ExpiresAt string `json:"expires_at"`
@@ -175,7 +188,7 @@ type teamJSON struct {
 	Name   string     `json:"name"`
 	Org    string     `json:"org,omitempty"`
 	Models []string   `json:"models,omitempty"`
-	Limits limitsJSON `json:"limits"`
+	Limits LimitsJSON `json:"limits"`
 	Source string     `json:"source"`
 }
 
@@ -183,18 +196,18 @@ type teamJSON struct {
 type putTeamRequest struct {
 	Org    string     `json:"org"`
 	Models []string   `json:"models"`
-	Limits limitsJSON `json:"limits"`
+	Limits LimitsJSON `json:"limits"`
 }
 
 type orgJSON struct {
 	Name   string     `json:"name"`
-	Limits limitsJSON `json:"limits"`
+	Limits LimitsJSON `json:"limits"`
 	Source string     `json:"source"`
 }
 
 // putOrgRequest is PUT /v1/orgs/{name}.
 type putOrgRequest struct {
-	Limits limitsJSON `json:"limits"`
+	Limits LimitsJSON `json:"limits"`
 }
 
 type budgetStatusJSON struct {

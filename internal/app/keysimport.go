@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/sluicegw/sluice/internal/admin"
 	"github.com/sluicegw/sluice/internal/apikey"
 	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/internal/store"
@@ -431,45 +432,8 @@ type record struct {
 	ExpiresAt string        `json:"expires_at"`
 }
 
-// importLimits is policies.Limits as sluice.yaml writes them: a budget's
-// window is a duration ("24h").
-type importLimits struct {
-	Requests policies.RateLimits     `json:"requests"`
-	Tokens   policies.TokenLimits    `json:"tokens"`
-	Budgets  []importBudget          `json:"budgets"`
-	Models   map[string]importLimits `json:"models"`
-}
-
-type importBudget struct {
-	MicroUSD int64  `json:"micro_usd"`
-	Period   string `json:"period"`
-	Window   string `json:"window"`
-}
-
-func (j importLimits) limits(path string) (policies.Limits, []string) {
-	l := policies.Limits{Requests: j.Requests, Tokens: j.Tokens}
-	var problems []string
-	for i, b := range j.Budgets {
-		pb := policies.Budget{MicroUSD: b.MicroUSD, Period: b.Period}
-		if b.Window != "" {
-			d, err := time.ParseDuration(b.Window)
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s.budgets[%d].window: want a duration such as 24h, got %q", path, i, b.Window))
-			}
-			pb.Window = d
-		}
-		l.Budgets = append(l.Budgets, pb)
-	}
-	if len(j.Models) > 0 {
-		l.Models = make(map[string]policies.Limits, len(j.Models))
-		for m, mj := range j.Models {
-			ml, ps := mj.limits(path + ".models." + m)
-			l.Models[m] = ml
-			problems = append(problems, ps...)
-		}
-	}
-	return l, problems
-}
+// importLimits are a record's limits, in the admin API's shape.
+type importLimits = admin.LimitsJSON
 
 // decodeStrict decodes one JSON value, the whole of data, into v,
 // refusing fields v does not have. Its errors never quote a value.
@@ -694,7 +658,7 @@ func (im *importer) build(rec record) (k store.Key, expired bool, problems []str
 		k.Models = rec.Models
 	}
 	if rec.Limits != nil {
-		l, ps := rec.Limits.limits("limits")
+		l, ps := rec.Limits.Limits("limits")
 		problems = append(problems, ps...)
 		if len(ps) == 0 {
 			canon, _ := json.Marshal(l)
