@@ -25,6 +25,20 @@ type Config struct {
 	XDS       XDS              `yaml:"xds"`
 	Admin     Admin            `yaml:"admin"`
 	Security  Security         `yaml:"security"`
+	Runtime   Runtime          `yaml:"runtime"`
+}
+
+// Runtime holds the Go runtime's settings for sluice serve, read when it
+// starts (a change needs a restart). The environment's GOGC and
+// GOMEMLIMIT, where set, win over them.
+type Runtime struct {
+	// GOGC, when set (above 0), is the collector's percentage, as the GOGC
+	// environment variable sets it, in place of serve's own pacing
+	// (internal/gcpace).
+	GOGC int `yaml:"gogc"`
+	// MemoryLimitBytes, when set (above 0), is the runtime's soft memory
+	// limit, as GOMEMLIMIT sets it: set it below the container's limit.
+	MemoryLimitBytes int64 `yaml:"memory_limit_bytes"`
 }
 
 // Admin configures the admin HTTP API on listen.admin (keys, limits,

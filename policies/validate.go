@@ -49,6 +49,7 @@ func (c *Config) check() []issue {
 	v.listen(c.Listen)
 	v.store(c.Store)
 	v.ledgerAndGateway(c.Ledger, c.Gateway)
+	v.runtime(c.Runtime)
 	providers := v.providers(c.Providers)
 	_, passIssues := passTargets(c)
 	v.issues = append(v.issues, passIssues...)
@@ -88,6 +89,23 @@ type validator struct {
 // maxBodyLimit bounds gateway.max_request_body_bytes: bodies are buffered
 // whole in Envoy and in Sluice.
 const maxBodyLimit = 64 << 20
+
+// Bounds of runtime's settings: a percentage as GOGC takes it, and a
+// memory limit no smaller than an idle Sluice needs.
+const (
+	maxGOGC        = 100000
+	minMemoryLimit = 32 << 20
+	maxMemoryLimit = 1 << 50
+)
+
+func (v *validator) runtime(r Runtime) {
+	if r.GOGC < 0 || r.GOGC > maxGOGC {
+		v.add("runtime.gogc", "must be between 1 and %d (0 or unset: serve paces the collector itself), got %d", maxGOGC, r.GOGC)
+	}
+	if r.MemoryLimitBytes != 0 && (r.MemoryLimitBytes < minMemoryLimit || r.MemoryLimitBytes > maxMemoryLimit) {
+		v.add("runtime.memory_limit_bytes", "must be between %d (32 MiB) and %d, or 0 for none, got %d", minMemoryLimit, int64(maxMemoryLimit), r.MemoryLimitBytes)
+	}
+}
 
 func (v *validator) ledgerAndGateway(l Ledger, g Gateway) {
 	if l.SQLite == "" {

@@ -431,3 +431,31 @@ func TestPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestRuntimeBounds: runtime's settings are optional, and out of range
+// they are refused at their path.
+func TestRuntimeBounds(t *testing.T) {
+	for _, tc := range []struct {
+		r    Runtime
+		want string // a problem's path, or "" for none
+	}{
+		{Runtime{}, ""},
+		{Runtime{GOGC: 100, MemoryLimitBytes: 512 << 20}, ""},
+		{Runtime{GOGC: maxGOGC, MemoryLimitBytes: minMemoryLimit}, ""},
+		{Runtime{GOGC: -1}, "runtime.gogc"},
+		{Runtime{GOGC: maxGOGC + 1}, "runtime.gogc"},
+		{Runtime{MemoryLimitBytes: -1}, "runtime.memory_limit_bytes"},
+		{Runtime{MemoryLimitBytes: minMemoryLimit - 1}, "runtime.memory_limit_bytes"},
+		{Runtime{MemoryLimitBytes: 1<<63 - 1}, "runtime.memory_limit_bytes"},
+	} {
+		v := &validator{}
+		v.runtime(tc.r)
+		var got string
+		for _, is := range v.issues {
+			got = is.Path
+		}
+		if got != tc.want || len(v.issues) > 1 {
+			t.Errorf("%+v: problems %+v, want one at %q", tc.r, v.issues, tc.want)
+		}
+	}
+}

@@ -137,6 +137,11 @@ func (c *components) build(ctx context.Context, stdout io.Writer, env Env) error
 	if err := c.loadConfig(env); err != nil {
 		return err
 	}
+	if applyRuntime(c.snap.Config().Runtime, env, c.log) && !c.gogcSet {
+		c.startedUp()
+		c.startedUp = func() {}
+		c.gogcSet = true
+	}
 	if err := c.listen(ctx); err != nil {
 		return err
 	}
@@ -241,6 +246,9 @@ func (c *components) reloaded(s *policies.Snapshot, err error) {
 	c.metrics.reloads.WithLabelValues("ok").Inc()
 	if s.Listen() != c.bound {
 		c.log.Warn("listen addresses changed in the config; restart sluice to apply them")
+	}
+	if s.Config().Runtime != c.snap.Config().Runtime {
+		c.log.Warn("runtime settings changed in the config; restart sluice to apply them")
 	}
 	// grpc-go fixes a server's receive limit when the server is made: a
 	// raised body limit reaches Envoy's listener now, but bodies the

@@ -218,6 +218,38 @@ func (c *components) run(ctx context.Context) error {
 	return err
 }
 
+// applyRuntime applies the config's runtime settings where the
+// environment does not set its own (GOGC, GOMEMLIMIT, which the runtime
+// has already read), and reports whether it set the collector's
+// percentage, which serve then leaves alone (no gcpace).
+func applyRuntime(r policies.Runtime, env Env, log *slog.Logger) (setGOGC bool) {
+	set := func(name string) bool {
+		if env == nil {
+			return false
+		}
+		_, ok := env(name)
+		return ok
+	}
+	if r.GOGC > 0 {
+		if set("GOGC") {
+			log.Info("runtime.gogc left unapplied: the environment sets GOGC", "gogc", r.GOGC)
+		} else {
+			debug.SetGCPercent(r.GOGC)
+			log.Info("the collector paces at runtime.gogc", "gogc", r.GOGC)
+			setGOGC = true
+		}
+	}
+	if r.MemoryLimitBytes > 0 {
+		if set("GOMEMLIMIT") {
+			log.Info("runtime.memory_limit_bytes left unapplied: the environment sets GOMEMLIMIT", "memory_limit_bytes", r.MemoryLimitBytes)
+		} else {
+			debug.SetMemoryLimit(r.MemoryLimitBytes)
+			log.Info("soft memory limit from runtime.memory_limit_bytes", "memory_limit_bytes", r.MemoryLimitBytes)
+		}
+	}
+	return setGOGC
+}
+
 // reportHealth sets the gRPC health of the server and of its services
 // from readiness, logging a change from was; it returns the new state.
 // After health.Shutdown (the shutdown's first step) it changes nothing.
