@@ -1,14 +1,11 @@
 package extproc
 
 import (
-	"net"
 	"strings"
 	"testing"
 
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicegw/sluice/internal/chain"
@@ -26,26 +23,7 @@ import (
 func TestServerFallbackWithheld(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	d, led := newDeps(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	extprocsvc.RegisterExternalProcessorServer(gs, NewServer(d))
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		gs.Stop()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	client := extprocsvc.NewExternalProcessorClient(conn)
+	client := serveGRPC(t, d)
 	exchange := func(stream extprocsvc.ExternalProcessor_ProcessClient, m *extprocsvc.ProcessingRequest) *extprocsvc.ProcessingResponse {
 		t.Helper()
 		if err := stream.Send(m); err != nil {

@@ -69,26 +69,7 @@ func TestWeightedDefaultRandom(t *testing.T) {
 func TestServerUpstreamStream(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	d, led := newDeps(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	extprocsvc.RegisterExternalProcessorServer(gs, NewServer(d))
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		gs.Stop()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	client := extprocsvc.NewExternalProcessorClient(conn)
+	client := serveGRPC(t, d)
 	ctx := t.Context()
 
 	exchange := func(stream extprocsvc.ExternalProcessor_ProcessClient, m *extprocsvc.ProcessingRequest) *extprocsvc.ProcessingResponse {
@@ -139,4 +120,30 @@ func TestServerUpstreamStream(t *testing.T) {
 	if len(led.records) != 0 {
 		t.Errorf("%d spend records", len(led.records))
 	}
+}
+
+// serveGRPC serves d's ext_proc service over real gRPC on loopback until
+// the test ends, and returns a client of it.
+func serveGRPC(t *testing.T, d *Deps) extprocsvc.ExternalProcessorClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	extprocsvc.RegisterExternalProcessorServer(gs, NewServer(d))
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(ln) }()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		gs.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return extprocsvc.NewExternalProcessorClient(conn)
 }
