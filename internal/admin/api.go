@@ -654,10 +654,10 @@ func (s *Server) spend(_ http.ResponseWriter, r *http.Request) (int, any, *apiEr
 	if err != nil {
 		return 0, nil, s.internal(r, err)
 	}
-	out := spendJSON{By: string(by), Since: timePtr(f.Since), Until: timePtr(f.Until), Totals: []totalJSON{}}
-	for _, t := range ts {
-		out.Totals = append(out.Totals, toTotalJSON(t))
+	if ts == nil {
+		ts = []ledger.Total{}
 	}
+	out := spendJSON{By: string(by), Since: timePtr(f.Since), Until: timePtr(f.Until), Totals: ts}
 	return http.StatusOK, out, nil
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/store"
-	"github.com/sluicegw/sluice/internal/tokens"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -242,49 +241,14 @@ func toBudgetJSON(b admission.BudgetStatus) budgetStatusJSON {
 	return j
 }
 
-// totalJSON is a ledger.Total as the API writes it: its group and
-// requests, a field per kind of token named as tokens.Names.JSON says
-// ("input_tokens", … "audio_output_tokens": the parts priced apart
-// included), then its cost and counts (MarshalJSON).
-type totalJSON struct {
-	totalGroup
-	Tokens tokens.Counts `json:"-"`
-	totalCost
-}
-
-type totalGroup struct {
-	Group    string `json:"group"`
-	Requests int64  `json:"requests"`
-}
-
-type totalCost struct {
-	// CostMicroUSD is the exact CostPicoUSD rounded up.
-	CostMicroUSD int64       `json:"cost_micro_usd"`
-	CostPicoUSD  json.Number `json:"cost_pico_usd"`
-	Estimated    int64       `json:"estimated"`
-	Unpriced     int64       `json:"unpriced"`
-}
-
-func (t totalJSON) MarshalJSON() ([]byte, error) {
-	return tokens.JSONObject(t.totalGroup, t.Tokens, func(n tokens.Names) string { return n.JSON }, t.totalCost)
-}
-
-func toTotalJSON(t ledger.Total) totalJSON {
-	return totalJSON{
-		totalGroup: totalGroup{Group: t.Group, Requests: t.Requests},
-		Tokens:     t.Tokens,
-		totalCost:  totalCost{CostMicroUSD: t.Cost.MicrosUp(), CostPicoUSD: pico(t.Cost), Estimated: t.Estimated, Unpriced: t.Unpriced},
-	}
-}
-
 // pico is s in pico-dollars as an exact JSON integer.
 func pico(s money.Sum) json.Number { return json.Number(s.PicoString()) }
 
 type spendJSON struct {
-	By     string      `json:"by"`
-	Since  *time.Time  `json:"since,omitempty"`
-	Until  *time.Time  `json:"until,omitempty"`
-	Totals []totalJSON `json:"totals"`
+	By     string         `json:"by"`
+	Since  *time.Time     `json:"since,omitempty"`
+	Until  *time.Time     `json:"until,omitempty"`
+	Totals []ledger.Total `json:"totals"` // in ledger.Total's JSON shape
 }
 
 // Errors.

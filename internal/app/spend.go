@@ -172,29 +172,17 @@ func parseWhen(s string, now time.Time, loc *time.Location) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("want a duration (24h), a date (2026-11-01) or an RFC 3339 time, got %q", s)
 }
 
-// dollars formats an amount as dollars with six decimals: micro-dollars,
-// rounded up (a cost is shown as no less than it is).
-func dollars(s money.Sum) string {
-	micros := s.MicrosUp()
-	return fmt.Sprintf("%d.%06d", micros/1_000_000, micros%1_000_000)
-}
-
 func writeTotals(w io.Writer, format, by string, ts []ledger.Total) error {
 	header := []string{by, "requests", "input_tokens", "cached_input_tokens", "cache_creation_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "estimated", "unpriced"}
 	row := func(t ledger.Total) []string {
 		return []string{t.Group, i64(t.Requests), i64(t.Tokens[tokens.Input]), i64(t.Tokens[tokens.CachedInput]), i64(t.Tokens[tokens.CacheWrite]),
-			i64(t.Tokens[tokens.Output]), i64(t.Tokens[tokens.Reasoning]), dollars(t.Cost), i64(t.Estimated), i64(t.Unpriced)}
+			i64(t.Tokens[tokens.Output]), i64(t.Tokens[tokens.Reasoning]), t.Cost.DollarsUp(), i64(t.Estimated), i64(t.Unpriced)}
 	}
 	switch format {
 	case "json":
 		enc := json.NewEncoder(w)
 		for _, t := range ts {
-			if err := enc.Encode(totalJSON{
-				totalGroup: totalGroup{Group: t.Group, Requests: t.Requests},
-				Tokens:     t.Tokens,
-				totalCost: totalCost{CostMicros: t.Cost.MicrosUp(), CostPico: json.Number(t.Cost.PicoString()), CostUSD: dollars(t.Cost),
-					Estimated: t.Estimated, Unpriced: t.Unpriced},
-			}); err != nil {
+			if err := enc.Encode(t); err != nil { // ledger.Total's JSON shape, the admin API's
 				return err
 			}
 		}
@@ -225,33 +213,6 @@ func writeTotals(w io.Writer, format, by string, ts []ledger.Total) error {
 	return tw.Flush()
 }
 
-// totalJSON is a Total as --format json writes it: the CSV's columns,
-// plus every token count, and the cost rounded up to the micro-dollar
-// (cost_micros, the number cost_usd shows) and exact in pico-dollars
-// (cost_pico_usd, an integer that may exceed 2^63).
-type totalJSON struct {
-	totalGroup
-	Tokens tokens.Counts `json:"-"` // a field per kind, named as tokens.Names.JSON says
-	totalCost
-}
-
-type totalGroup struct {
-	Group    string `json:"group"`
-	Requests int64  `json:"requests"`
-}
-
-type totalCost struct {
-	CostMicros int64       `json:"cost_micros"`
-	CostPico   json.Number `json:"cost_pico_usd"`
-	CostUSD    string      `json:"cost_usd"`
-	Estimated  int64       `json:"estimated"`
-	Unpriced   int64       `json:"unpriced"`
-}
-
-func (t totalJSON) MarshalJSON() ([]byte, error) {
-	return tokens.JSONObject(t.totalGroup, t.Tokens, func(n tokens.Names) string { return n.JSON }, t.totalCost)
-}
-
 func writeRecords(w io.Writer, format string, rs []ledger.Record) error {
 	// request_id is the record's own id; client_request_id the client's
 	// x-request-id, a correlation field that many records may share.
@@ -260,7 +221,7 @@ func writeRecords(w io.Writer, format string, rs []ledger.Record) error {
 	row := func(r ledger.Record) []string {
 		return []string{r.StartedAt.Format(time.RFC3339), r.RequestID, r.ClientRequestID, r.KeyID, r.Team, r.Model, r.Provider, strconv.Itoa(r.Status), r.Outcome, r.ErrorType,
 			i64(r.Tokens[tokens.Input]), i64(r.Tokens[tokens.CachedInput]), i64(r.Tokens[tokens.CacheWrite]), i64(r.Tokens[tokens.Output]), i64(r.Tokens[tokens.Reasoning]),
-			dollars(money.FromPico(r.CostPico)), strconv.FormatBool(r.Estimated)}
+			money.FromPico(r.CostPico).DollarsUp(), strconv.FormatBool(r.Estimated)}
 	}
 	switch format {
 	case "json":

@@ -140,7 +140,7 @@ func TestSpendCLI(t *testing.T) {
 	}
 	want := `{"group":"2025-03-31","requests":1,"input_tokens":100,"cached_input_tokens":0,"cache_creation_tokens":0,` +
 		`"output_tokens":10,"reasoning_tokens":0,"cache_creation_1h_tokens":0,"audio_input_tokens":0,"audio_output_tokens":0,` +
-		`"cost_micros":500000,"cost_pico_usd":500000000000,"cost_usd":"0.500000","estimated":0,"unpriced":0}` + "\n"
+		`"cost_micro_usd":500000,"cost_pico_usd":500000000000,"cost_usd":"0.500000","estimated":0,"unpriced":0}` + "\n"
 	if out != want {
 		t.Errorf("spend --format json:\n%s\nwant:\n%s", out, want)
 	}
@@ -262,7 +262,7 @@ ledger: {sqlite: ledger.db}
 	}
 	wantJSON := `{"group":"key_e","requests":3,"input_tokens":21,"cached_input_tokens":0,"cache_creation_tokens":0,` +
 		`"output_tokens":0,"reasoning_tokens":0,"cache_creation_1h_tokens":0,"audio_input_tokens":0,"audio_output_tokens":0,` +
-		`"cost_micros":1,"cost_pico_usd":420000,"cost_usd":"0.000001","estimated":0,"unpriced":0}` + "\n"
+		`"cost_micro_usd":1,"cost_pico_usd":420000,"cost_usd":"0.000001","estimated":0,"unpriced":0}` + "\n"
 	if out != wantJSON {
 		t.Errorf("spend --format json:\n%s\nwant:\n%s", out, wantJSON)
 	}

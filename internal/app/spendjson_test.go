@@ -44,7 +44,7 @@ func TestSpendJSONBytes(t *testing.T) {
 	}
 	const wantTotal = `{"group":"g","requests":3,"input_tokens":1,"cached_input_tokens":2,"cache_creation_tokens":3,"output_tokens":4,` +
 		`"reasoning_tokens":5,"cache_creation_1h_tokens":6,"audio_input_tokens":7,"audio_output_tokens":8,` +
-		`"cost_micros":2,"cost_pico_usd":1234567,"cost_usd":"0.000002","estimated":1,"unpriced":2}` + "\n"
+		`"cost_micro_usd":2,"cost_pico_usd":1234567,"cost_usd":"0.000002","estimated":1,"unpriced":2}` + "\n"
 	if b.String() != wantTotal {
 		t.Errorf("total:\n got %s\nwant %s", b.String(), wantTotal)
 	}

@@ -81,3 +81,30 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 	}
 	return nil
 }
+
+// A Total's JSON (the admin API's /v1/spend totals, sluice spend
+// --format json) is its group and request count, a field per kind of
+// token named as tokens.Names.JSON says ("input_tokens", …), then its
+// cost three ways: rounded up to the micro-dollar (cost_micro_usd), the
+// same in dollars (cost_usd), and exact in pico-dollars (cost_pico_usd).
+
+type totalHead struct {
+	Group    string `json:"group"`
+	Requests int64  `json:"requests"`
+}
+
+type totalTail struct {
+	CostMicroUSD int64       `json:"cost_micro_usd"`
+	CostPicoUSD  json.Number `json:"cost_pico_usd"`
+	CostUSD      string      `json:"cost_usd"`
+	Estimated    int64       `json:"estimated"`
+	Unpriced     int64       `json:"unpriced"`
+}
+
+func jsonName(n tokens.Names) string { return n.JSON }
+
+// MarshalJSON writes t in the shape above.
+func (t Total) MarshalJSON() ([]byte, error) {
+	return tokens.JSONObject(totalHead{t.Group, t.Requests}, t.Tokens, jsonName,
+		totalTail{t.Cost.MicrosUp(), json.Number(t.Cost.PicoString()), t.Cost.DollarsUp(), t.Estimated, t.Unpriced})
+}

@@ -134,6 +134,13 @@ func (s Sum) PicoString() string {
 	return fmt.Sprintf("%d%06d", s.micros, s.pico)
 }
 
+// DollarsUp is s in dollars with six decimals, rounded up to the
+// micro-dollar (a cost is shown as no less than it is): "0.000138".
+func (s Sum) DollarsUp() string {
+	m := s.MicrosUp()
+	return fmt.Sprintf("%d.%06d", m/PicoPerMicro, m%PicoPerMicro)
+}
+
 // String is s in dollars, exactly, with twelve decimals: "$0.000137450000".
 func (s Sum) String() string {
 	return fmt.Sprintf("$%d.%06d%06d", s.micros/PicoPerMicro, s.micros%PicoPerMicro, s.pico)

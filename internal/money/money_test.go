@@ -108,22 +108,26 @@ func TestFormats(t *testing.T) {
 	for _, tt := range []struct {
 		s          Sum
 		pico, usd  string
+		dollarsUp  string
 		up, down   int64
 		picoSat    int64
 		isZero     bool
 		micros, rm int64
 	}{
-		{Sum{}, "0", "$0.000000000000", 0, 0, 0, true, 0, 0},
-		{FromPico(140_000), "140000", "$0.000000140000", 1, 0, 140_000, false, 0, 140_000},
-		{FromPico(137_450_000), "137450000", "$0.000137450000", 138, 137, 137_450_000, false, 137, 450_000},
-		{FromMicros(2_500_000), "2500000000000", "$2.500000000000", 2_500_000, 2_500_000, 2_500_000_000_000, false, 2_500_000, 0},
-		{Max, "9223372036854775807999999", "$9223372036854.775807999999", math.MaxInt64, math.MaxInt64, math.MaxInt64, false, math.MaxInt64, 999_999},
+		{Sum{}, "0", "$0.000000000000", "0.000000", 0, 0, 0, true, 0, 0},
+		{FromPico(140_000), "140000", "$0.000000140000", "0.000001", 1, 0, 140_000, false, 0, 140_000},
+		{FromPico(137_450_000), "137450000", "$0.000137450000", "0.000138", 138, 137, 137_450_000, false, 137, 450_000},
+		{FromMicros(2_500_000), "2500000000000", "$2.500000000000", "2.500000", 2_500_000, 2_500_000, 2_500_000_000_000, false, 2_500_000, 0},
+		{Max, "9223372036854775807999999", "$9223372036854.775807999999", "9223372036854.775807", math.MaxInt64, math.MaxInt64, math.MaxInt64, false, math.MaxInt64, 999_999},
 	} {
 		if got := tt.s.PicoString(); got != tt.pico {
 			t.Errorf("PicoString = %s, want %s", got, tt.pico)
 		}
 		if got := tt.s.String(); got != tt.usd {
 			t.Errorf("String = %s, want %s", got, tt.usd)
+		}
+		if got := tt.s.DollarsUp(); got != tt.dollarsUp {
+			t.Errorf("DollarsUp = %s, want %s", got, tt.dollarsUp)
 		}
 		if tt.s.MicrosUp() != tt.up || tt.s.MicrosDown() != tt.down || tt.s.Pico() != tt.picoSat || tt.s.IsZero() != tt.isZero ||
 			tt.s.Micros() != tt.micros || tt.s.Remainder() != tt.rm {
