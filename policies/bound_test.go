@@ -220,6 +220,32 @@ func TestCycles(t *testing.T) {
 	}
 }
 
+// TestAliasWithAPointerField: an alias whose value holds a mapping read
+// into a pointer (a price's long_context) is a copy, not a cycle: both
+// models get the whole price.
+func TestAliasWithAPointerField(t *testing.T) {
+	doc := `
+providers:
+  - {name: local, kind: openai-compatible, base_url: "http://127.0.0.1:8000"}
+models:
+  - {name: a, provider: local}
+  - {name: b, provider: local}
+pricing:
+  a: &p {input: 3, output: 15, long_context: {above_input_tokens: 200000, input: 6, output: 22}}
+  b: *p
+`
+	cfg, err := parse([]byte(doc), "f.yaml", nil, maxDecodeSteps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"a", "b"} {
+		p := cfg.Pricing[m]
+		if lc := p.LongContext; p.Input != 3 || p.Output != 15 || lc == nil || lc.AboveInputTokens != 200000 || *lc.Input != 6 || *lc.Output != 22 {
+			t.Errorf("pricing.%s = %+v (long_context %+v)", m, p, lc)
+		}
+	}
+}
+
 // FuzzParse: no document, however malformed or self-referring, panics,
 // crashes or hangs Parse; and one that parses is valid by Validate's
 // rules.

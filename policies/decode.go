@@ -190,6 +190,11 @@ func (d *decoder) decode(key, n *yaml.Node, v reflect.Value) {
 			defer delete(d.inside, n)
 		}
 	}
+	d.decodeValue(at, n, v)
+}
+
+// decodeValue decodes n (no alias), found at at, into v.
+func (d *decoder) decodeValue(at *yaml.Node, n *yaml.Node, v reflect.Value) {
 	switch v.Type() {
 	case timeType:
 		d.decodeTime(at, n, v)
@@ -207,7 +212,9 @@ func (d *decoder) decode(key, n *yaml.Node, v reflect.Value) {
 		if !v.IsNil() {
 			elem.Elem().Set(v.Elem())
 		}
-		d.decode(key, n, elem.Elem())
+		// The same node, a pointer's indirection down: not a second
+		// visit (decode would take it for a cycle inside an alias).
+		d.decodeValue(at, n, elem.Elem())
 		v.Set(elem)
 	case reflect.Struct:
 		d.decodeStruct(at, n, v)
