@@ -31,9 +31,15 @@ const (
 	HeaderCachedTokens     = "X-Mock-Cached-Tokens"
 	HeaderCacheWriteTokens = "X-Mock-Cache-Write-Tokens"
 	HeaderReasoningTokens  = "X-Mock-Reasoning-Tokens"
-	HeaderInputTokens      = "X-Mock-Input-Tokens"
-	HeaderDimensions       = "X-Mock-Dimensions"
-	HeaderTrailer          = "X-Mock-Trailer"
+	// The part of the cache writes with the 1-hour TTL (Anthropic's
+	// cache_creation breakdown), and the audio parts of the prompt and of
+	// the output (OpenAI's *_tokens_details.audio_tokens).
+	HeaderCacheWrite1hTokens = "X-Mock-Cache-Write-1h-Tokens"
+	HeaderAudioInputTokens   = "X-Mock-Audio-Input-Tokens"
+	HeaderAudioOutputTokens  = "X-Mock-Audio-Output-Tokens"
+	HeaderInputTokens        = "X-Mock-Input-Tokens"
+	HeaderDimensions         = "X-Mock-Dimensions"
+	HeaderTrailer            = "X-Mock-Trailer"
 )
 
 // controls is the behaviour of one request: Options overlaid with the
@@ -53,6 +59,8 @@ type controls struct {
 	errorAfter int    // -1: never
 
 	cachedTokens, cacheWriteTokens, reasoningTokens int64
+	cacheWrite1hTokens, audioInputTokens            int64 // parts of cacheWriteTokens and the prompt
+	audioOutputTokens                               int64 // added to the output, as reasoningTokens are
 	inputTokens                                     int64 // 0: counted from the request
 	dimensions                                      int   // 0: not set by a header
 
@@ -184,7 +192,7 @@ func (s *Server) controls(h http.Header) (controls, error) {
 				continue
 			}
 			c.inputTokens = n
-		case HeaderCachedTokens, HeaderCacheWriteTokens, HeaderReasoningTokens:
+		case HeaderCachedTokens, HeaderCacheWriteTokens, HeaderReasoningTokens, HeaderCacheWrite1hTokens, HeaderAudioInputTokens, HeaderAudioOutputTokens:
 			n, err := strconv.ParseInt(v, 10, 64)
 			low, want := int64(0), "a non-negative token count"
 			if name == HeaderReasoningTokens {
@@ -201,6 +209,12 @@ func (s *Server) controls(h http.Header) (controls, error) {
 				c.cachedTokens = n
 			case HeaderCacheWriteTokens:
 				c.cacheWriteTokens = n
+			case HeaderCacheWrite1hTokens:
+				c.cacheWrite1hTokens = n
+			case HeaderAudioInputTokens:
+				c.audioInputTokens = n
+			case HeaderAudioOutputTokens:
+				c.audioOutputTokens = n
 			default:
 				c.reasoningTokens = n
 			}

@@ -179,10 +179,12 @@ type openAIUsage struct {
 
 type promptDetails struct {
 	CachedTokens int64 `json:"cached_tokens"`
+	AudioTokens  int64 `json:"audio_tokens,omitempty"`
 }
 
 type completionDetails struct {
 	ReasoningTokens int64 `json:"reasoning_tokens"`
+	AudioTokens     int64 `json:"audio_tokens,omitempty"`
 }
 
 func (p *call) openAIUsage() *openAIUsage {
@@ -194,8 +196,8 @@ func (p *call) openAIUsage() *openAIUsage {
 		PromptTokens:            u.prompt,
 		CompletionTokens:        u.output(),
 		TotalTokens:             u.total(),
-		PromptTokensDetails:     promptDetails{CachedTokens: u.cached},
-		CompletionTokensDetails: completionDetails{ReasoningTokens: u.reasoning},
+		PromptTokensDetails:     promptDetails{CachedTokens: u.cached, AudioTokens: u.audioIn},
+		CompletionTokensDetails: completionDetails{ReasoningTokens: u.reasoning, AudioTokens: u.audioOut},
 	}
 }
 
@@ -542,10 +544,18 @@ type anthropicBlock struct {
 }
 
 type anthropicUsage struct {
-	InputTokens              int64 `json:"input_tokens"`
-	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
-	OutputTokens             int64 `json:"output_tokens"`
+	InputTokens              int64          `json:"input_tokens"`
+	CacheCreationInputTokens int64          `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64          `json:"cache_read_input_tokens"`
+	CacheCreation            *cacheCreation `json:"cache_creation,omitempty"`
+	OutputTokens             int64          `json:"output_tokens"`
+}
+
+// cacheCreation is the cache writes by TTL, as Anthropic reports them
+// beside cache_creation_input_tokens.
+type cacheCreation struct {
+	Ephemeral5m int64 `json:"ephemeral_5m_input_tokens"`
+	Ephemeral1h int64 `json:"ephemeral_1h_input_tokens"`
 }
 
 type anthropicEvent struct {
@@ -578,12 +588,16 @@ func (p *call) anthropicUsage(output int64) *anthropicUsage {
 		return nil
 	}
 	u := p.use
-	return &anthropicUsage{
+	a := &anthropicUsage{
 		InputTokens:              u.prompt - u.cached - u.cacheWrite,
 		CacheCreationInputTokens: u.cacheWrite,
 		CacheReadInputTokens:     u.cached,
 		OutputTokens:             output,
 	}
+	if u.cacheWrite1h > 0 {
+		a.CacheCreation = &cacheCreation{Ephemeral5m: u.cacheWrite - u.cacheWrite1h, Ephemeral1h: u.cacheWrite1h}
+	}
+	return a
 }
 
 func messagesReply(p *call) reply {

@@ -180,18 +180,26 @@ type usage struct {
 	cacheWrite int64 // part of prompt written to the cache (Anthropic; ≤ prompt-cached)
 	words      int64 // reply words
 	reasoning  int64 // hidden reasoning tokens
+	// cacheWrite1h is the part of cacheWrite with the 1-hour TTL, audioIn
+	// the audio part of prompt (≤ prompt-cached-cacheWrite), audioOut
+	// audio output tokens (added to the output, like reasoning).
+	cacheWrite1h, audioIn, audioOut int64
 }
 
-func (u usage) output() int64 { return u.words + u.reasoning }
+func (u usage) output() int64 { return u.words + u.reasoning + u.audioOut }
 func (u usage) total() int64  { return u.prompt + u.output() }
 
 func newUsage(prompt, words int64, c *controls) usage {
 	cached := min(c.cachedTokens, prompt)
+	write := min(c.cacheWriteTokens, prompt-cached)
 	return usage{
-		prompt:     prompt,
-		cached:     cached,
-		cacheWrite: min(c.cacheWriteTokens, prompt-cached),
-		words:      words,
-		reasoning:  c.reasoningTokens,
+		prompt:       prompt,
+		cached:       cached,
+		cacheWrite:   write,
+		words:        words,
+		reasoning:    c.reasoningTokens,
+		cacheWrite1h: min(c.cacheWrite1hTokens, write),
+		audioIn:      min(c.audioInputTokens, prompt-cached-write),
+		audioOut:     c.audioOutputTokens,
 	}
 }
