@@ -11,6 +11,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierr"
 	"github.com/sluicegw/sluice/internal/keyring"
+	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/policies"
 )
 
@@ -282,38 +283,80 @@ func testSettleAfterTheWindowMoved(t *testing.T, open opener) {
 	})
 }
 
-// testSettleInThePeriodItStarted: a request admitted before midnight and
-// settled after it is charged to the day it started in, even when a
-// request of the new day was admitted before it settled (so the new day's
-// budget already exists): the new day's budget holds only its own.
+// testSettleInThePeriodItStarted: a request admitted before a period's
+// end and settled after it is charged to the period it started in, even
+// when a request of the new period was admitted before it settled (so the
+// new period's state already exists): the new period holds only its own.
+// Calendar periods end at midnight in the budget time zone (a day; a
+// month, in a zone half an hour off the hour); a rolling window's "period"
+// is the bucket the reservation went to, which leaves the window while
+// the request is still open.
 func testSettleInThePeriodItStarted(t *testing.T, open opener) {
-	b := open(t, nil)
-	p := principal(policies.Limits{Budgets: []policies.Budget{{MicroUSD: 100, Period: policies.PeriodDay}}}, policies.Limits{}, policies.Limits{})
-	ctx := t.Context()
-	midnight := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	g, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: 80 * micro, At: midnight.Add(-time.Minute)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: 21 * micro, At: midnight.Add(-30 * time.Second)}); err == nil {
-		t.Fatal("21 fitted with 80 of 100 reserved")
-	}
-	// The new day's first request, admitted while the old day's is open.
-	first, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: 10 * micro, At: midnight.Add(time.Minute)})
-	if err != nil {
-		t.Fatalf("the new day's first request: %v; the old day's reservation counted against the new day", err)
-	}
-	b.Settle(ctx, g, admission.Actual{CostPico: 70 * micro, At: midnight.Add(30 * time.Minute)})
-	at := midnight.Add(31 * time.Minute)
-	if st := b.Budgets(p, at); len(st) != 1 || !st[0].Spent.IsZero() || st[0].Reserved != mu(10) || !st[0].Resets.Equal(midnight.AddDate(0, 0, 1)) {
-		t.Errorf("budget %+v; want the new day, nothing spent, its own 10 reserved: the old day's request was charged to it", st)
-	}
-	if _, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: 91 * micro, At: at}); err == nil {
-		t.Error("91 fitted beside the new day's 10 of 100")
-	}
-	b.Settle(ctx, first, admission.Actual{CostPico: 10 * micro, At: at})
-	if _, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: 90 * micro, At: at}); err != nil {
-		t.Fatalf("the new day's remaining 90: %v; the old day's request was charged to it", err)
+	ist := time.FixedZone("+05:30", 5*3600+1800)
+	for _, tc := range []struct {
+		name   string
+		budget policies.Budget
+		tz     *time.Location
+		// start is when the old period's request is admitted, edge when
+		// its period ends (the new period starts), resets when the new
+		// period ends (zero for a rolling budget).
+		start, edge, resets time.Time
+	}{
+		{"day", policies.Budget{MicroUSD: 100, Period: policies.PeriodDay}, time.UTC,
+			time.Date(2026, 11, 30, 23, 59, 0, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)},
+		{"month", policies.Budget{MicroUSD: 100, Period: policies.PeriodMonth}, ist,
+			time.Date(2026, 11, 30, 23, 59, 0, 0, ist), time.Date(2026, 12, 1, 0, 0, 0, 0, ist), time.Date(2027, 1, 1, 0, 0, 0, 0, ist)},
+		// A 10-minute window: the request's bucket (t0's) leaves it at
+		// t0+10m, and the settle comes after that.
+		{"rolling", policies.Budget{MicroUSD: 100, Period: policies.PeriodRolling, Window: 10 * time.Minute}, time.UTC,
+			t0, t0.Add(10 * time.Minute), time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := open(t, tc.tz)
+			p := principal(policies.Limits{Budgets: []policies.Budget{tc.budget}}, policies.Limits{}, policies.Limits{})
+			ctx := t.Context()
+			g, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: 80 * micro, At: tc.start})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: 21 * micro, At: tc.start.Add(time.Second)}); err == nil {
+				t.Fatal("21 fitted with 80 of 100 reserved")
+			}
+			// The new period's first request, admitted while the old
+			// period's is open.
+			first, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: 10 * micro, At: tc.edge.Add(time.Minute)})
+			if err != nil {
+				t.Fatalf("the new period's first request: %v; the old period's reservation counted against the new period", err)
+			}
+			// Settled a second after the new period's first request, in
+			// its bucket: the old request's refund of 10, taken from the
+			// settle's bucket rather than its own, would wipe the new one.
+			b.Settle(ctx, g, admission.Actual{CostPico: 70 * micro, At: tc.edge.Add(time.Minute + time.Second)})
+			at := tc.edge.Add(3 * time.Minute)
+			st := b.Budgets(p, at)
+			if len(st) != 1 || !st[0].Resets.Equal(tc.resets) {
+				t.Fatalf("budgets %+v; want one, resetting at %v", st, tc.resets)
+			}
+			// A rolling budget reports what it holds as spent (reserved and
+			// spent together, admission.BudgetStatus).
+			wantSpent, wantReserved := money.Sum{}, mu(10)
+			if tc.budget.Period == policies.PeriodRolling {
+				wantSpent, wantReserved = mu(10), money.Sum{}
+			}
+			if st[0].Spent != wantSpent || st[0].Reserved != wantReserved {
+				t.Errorf("budget %+v; want %v spent and %v reserved, the new period's own 10: the old period's request was charged to it", st[0], wantSpent, wantReserved)
+			}
+			if _, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: 91 * micro, At: at}); err == nil {
+				t.Error("91 fitted beside the new period's 10 of 100")
+			}
+			b.Settle(ctx, first, admission.Actual{CostPico: 10 * micro, At: at})
+			if _, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: 90 * micro, At: at}); err != nil {
+				t.Fatalf("the new period's remaining 90: %v; the old period's request was charged to it", err)
+			}
+			if _, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: 1 * micro, At: at}); err == nil {
+				t.Error("1 more fitted after the new period's 100")
+			}
+		})
 	}
 }
 
