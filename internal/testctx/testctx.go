@@ -21,3 +21,32 @@ func Deadline(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// Wait polls cond every millisecond until it holds, failing t (naming
+// what it waited for) when Bound passes first.
+func Wait(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", Bound, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Receive returns the next value from ch, failing t (naming what it
+// waited for) when Bound passes first. It does not depend on t's
+// context, so it bounds a wait in a cleanup function too.
+func Receive[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	timer := time.NewTimer(Bound)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("waited %v for %s", Bound, what)
+		panic("unreachable")
+	}
+}

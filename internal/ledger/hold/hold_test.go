@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/ledger/hold"
+	"github.com/sluicegw/sluice/internal/testctx"
 )
 
 // fakeLedger is a hold.Appender whose Append is fn; it keeps what it
@@ -82,7 +83,7 @@ func TestHeldUntilTheLedgerRecovers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); testctx.Receive(t, "Run to return", done) }()
 
 	if err := h.Append(ctx, rec("a")); err != nil {
 		t.Fatalf("Append with the disk full: %v, want nil (held)", err)
@@ -96,12 +97,7 @@ func TestHeldUntilTheLedgerRecovers(t *testing.T) {
 	mu.Lock()
 	full = false
 	mu.Unlock()
-	for deadline := time.Now().Add(5 * time.Second); h.Unavailable() != nil; {
-		if time.Now().After(deadline) {
-			t.Fatalf("still unavailable: %v", h.Unavailable())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testctx.Wait(t, "the ledger to be available again", func() bool { return h.Unavailable() == nil })
 	if !f.has("a") || !f.has("b") || h.Written() != 2 || h.Lost() != 0 {
 		t.Fatalf("written a=%v b=%v, Written %d, Lost %d", f.has("a"), f.has("b"), h.Written(), h.Lost())
 	}

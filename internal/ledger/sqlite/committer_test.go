@@ -47,7 +47,7 @@ func commitBatch(t *testing.T, l *Ledger, recs []ledger.Record, edit func(i int,
 	_ = l.commitCounted(ctx, c, batch, false)
 	errs := make([]error, len(all))
 	for i, p := range all {
-		errs[i] = <-p.done
+		errs[i] = testctx.Receive(t, "a committed record's outcome", p.done)
 	}
 	return errs
 }
@@ -260,18 +260,10 @@ func TestIdleCheckpoint(t *testing.T) {
 			if _, err := l.Records(testctx.Deadline(t), ledger.Filter{Limit: 1}); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			testctx.Wait(t, "an idle checkpoint that moves every WAL frame into the database file", func() bool {
 				frames, backfilled := walState(t, path)
-				if frames > 0 && backfilled == frames && l.nCheckpoints.Load() > 0 {
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the database file holds %d of the WAL's %d frames after %d idle checkpoints; want all",
-						backfilled, frames, l.nCheckpoints.Load())
-				}
-				time.Sleep(time.Millisecond)
-			}
+				return frames > 0 && backfilled == frames && l.nCheckpoints.Load() > 0
+			})
 		})
 	}
 }

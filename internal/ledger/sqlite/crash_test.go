@@ -18,6 +18,16 @@ import (
 const (
 	crashEnv      = "SLUICE_LEDGER_TEST_CRASH"
 	crashSpoolEnv = "SLUICE_LEDGER_TEST_CRASH_SPOOL"
+	crashLagEnv   = "SLUICE_LEDGER_TEST_CRASH_LAG"
+)
+
+// In the child of the lagging crash, the spool is rewound past
+// lagRewindAt, and the ingester waits lagIngest before each transaction:
+// it lags far behind the committer, and the spool grows past its rewind
+// point while SQLite is behind.
+const (
+	lagRewindAt = 16 << 10
+	lagIngest   = 250 * time.Millisecond
 )
 
 // TestCrashLosesNothing kills a process that is appending as fast as it
@@ -29,18 +39,24 @@ const (
 //
 // With a spool, the kill finds acknowledged records that are only in the
 // spool; Open replays them.
+//
+// With the ingester lagging (a small rewind point, a slow ingester), the
+// kill finds the spool grown past its rewind point with records SQLite
+// does not have yet: a spool rewound while SQLite was behind would have
+// dropped them.
 func TestCrashLosesNothing(t *testing.T) {
 	for _, spool := range []bool{false, true} {
-		t.Run(fmt.Sprintf("spool=%v", spool), func(t *testing.T) { crashLosesNothing(t, spool) })
+		t.Run(fmt.Sprintf("spool=%v", spool), func(t *testing.T) { crashLosesNothing(t, spool, false) })
 	}
+	t.Run("spool=true,ingester behind", func(t *testing.T) { crashLosesNothing(t, true, true) })
 }
 
-func crashLosesNothing(t *testing.T, spool bool) {
+func crashLosesNothing(t *testing.T, spool, lag bool) {
 	const want = 3000 // acknowledged records to see before the kill
 	path := filepath.Join(t.TempDir(), "ledger.sqlite")
 
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashEnv+"="+path, fmt.Sprintf("%s=%v", crashSpoolEnv, spool))
+	cmd.Env = append(os.Environ(), crashEnv+"="+path, fmt.Sprintf("%s=%v", crashSpoolEnv, spool), fmt.Sprintf("%s=%v", crashLagEnv, lag))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -117,6 +133,18 @@ func crashLosesNothing(t *testing.T, spool bool) {
 	if spool {
 		t.Logf("%d of them were replayed from the spool", len(recs)-inSQLite)
 	}
+	if lag {
+		// The records only the spool held were more than its rewind
+		// point's worth: the kill found SQLite behind a spool grown past
+		// it, which is what this case is for.
+		r := record("req_00_000000")
+		r.KeyID, r.CostPico = "key_0", 1000
+		frame := int64(frameHeader + len(appendRecord(nil, &r)))
+		if replayed := int64(len(recs) - inSQLite); replayed*frame <= lagRewindAt {
+			t.Errorf("only %d records (%d bytes of frames) were in the spool alone at the kill; want more than its rewind point, %d bytes",
+				replayed, replayed*frame, lagRewindAt)
+		}
+	}
 }
 
 // TestCrashChild is the process TestCrashLosesNothing kills; it does
@@ -127,7 +155,17 @@ func TestCrashChild(t *testing.T) {
 	if path == "" {
 		t.Skip("child process of TestCrashLosesNothing")
 	}
-	l := openTest(t, path, Options{Spool: os.Getenv(crashSpoolEnv) == "true"})
+	opts := Options{Spool: os.Getenv(crashSpoolEnv) == "true"}
+	if os.Getenv(crashLagEnv) == "true" {
+		rewindAt, rewindWait = lagRewindAt, time.Millisecond
+		opts.Fault = func(op string) error {
+			if op == "commit" {
+				time.Sleep(lagIngest)
+			}
+			return nil
+		}
+	}
+	l := openTest(t, path, opts)
 	start(t, l)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()

@@ -182,7 +182,7 @@ func (l *Ledger) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = l.replay(ctx, &spool{f: f, path: l.spoolPath, size: st.Size(), off: frameStart})
+	_, err = l.replay(ctx, &spool{f: osFile{f}, path: l.spoolPath, size: st.Size(), off: frameStart})
 	return err
 }
 

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/testctx"
@@ -59,13 +58,7 @@ func TestSpoolReserveWhenDiskFull(t *testing.T) {
 		appendOne()
 	}
 	full.Store(false)
-	deadline := time.Now().Add(5 * time.Second)
-	for l.Degraded() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("still degraded with room on the disk: %v", l.Degraded())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testctx.Wait(t, "the ledger to leave its degraded state with room on the disk", func() bool { return l.Degraded() == nil })
 	recs, err := l.Records(ctx, ledger.Filter{})
 	if err != nil || len(recs) != n {
 		t.Fatalf("Records: %d, %v; want %d", len(recs), err, n)

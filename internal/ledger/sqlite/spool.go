@@ -93,10 +93,28 @@ var rewindAt int64 = 1 << 20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// spoolFile is what the spool does to its file: *os.File's methods, and
+// SyncData, an fdatasync. It is the seam through which tests watch the
+// order of writes and syncs (Options.spoolFile): which bytes a power loss
+// would keep.
+type spoolFile interface {
+	io.ReaderAt
+	io.WriterAt
+	Truncate(size int64) error
+	Sync() error     // the data and the metadata (fsync)
+	SyncData() error // the data, and only the metadata reading it needs (fdatasync)
+	Close() error
+}
+
+// osFile is a spoolFile on the disk.
+type osFile struct{ *os.File }
+
+func (f osFile) SyncData() error { return syncData(f.File) }
+
 // spool is the open spool file, locked by this process. Only the
 // committer writes it once Open returned.
 type spool struct {
-	f    *os.File
+	f    spoolFile
 	path string
 	gen  uint64
 	off  int64 // where the next frame goes
@@ -144,8 +162,9 @@ func (e *InUseError) Unwrap() error { return ErrInUse }
 // openSpool opens (creating it) and locks the spool at path. It returns
 // an *InUseError when another Ledger, in this process or another, holds
 // the lock, and nil, nil where files cannot be locked (lock_other.go):
-// there no Ledger has a spool.
-func openSpool(path string) (*spool, error) {
+// there no Ledger has a spool. wrap, if not nil, is given the file to
+// wrap (tests).
+func openSpool(path string, wrap func(spoolFile) spoolFile) (*spool, error) {
 	if !canLock {
 		return nil, nil
 	}
@@ -171,7 +190,11 @@ func openSpool(path string) (*spool, error) {
 			return nil, errors.Join(err, f.Close())
 		}
 	}
-	return &spool{f: f, path: path, size: st.Size(), off: frameStart}, nil
+	var sf spoolFile = osFile{f}
+	if wrap != nil {
+		sf = wrap(sf)
+	}
+	return &spool{f: sf, path: path, size: st.Size(), off: frameStart}, nil
 }
 
 func syncDir(dir string) error {
@@ -472,7 +495,7 @@ func (s *spool) write(frames []byte) error {
 	if _, err := s.f.WriteAt(frames, s.off); err != nil {
 		return err
 	}
-	if err := syncData(s.f); err != nil {
+	if err := s.f.SyncData(); err != nil {
 		return err
 	}
 	s.off = end

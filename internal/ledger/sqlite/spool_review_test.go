@@ -68,19 +68,17 @@ func TestStopWithFailingIngestionAnswersDirectAppends(t *testing.T) {
 	if err := l.sp.f.Close(); err != nil { // every spool write now fails
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.sp.f, _ = os.Open(os.DevNull) }) // for Close
+	t.Cleanup(func() { f, _ := os.Open(os.DevNull); l.sp.f = osFile{f} }) // for Close
 	actx, cancel := context.WithCancel(testctx.Deadline(t))
 	defer cancel()
 	direct := make(chan error, 1)
 	go func() { direct <- l.Append(actx, record("direct")) }()
-	for !l.directQueued() {
-		time.Sleep(time.Millisecond)
-	}
+	testctx.Wait(t, "the direct Append to be queued", l.directQueued)
 	if err := stop(); err == nil || !strings.Contains(err.Error(), "stay in the spool") {
 		t.Errorf("Run = %v; want the ingestion's failure", err)
 	}
 	cancel() // an Append still waiting now returns the context's error
-	if err := <-direct; err == nil || errors.Is(err, context.Canceled) {
+	if err := testctx.Receive(t, "the direct Append's return", direct); err == nil || errors.Is(err, context.Canceled) {
 		t.Errorf("direct Append = %v; want SQLite's error, told before Run returned", err)
 	}
 }
@@ -121,11 +119,11 @@ func TestReadDuringFailedStopReturns(t *testing.T) {
 			_, err := l.Records(testctx.Deadline(t), ledger.Filter{})
 			read <- err
 		}()
-		<-rep.ch // the read made the ingester try, and it failed: the read waits
+		testctx.Receive(t, "the ingester's failure, which the read caused", rep.ch) // the read waits
 		if err := stop(); err == nil {
 			t.Fatal("Run = nil; want the ingestion's failure")
 		}
-		if err := <-read; err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "in the spool") {
+		if err := testctx.Receive(t, "the read's return", read); err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "in the spool") {
 			t.Fatalf("Records = %v; want the records left in the spool", err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/ledger/ledgertest"
+	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/internal/tokens"
 )
 
@@ -91,7 +92,7 @@ func TestSpoolReadsSeeAcknowledged(t *testing.T) {
 // frames, and returns its bytes.
 func writeSpool(t testing.TB, path string, gen uint64, recs ...ledger.Record) []byte {
 	t.Helper()
-	sp, err := openSpool(path)
+	sp, err := openSpool(path, nil)
 	if err != nil || sp == nil {
 		t.Fatalf("openSpool: %v %v", sp, err)
 	}
@@ -365,7 +366,7 @@ func TestOpenKeepsDamagedSpool(t *testing.T) {
 // replayed.
 func TestReplayDropsUndecodable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	sp, err := openSpool(path + spoolSuffix)
+	sp, err := openSpool(path+spoolSuffix, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +497,8 @@ func TestBrokenSpoolCommitsDirectly(t *testing.T) {
 	if len(reported) != 1 || !errors.Is(reported[0], os.ErrClosed) {
 		t.Errorf("reported %v, want the spool's one failure", reported)
 	}
-	l.sp.f, _ = os.Open(os.DevNull) // for Close
+	devNull, _ := os.Open(os.DevNull)
+	l.sp.f = osFile{devNull} // for Close
 }
 
 // FuzzDecodeRecord: any bytes decode to a record that encodes back to
@@ -567,7 +569,7 @@ func FuzzReplay(f *testing.F) {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		sp, err := openSpool(path)
+		sp, err := openSpool(path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -610,9 +612,7 @@ func TestLinger(t *testing.T) {
 					}
 				})
 			}
-			for l.queued() < 2 {
-				time.Sleep(time.Millisecond)
-			}
+			testctx.Wait(t, "two Appends queued before Run", func() bool { return l.queued() >= 2 })
 			start(t, l)
 			wg.Wait()
 			begin := time.Now()

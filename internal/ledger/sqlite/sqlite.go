@@ -91,6 +91,10 @@ type Options struct {
 	// would (syscall.ENOSPC for a full disk); a delay in it delays the
 	// write. Nil: none.
 	Fault func(op string) error
+
+	// spoolFile, for tests, wraps the spool's file when Open opens it:
+	// the seam through which they watch its writes and syncs.
+	spoolFile func(spoolFile) spoolFile
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -171,7 +175,7 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("ledger/sqlite: %w", err)
 		}
-		if sp, err = openSpool(path + spoolSuffix); err != nil {
+		if sp, err = openSpool(path+spoolSuffix, opts.spoolFile); err != nil {
 			return nil, fmt.Errorf("ledger/sqlite: spool: %w", err)
 		}
 	}

@@ -72,7 +72,7 @@ func startRun(t testing.TB, l *Ledger, check bool) (stop func() error) {
 	stop = func() error {
 		once.Do(func() {
 			cancel()
-			err = <-done
+			err = testctx.Receive(t, "Run to return after its context ended", done)
 		})
 		return err
 	}
@@ -248,19 +248,11 @@ func TestReopen(t *testing.T) {
 // known batch waiting when it starts.
 func waitQueued(t *testing.T, l *Ledger, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testctx.Wait(t, fmt.Sprintf("%d Appends queued", n), func() bool {
 		l.mu.Lock()
-		got := len(l.queue)
-		l.mu.Unlock()
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d Appends queued; want %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer l.mu.Unlock()
+		return len(l.queue) == n
+	})
 }
 
 // appendAsync starts an Append of each record and returns a function that
