@@ -142,3 +142,50 @@ func randomBase62(r io.Reader, n, width int) (string, error) {
 	}
 	return string(out), nil
 }
+
+// Scrub returns s with every run that looks like a key — Prefix, in any
+// letter case, and more base62 characters after it than a public prefix
+// has — replaced by its Redacted form, or, where the run is not a
+// well-formed key, by its public prefix and "…". Text that quotes what a user wrote (an import's error about a
+// value in the wrong column, say) passes through Scrub before anyone
+// sees it, so a key never reaches a terminal or a log whole.
+func Scrub(s string) string {
+	var b strings.Builder
+	rest := s
+	for {
+		i := indexFold(rest, Prefix)
+		if i < 0 {
+			if b.Len() == 0 {
+				return s
+			}
+			b.WriteString(rest)
+			return b.String()
+		}
+		end := i + len(Prefix)
+		for end < len(rest) && isBase62(rest[end]) {
+			end++
+		}
+		b.WriteString(rest[:i])
+		random := rest[i+len(Prefix) : end]
+		switch r := Redacted(Prefix + random); {
+		case len(random) <= publicChars: // no more than a public prefix shows
+			b.WriteString(rest[i:end])
+		case r != "":
+			b.WriteString(r)
+		default: // not a key, but the start of one, or one mistyped
+			b.WriteString(Prefix + random[:publicChars] + "…")
+		}
+		rest = rest[end:]
+	}
+}
+
+// indexFold is strings.Index of the ASCII pattern p in s, letter case
+// ignored.
+func indexFold(s, p string) int {
+	for i := 0; i+len(p) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(p)], p) {
+			return i
+		}
+	}
+	return -1
+}

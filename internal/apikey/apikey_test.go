@@ -158,3 +158,26 @@ func BenchmarkFromHeaders(b *testing.B) {
 		}
 	}
 }
+
+// TestScrub: every run that looks like a key, in any case, leaves Scrub
+// redacted; the text around it is kept.
+func TestScrub(t *testing.T) {
+	const key = "sk-sluice-0123456789abcdefghijklmnopqrstuvwxyzAB"
+	for _, tt := range []struct{ in, want string }{
+		{"nothing here", "nothing here"},
+		{`unknown team "` + key + `" (teams: a)`, `unknown team "sk-sluic************************************yzAB" (teams: a)`},
+		{`unknown column "` + strings.ToLower(key) + `"`, `unknown column "sk-sluic************************************yzab"`},
+		{`SK-SLUICE-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZAB`, `sk-sluic************************************YZAB`},
+		{key + "," + key, "sk-sluic************************************yzAB,sk-sluic************************************yzAB"},
+		{"sk-sluice-abc and sk-sluice- and (sk-sluice-ABCDEF…)", "sk-sluice-abc and sk-sluice- and (sk-sluice-ABCDEF…)"},
+		{"a truncated sk-sluice-0123456789abcdefghij", "a truncated sk-sluice-012345…"},
+	} {
+		got := Scrub(tt.in)
+		if got != tt.want {
+			t.Errorf("Scrub(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if strings.Contains(strings.ToLower(got), "0123456789abcdefghij") {
+			t.Errorf("Scrub(%q) kept the key's middle: %q", tt.in, got)
+		}
+	}
+}

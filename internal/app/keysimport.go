@@ -69,7 +69,16 @@ const (
 	defaultImportBatch = 5000
 )
 
-func runKeysImport(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) error {
+func runKeysImport(ctx context.Context, args []string, stdout, stderr io.Writer, env Env) (err error) {
+	// The file holds keys, and a message about a value in the wrong
+	// column quotes it: everything the import says passes through
+	// apikey.Scrub first.
+	stdout, stderr = scrubWriter{stdout}, scrubWriter{stderr}
+	defer func() {
+		if err != nil && !errors.Is(err, errUsage) {
+			err = scrubbedError{err}
+		}
+	}()
 	fs := newFlags("keys import", "FILE", keysImportSummary, stderr)
 	config := fs.String("config", "sluice.yaml", "config `file`")
 	format := fs.String("format", "", "the file's format, jsonl or csv (default: from its extension)")
@@ -363,6 +372,7 @@ func (im *importer) add(rec record, n int) *lineError {
 func (im *importer) flush(ctx context.Context) error {
 	if len(im.create) > 0 {
 		if err := im.st.CreateKeys(ctx, im.create); err != nil {
+			im.created -= len(im.create) // none of them was written
 			if errors.Is(err, store.ErrExists) {
 				return fmt.Errorf("%s: a key of lines up to %d was created in the store by someone else during the import: %w; import the file again (what is imported is left unchanged)", im.opts.file, im.lines, err)
 			}
@@ -372,6 +382,7 @@ func (im *importer) flush(ctx context.Context) error {
 	}
 	if len(im.replace) > 0 {
 		if err := im.st.ReplaceKeys(ctx, im.replace); err != nil {
+			im.replaced -= len(im.replace) // none of them was written
 			return fmt.Errorf("%s: replace keys of lines up to %d: %w; import the file again (what is imported is left unchanged)", im.opts.file, im.lines, err)
 		}
 		im.replace = im.replace[:0]
@@ -815,3 +826,19 @@ func (l *lineReader) next() ([]byte, error) {
 		}
 	}
 }
+
+// scrubWriter writes through apikey.Scrub.
+type scrubWriter struct{ w io.Writer }
+
+func (s scrubWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(s.w, apikey.Scrub(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// scrubbedError is err with its text through apikey.Scrub.
+type scrubbedError struct{ err error }
+
+func (e scrubbedError) Error() string { return apikey.Scrub(e.err.Error()) }
+func (e scrubbedError) Unwrap() error { return e.err }
