@@ -3,6 +3,10 @@ package ledger
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
 	"time"
 
 	"github.com/sluicegw/sluice/internal/tokens"
@@ -38,15 +42,22 @@ func (r Record) MarshalJSON() ([]byte, error) {
 		recordTail{r.CostPico, r.Priced, r.Status, r.Outcome, r.ErrorType, r.Estimated, r.Stream, r.StartedAt, r.FinishedAt, r.TTFT})
 }
 
-// UnmarshalJSON reads r from the shape above; a field it does not know is
-// an error.
+// UnmarshalJSON reads r from the shape above; a field it does not know,
+// a field named in another letter case, and a field given twice are
+// errors (encoding/json alone would match names in any case and keep a
+// repeated field's last value).
 func (r *Record) UnmarshalJSON(b []byte) error {
 	if string(bytes.TrimSpace(b)) == "null" {
 		return nil
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(b, &fields); err != nil {
+	fields, err := objectFields(b)
+	if err != nil {
 		return err
+	}
+	for name := range fields {
+		if !recordFieldNames[name] {
+			return fmt.Errorf("ledger: record: unknown field %q", name)
+		}
 	}
 	var counts tokens.Counts
 	for _, k := range tokens.All() {
@@ -94,7 +105,7 @@ type totalHead struct {
 }
 
 type totalTail struct {
-	CostMicroUSD int64       `json:"cost_micro_usd"`
+	CostMicroUSD json.Number `json:"cost_micro_usd"` // exact: 2^63 for the largest Sum
 	CostPicoUSD  json.Number `json:"cost_pico_usd"`
 	CostUSD      string      `json:"cost_usd"`
 	Estimated    int64       `json:"estimated"`
@@ -106,5 +117,53 @@ func jsonName(n tokens.Names) string { return n.JSON }
 // MarshalJSON writes t in the shape above.
 func (t Total) MarshalJSON() ([]byte, error) {
 	return tokens.JSONObject(totalHead{t.Group, t.Requests}, t.Tokens, jsonName,
-		totalTail{t.Cost.MicrosUp(), json.Number(t.Cost.PicoString()), t.Cost.DollarsUp(), t.Estimated, t.Unpriced})
+		totalTail{json.Number(t.Cost.MicrosUpString()), json.Number(t.Cost.PicoString()), t.Cost.DollarsUp(), t.Estimated, t.Unpriced})
+}
+
+// recordFieldNames are the names of a Record's JSON fields, exactly.
+var recordFieldNames = func() map[string]bool {
+	m := map[string]bool{}
+	for _, t := range []reflect.Type{reflect.TypeFor[recordHead](), reflect.TypeFor[recordTail]()} {
+		for i := range t.NumField() {
+			m[t.Field(i).Name] = true
+		}
+	}
+	for _, k := range tokens.All() {
+		m[k.Names().Field] = true
+	}
+	return m
+}()
+
+// objectFields reads the JSON object b into its fields' raw values,
+// refusing a field given twice.
+func objectFields(b []byte) (map[string]json.RawMessage, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	if t, err := d.Token(); err != nil {
+		return nil, err
+	} else if t != json.Delim('{') {
+		return nil, fmt.Errorf("ledger: record: want a JSON object, got %v", t)
+	}
+	fields := map[string]json.RawMessage{}
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, _ := t.(string)
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			return nil, err
+		}
+		if _, dup := fields[name]; dup {
+			return nil, fmt.Errorf("ledger: record: field %q given twice", name)
+		}
+		fields[name] = v
+	}
+	if _, err := d.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, errors.New("ledger: record: data after the object")
+	}
+	return fields, nil
 }

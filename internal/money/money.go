@@ -134,10 +134,27 @@ func (s Sum) PicoString() string {
 	return fmt.Sprintf("%d%06d", s.micros, s.pico)
 }
 
+// MicrosUpString is s in micro-dollars rounded up, as an exact decimal
+// integer: MicrosUp, except that it does not saturate (the largest Sum
+// rounds up to 2^63 micro-dollars, one past an int64).
+func (s Sum) MicrosUpString() string {
+	return strconv.FormatUint(s.microsUp(), 10)
+}
+
+// microsUp is s in micro-dollars rounded up; it fits a uint64 (micros is
+// at most math.MaxInt64).
+func (s Sum) microsUp() uint64 {
+	m := uint64(s.micros)
+	if s.pico > 0 {
+		m++
+	}
+	return m
+}
+
 // DollarsUp is s in dollars with six decimals, rounded up to the
 // micro-dollar (a cost is shown as no less than it is): "0.000138".
 func (s Sum) DollarsUp() string {
-	m := s.MicrosUp()
+	m := s.microsUp()
 	return fmt.Sprintf("%d.%06d", m/PicoPerMicro, m%PicoPerMicro)
 }
 

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -118,7 +119,7 @@ func TestFormats(t *testing.T) {
 		{FromPico(140_000), "140000", "$0.000000140000", "0.000001", 1, 0, 140_000, false, 0, 140_000},
 		{FromPico(137_450_000), "137450000", "$0.000137450000", "0.000138", 138, 137, 137_450_000, false, 137, 450_000},
 		{FromMicros(2_500_000), "2500000000000", "$2.500000000000", "2.500000", 2_500_000, 2_500_000, 2_500_000_000_000, false, 2_500_000, 0},
-		{Max, "9223372036854775807999999", "$9223372036854.775807999999", "9223372036854.775807", math.MaxInt64, math.MaxInt64, math.MaxInt64, false, math.MaxInt64, 999_999},
+		{Max, "9223372036854775807999999", "$9223372036854.775807999999", "9223372036854.775808", math.MaxInt64, math.MaxInt64, math.MaxInt64, false, math.MaxInt64, 999_999},
 	} {
 		if got := tt.s.PicoString(); got != tt.pico {
 			t.Errorf("PicoString = %s, want %s", got, tt.pico)
@@ -128,6 +129,10 @@ func TestFormats(t *testing.T) {
 		}
 		if got := tt.s.DollarsUp(); got != tt.dollarsUp {
 			t.Errorf("DollarsUp = %s, want %s", got, tt.dollarsUp)
+		}
+		// MicrosUp unsaturated: the dollars' digits without the point.
+		if got, want := tt.s.MicrosUpString(), strings.TrimLeft(strings.Replace(tt.dollarsUp, ".", "", 1), "0"); got != want && !(got == "0" && want == "") {
+			t.Errorf("MicrosUpString = %s, want %s", got, want)
 		}
 		if tt.s.MicrosUp() != tt.up || tt.s.MicrosDown() != tt.down || tt.s.Pico() != tt.picoSat || tt.s.IsZero() != tt.isZero ||
 			tt.s.Micros() != tt.micros || tt.s.Remainder() != tt.rm {
