@@ -1,0 +1,217 @@
+// Package pgtest starts throwaway PostgreSQL servers for tests: initdb
+// into a temporary directory, the server on 127.0.0.1 at a free port,
+// trust authentication, gone when the test binary ends (Main). Each test
+// gets a database of its own on the process's one server (Database).
+//
+// Where PostgreSQL is not installed a test is skipped, saying what to
+// install — unless SLUICE_REQUIRE_POSTGRES is set (CI sets it, through
+// make test), where it fails instead: fleet tests never skip in CI.
+//
+// Under root, PostgreSQL (which refuses to run as root) runs as the
+// unprivileged user "postgres" Debian's package creates, via runuser.
+// The server runs with fsync off: tests check what Sluice asks of the
+// database (synchronous_commit, transactions), not the disk under it.
+//
+// It must not be imported by product code.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// RequireEnv, when set to anything but "" or "0", turns a missing
+// PostgreSQL from a skip into a failure.
+const RequireEnv = "SLUICE_REQUIRE_POSTGRES"
+
+// Server is a running PostgreSQL server.
+type Server struct {
+	Port int
+	dir  string // holds data/ and the log
+	bin  string // the directory of initdb, pg_ctl, postgres
+	as   []string
+}
+
+var (
+	mu      sync.Mutex
+	shared  *Server
+	started error // why the shared server could not start
+	dbs     atomic.Int64
+)
+
+// Main runs the tests of m and stops the shared server, if a test started
+// one. A package whose tests use Database calls it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	mu.Lock()
+	if shared != nil {
+		shared.Stop()
+	}
+	mu.Unlock()
+	os.Exit(code)
+}
+
+// Database creates a new, empty database on the process's shared server
+// (started by the first call) and returns its connection URL. It skips
+// t, or fails it under RequireEnv, where PostgreSQL is not installed.
+func Database(t testing.TB) string {
+	t.Helper()
+	s := sharedServer(t)
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), dbs.Add(1))
+	if out, err := s.run(context.Background(), "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port),
+		"-U", "postgres", "-d", "postgres", "-c", "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("pgtest: create database %s: %v\n%s", name, err, out)
+	}
+	return s.URL(name)
+}
+
+// URL is the connection URL of database db on s.
+func (s *Server) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.Port, db)
+}
+
+func sharedServer(t testing.TB) *Server {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if shared == nil && started == nil {
+		shared, started = Start()
+	}
+	if started != nil {
+		missing(t, started)
+	}
+	return shared
+}
+
+// errMissing wraps a PostgreSQL that is not installed.
+var errMissing = errors.New("PostgreSQL is not installed (initdb not found on PATH nor in /usr/lib/postgresql/*/bin; install Debian's postgresql package: apt-get install -y postgresql)")
+
+func missing(t testing.TB, err error) {
+	t.Helper()
+	if v := os.Getenv(RequireEnv); errors.Is(err, errMissing) && (v == "" || v == "0") {
+		t.Skip("pgtest: " + err.Error())
+	}
+	t.Fatalf("pgtest: %v", err)
+}
+
+// Start starts a new server. The caller stops it (Stop).
+func Start() (*Server, error) {
+	bin, err := findBin()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "sluice-pg-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{dir: dir, bin: bin}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("running as root, PostgreSQL needs the unprivileged user postgres (from Debian's postgresql package): %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, err
+		}
+		s.as = []string{"runuser", "-u", "postgres", "--"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	data := filepath.Join(dir, "data")
+	if out, err := s.run(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"); err != nil {
+		s.remove()
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	// A free port, taken by the server in the next moment: another
+	// process may take it first, so a start that fails is tried again.
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			s.remove()
+			return nil, err
+		}
+		s.Port = port
+		opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories='' -c fsync=off -c full_page_writes=off -c max_connections=200", port)
+		// pg_ctl -w waits until the server accepts connections (it reads
+		// the server's own readiness from postmaster.pid), at most -t.
+		out, err := s.run(ctx, filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "log"), "-o", opts, "-w", "-t", "60", "start")
+		if err == nil {
+			return s, nil
+		}
+		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+		lastErr = fmt.Errorf("pg_ctl start: %v\n%s\nserver log:\n%s", err, out, log)
+		if !strings.Contains(string(log), "could not bind") && !strings.Contains(string(log), "already in use") {
+			break
+		}
+	}
+	s.remove()
+	return nil, lastErr
+}
+
+// Stop stops the server at once (no checkpoint) and removes its files.
+func (s *Server) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s.run(ctx, filepath.Join(s.bin, "pg_ctl"), "-D", filepath.Join(s.dir, "data"), "-m", "immediate", "-w", "stop")
+	s.remove()
+}
+
+func (s *Server) remove() { os.RemoveAll(s.dir) }
+
+// run runs a PostgreSQL program, as the postgres user under root.
+func (s *Server) run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	if !filepath.IsAbs(name) {
+		name = filepath.Join(s.bin, name)
+	}
+	argv := append(append(append([]string(nil), s.as...), name), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = s.dir
+	return cmd.CombinedOutput()
+}
+
+// findBin is the directory of initdb: on PATH, else Debian's versioned
+// directory.
+func findBin() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "pg_ctl")); err == nil {
+			return dir, nil
+		}
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(matches) > 0 {
+		return filepath.Dir(matches[len(matches)-1]), nil
+	}
+	return "", errMissing
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
