@@ -457,17 +457,34 @@ func (r *Ring) load(ctx context.Context, src store.KeyStreamer) (bool, error) {
 	return true, nil
 }
 
-// Follow calls Sync every interval until ctx ends. A failed sync is
-// reported through onErr (may be nil) and logged; the last good replica
-// stays in force. Returns nil when ctx ends.
+// Notifier is what a ChangeSource may offer besides its changes: a
+// signal soon after each change is committed (PostgreSQL's
+// LISTEN/NOTIFY), so that a follower need not wait for its next poll.
+type Notifier interface {
+	// Changed signals, without blocking its sender (a buffer of one
+	// suffices), after changes are committed. A signal may be lost (a
+	// dropped connection); the follower's poll covers that.
+	Changed() <-chan struct{}
+}
+
+// Follow calls Sync every interval until ctx ends, and at once on each
+// signal when src is also a Notifier (the interval's poll then is the
+// backstop for a signal lost). A failed sync is reported through onErr
+// (may be nil) and logged; the last good replica stays in force. Returns
+// nil when ctx ends.
 func (r *Ring) Follow(ctx context.Context, src ChangeSource, interval time.Duration, onErr func(error)) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var changed <-chan struct{} // nil: never ready
+	if n, ok := src.(Notifier); ok {
+		changed = n.Changed()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-changed:
 		}
 		if err := r.Sync(ctx, src); err != nil && ctx.Err() == nil {
 			r.log.Error("store sync failed; keeping the last good key replica", "err", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/internal/store/sqlite"
+	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/internal/testenv"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -150,6 +151,41 @@ func TestFollowSeesRevocationAndNewKeys(t *testing.T) {
 	})
 	cancel()
 	if err := <-done; err != nil {
+		t.Fatalf("Follow returned %v", err)
+	}
+}
+
+// notifying is a store whose Changed signals when the test says.
+type notifying struct {
+	store.Store
+	ch chan struct{}
+}
+
+func (n notifying) Changed() <-chan struct{} { return n.ch }
+
+// TestFollowWakesOnNotification: with a poll far longer than the test, a
+// change is seen once the source signals it, and not before.
+func TestFollowWakesOnNotification(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := notifying{openStore(t), make(chan struct{}, 1)}
+	ring := keyring.New(testenv.Quiet())
+	ring.SetPolicy(snapshot(t, base))
+	if err := ring.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ring.Follow(ctx, st, time.Hour, nil) }()
+	if err := st.CreateKey(ctx, store.Key{ID: "key_a", Prefix: "p", Hash: apikey.Hash(secretA), Team: "red", CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if ring.Resolve(apikey.Hash(secretA)) != nil {
+		t.Fatal("the key was seen before any signal or poll")
+	}
+	st.ch <- struct{}{}
+	waitFor(t, "the new key after the signal", func() bool { return ring.Resolve(apikey.Hash(secretA)) != nil })
+	cancel()
+	if err := testctx.Receive(t, "Follow to return", done); err != nil {
 		t.Fatalf("Follow returned %v", err)
 	}
 }
