@@ -310,8 +310,10 @@ func requestDenial(pr *requests, res limits.Decision) *apierr.Error {
 	// gpt-4o in organization org-… on requests per min (RPM): Limit 3,
 	// Used 3, Requested 1. Please try again in 20s."), naming Sluice's
 	// limit where OpenAI names its model and organization.
+	// A request is refused only by a full window, so it has used its limit
+	// (what it holds past a limit lowered since is not told).
 	e.OpenAIMessage = fmt.Sprintf("Rate limit reached for %s on requests per %s: Limit %d, Used %d, Requested 1. Please try again in %s.",
-		who, openAIPeriod(period), denied.Limit, denied.Limit-res.Remaining[res.Denied],
+		who, openAIPeriod(period), denied.Limit, denied.Limit,
 		llmapi.OpenAIDuration(time.Duration(ra)*time.Second))
 	return e
 }
