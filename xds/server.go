@@ -200,7 +200,7 @@ func (s *Server) Register(ctx context.Context, g *grpc.Server) {
 			s.sent(id, r.GetTypeUrl(), r.GetNonce(), r.GetSystemVersionInfo())
 		},
 	}
-	srv := serverv3.NewServer(ctx, s.cache, cb, sotw.WithOrderedADS(), sotw.WithLogger(cacheLogger{s.log}))
+	srv := serverv3.NewServer(ctx, reconnected{s.cache}, cb, sotw.WithOrderedADS(), sotw.WithLogger(cacheLogger{s.log}))
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, srv)
 }
 
