@@ -61,6 +61,7 @@ func Run(t *testing.T, open Factory) {
 		{"SettleAfterTheWindowMoved", testSettleAfterTheWindowMoved},
 		{"RemainingHeaders", testRemainingHeaders},
 		{"RemainingIsTheTightest", testRemainingIsTheTightest},
+		{"RemainingTiesAndRollingBudgets", testRemainingTiesAndRollingBudgets},
 		{"SaturatedAmounts", testSaturatedAmounts},
 		// Budgets.
 		{"BudgetPeriods", testBudgetPeriods},

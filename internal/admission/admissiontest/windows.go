@@ -287,6 +287,38 @@ func testRemainingIsTheTightest(t *testing.T, open opener) {
 	}
 }
 
+// testRemainingTiesAndRollingBudgets: where two windows have as much left,
+// Remaining names the one that resets later (what a client must wait
+// for), whichever scope comes first; a rolling budget's remaining room is
+// in micro-dollars, as its limit.
+func testRemainingTiesAndRollingBudgets(t *testing.T, open opener) {
+	l := open(t, nil)
+	key := policies.Limits{
+		Requests: policies.RateLimits{PerHour: 2},
+		Tokens:   policies.TokenLimits{Total: policies.RateLimits{PerHour: 100}},
+		Budgets:  []policies.Budget{{MicroUSD: 500, Period: policies.PeriodRolling, Window: time.Hour}},
+	}
+	team := policies.Limits{
+		Requests: policies.RateLimits{PerMinute: 2},
+		Tokens:   policies.TokenLimits{Total: policies.RateLimits{PerMinute: 100}},
+	}
+	p := principal(key, team, policies.Limits{})
+	g, err := l.Admit(t.Context(), admission.Claim{Principal: p, CountRequest: true, InputTokens: 20, MaxOutputTokens: 40, CostPico: 100 * micro, At: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := g.Remaining
+	if r.RequestsLimit != 2 || r.Requests != 1 || r.RequestsReset < 30*time.Minute {
+		t.Errorf("requests: limit %d, %d left, reset in %v; want the key's hour: 2, 1, about an hour", r.RequestsLimit, r.Requests, r.RequestsReset)
+	}
+	if r.TokensLimit != 100 || r.Tokens != 40 || r.TokensReset < 30*time.Minute {
+		t.Errorf("tokens: limit %d, %d left, reset in %v; want the key's hour: 100, 40, about an hour", r.TokensLimit, r.Tokens, r.TokensReset)
+	}
+	if r.BudgetLimit != 500 || r.Budget != 400 {
+		t.Errorf("rolling budget: limit %d, %d left; want 500 and 400 micro-dollars", r.BudgetLimit, r.Budget)
+	}
+}
+
 // testSaturatedAmounts: a claim or a settled use at math.MaxInt64 (what
 // saturating arithmetic gives a cost or a count that does not fit) is
 // refused as more than a limit allows at all, and charged without
