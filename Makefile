@@ -13,7 +13,7 @@ PKGS     := ./...
 TAGS     ?= vtprotobuf,grpcnotrace
 GOTAGS   := -tags=$(TAGS)
 
-.PHONY: all build build-dev run test lint vet fmt-check jsclients bench bench-service fuzz fuzz-targets mutation clean check-go
+.PHONY: all build build-dev run test lint vet fmt-check servers jsclients bench bench-service fuzz fuzz-targets mutation clean check-go
 
 all: build
 
@@ -55,8 +55,8 @@ RACE_FREE_TESTS := ^(TestBodyLimitAtEverySize|TestOpenStreamsKeepSmallStacks)$$
 # Allocation counts the race detector blurs (its sync.Pool drops items at
 # random), checked once more without it.
 ALLOC_TESTS := ^TestNoAllocationWhenNothingIsHeld$$
-test: check-go lint jsclients
-	$(GO) test $(GOTAGS) -race -count=1 $(PKGS)
+test: check-go lint jsclients servers
+	SLUICE_REQUIRE_POSTGRES=1 $(GO) test $(GOTAGS) -race -count=1 $(PKGS)
 	$(GO) test $(GOTAGS) -count=1 -run='$(RACE_FREE_TESTS)' ./e2e/
 	$(GO) test $(GOTAGS) -count=1 -run='^TestHandlingFitsTheFirstStack$$' ./extproc/
 	$(GO) test $(GOTAGS) -count=1 -run='$(ALLOC_TESTS)' ./internal/ssefilter/
@@ -69,6 +69,20 @@ lint: vet fmt-check
 # Anthropic SDKs, the Vercel AI SDK), at the versions package-lock.json
 # pins: npm ci when node_modules is missing or older than the lock file.
 # Without Node.js the test skips, saying so.
+# The servers the fleet tests start for themselves (internal/testenv/
+# pgtest): PostgreSQL from Debian's packages. make test installs what is
+# missing when it runs as root (CI does), and otherwise says what to
+# install; the tests then fail rather than skip without them.
+servers:
+	@if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "servers: installing PostgreSQL (apt-get install -y postgresql) for the fleet tests"; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }; \
+		else \
+			echo "servers: PostgreSQL is missing (initdb not on PATH nor in /usr/lib/postgresql/*/bin); the fleet tests need it: sudo apt-get install -y postgresql"; exit 1; \
+		fi; \
+	fi
+
 jsclients:
 	@if ! command -v npm >/dev/null 2>&1; then \
 		echo "jsclients: no npm on PATH; TestJSClients will skip (install Node.js 20+ to run it)"; \

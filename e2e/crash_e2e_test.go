@@ -21,6 +21,7 @@ import (
 	"github.com/sluicegw/sluice/bench/mockllm"
 	"github.com/sluicegw/sluice/envoy/envoytest"
 	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/testenv/pgtest"
 	"github.com/sluicegw/sluice/xds"
 )
 
@@ -46,7 +47,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(app.ExitCode(err))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	pgtest.Stop()
+	os.Exit(code)
 }
 
 // startLimitsChild serves limitsPolicy with an unbinding budget against a

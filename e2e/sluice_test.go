@@ -36,8 +36,8 @@ func startSluice(t *testing.T, configYAML string) *sluiceProcess {
 }
 
 // startSluiceCtx is startSluice, serving under parent (which may carry
-// app.WithLedgerFault).
-func startSluiceCtx(t *testing.T, parent context.Context, configYAML string) *sluiceProcess {
+// app.WithLedgerFault), with serve's extra flags.
+func startSluiceCtx(t *testing.T, parent context.Context, configYAML string, extra ...string) *sluiceProcess {
 	t.Helper()
 	dir := t.TempDir()
 	out := &syncBuf{}
@@ -49,7 +49,8 @@ func startSluiceCtx(t *testing.T, parent context.Context, configYAML string) *sl
 	ctx, cancel := context.WithCancel(parent)
 	done := make(chan error, 1)
 	go func() {
-		done <- app.Run(ctx, []string{"serve", "--config", p.config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn", "--shutdown-drain", "0"}, out, out, noEnv)
+		args := []string{"serve", "--config", p.config, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--ready-file", ready, "--log-level", "warn", "--shutdown-drain", "0"}
+		done <- app.Run(ctx, append(args, extra...), out, out, noEnv)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -368,12 +368,11 @@ func TestParseProblems(t *testing.T) {
 		yaml string
 		want []string
 	}{
-		{"postgres clears the default sqlite", base + "store: {postgres: '${DB}'}\n", []string{
-			"f.yaml:9:19: store.postgres: the PostgreSQL store is not available yet; use store.sqlite",
+		{"postgres not a URL, not echoed", base + "store: {postgres: '${URL}'}\n", []string{
+			"f.yaml:9:19: store.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database (the value is not shown: it may hold a password)",
 		}},
 		{"both stores", base + "store:\n  sqlite: x.db\n  postgres: ${DB}\n", []string{
 			"f.yaml:9:1: store: set exactly one of sqlite or postgres",
-			"f.yaml:11:13: store.postgres: the PostgreSQL store is not available yet; use store.sqlite",
 		}},
 		{"env value not echoed by validation", base + "orgs:\n  - name: ${NAME}\n  - name: ${NAME}\n", []string{
 			`f.yaml:11:11: orgs[1].name: duplicate name the expansion of "${NAME}" (first at orgs[0])`,

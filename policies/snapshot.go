@@ -323,6 +323,10 @@ func (s *Snapshot) Listen() Listen { return s.cfg.Listen }
 // config file's directory; empty when the store is not SQLite.
 func (s *Snapshot) SQLitePath() string { return s.sqlitePath }
 
+// StorePostgres is the PostgreSQL connection URL of the key store; empty
+// when the store is SQLite. It may hold a password: never log it.
+func (s *Snapshot) StorePostgres() string { return s.cfg.Store.Postgres.Reveal() }
+
 // LedgerPath is the resolved path of the spend ledger's SQLite file.
 func (s *Snapshot) LedgerPath() string { return s.ledgerPath }
 

@@ -175,9 +175,16 @@ func (v *validator) store(s Store) {
 	if sqlite == postgres {
 		v.add("store", "set exactly one of sqlite or postgres")
 	}
-	if postgres {
-		v.add("store.postgres", "the PostgreSQL store is not available yet; use store.sqlite")
+	if postgres && !postgresURL(s.Postgres.Reveal()) {
+		v.add("store.postgres", "want a PostgreSQL URL, postgres://user:password@host:5432/database (the value is not shown: it may hold a password)")
 	}
+}
+
+// postgresURL reports whether s is a PostgreSQL connection URL with a
+// host: postgres:// or postgresql://, as libpq and pgx take them.
+func postgresURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") && (u.Host != "" || u.Query().Get("host") != "")
 }
 
 var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)

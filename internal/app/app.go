@@ -63,6 +63,7 @@ func program(env Env) *cli.Program {
 			{Name: "check-config", Summary: "validate a sluice.yaml and print every problem", Run: noCtx(runCheckConfig)},
 			{Name: "keys", Summary: "create, list, revoke and import API keys", Run: withEnv(runKeys)},
 			{Name: "spend", Summary: "report tokens and cost from the spend ledger", Run: withEnv(runSpend)},
+			{Name: "migrate", Summary: "apply the PostgreSQL schema's pending migrations (before a rollout)", Run: withEnv(runMigrate)},
 			{Name: "pricing", Summary: "pricing import: turn a LiteLLM price file into sluice.yaml's pricing section", Run: noCtx(runPricing)},
 			{Name: "envoy", Summary: "envoy bootstrap: print the bootstrap for an Envoy that takes its config from Sluice", Run: noCtx(runEnvoy)},
 			cli.VersionCommand("sluice"),

@@ -25,10 +25,13 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicegw/sluice/internal/logbuf"
+	"github.com/sluicegw/sluice/internal/testenv/pgtest"
 	"github.com/sluicegw/sluice/internal/testtls"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { pgtest.Stop(); os.Exit(code) }))
+}
 
 // syncBuffer is a log sink safe for the server's goroutines.
 type syncBuffer = logbuf.Buffer

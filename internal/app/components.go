@@ -33,6 +33,7 @@ import (
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/principal"
 	"github.com/sluicegw/sluice/internal/store"
+	"github.com/sluicegw/sluice/internal/store/postgres"
 	"github.com/sluicegw/sluice/internal/store/sqlite"
 	"github.com/sluicegw/sluice/internal/tlsserve"
 	"github.com/sluicegw/sluice/policies"
@@ -273,7 +274,7 @@ func (c *components) openKeys(ctx context.Context, stdout io.Writer) error {
 	c.ring.SetPolicy(c.snap)
 	c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_keys_cached", Help: "API keys in the in-memory replica (config-declared and stored, revoked included)."},
 		func() float64 { return float64(c.ring.Len()) }))
-	st, err := openStoreBackend(ctx, c.snap)
+	st, err := c.openStore(ctx)
 	if err != nil {
 		return err
 	}
@@ -325,15 +326,33 @@ func (c *components) openLedger(ctx context.Context) error {
 }
 
 // openStoreBackend opens the key store the config names, for serve and the
-// keys commands alike; the caller closes it. Only the embedded SQLite
-// backend exists; another backend is chosen here, from the config.
-func openStoreBackend(ctx context.Context, snap *policies.Snapshot) (store.Store, error) {
+// keys commands alike; the caller closes it: the embedded SQLite file, or
+// PostgreSQL (a *pgStore), whose schema must be the one this build needs
+// (a *pgmigrate.VersionError otherwise).
+func openStoreBackend(ctx context.Context, snap *policies.Snapshot, log *slog.Logger) (store.Store, error) {
+	if url := snap.StorePostgres(); url != "" {
+		st, err := postgres.Open(ctx, url, postgres.Options{Log: log})
+		if err != nil {
+			return nil, err
+		}
+		return &pgStore{Store: st, listener: st.Listener()}, nil
+	}
 	st, err := sqlite.Open(ctx, snap.SQLitePath())
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}
 	return st, nil
 }
+
+// pgStore is the PostgreSQL store with the listener that tells its
+// follower (keyring.Follow, a keyring.Notifier) of each change another
+// replica commits; serve runs the listener.
+type pgStore struct {
+	*postgres.Store
+	listener *postgres.Listener
+}
+
+func (s *pgStore) Changed() <-chan struct{} { return s.listener.C() }
 
 // grpcStreamWorkers is the data-path server's pool of stream goroutines.
 const grpcStreamWorkers = 64

@@ -21,7 +21,7 @@ func TestDemoKeyMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStoreBackend(ctx, snap)
+	st, err := openStoreBackend(ctx, snap, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func openStore(ctx context.Context, path string, env Env) (*policies.Snapshot, s
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := openStoreBackend(ctx, snap)
+	st, err := openStoreBackend(ctx, snap, nil)
 	if err != nil {
 		return nil, nil, err
 	}

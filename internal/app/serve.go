@@ -59,6 +59,8 @@ type serveFlags struct {
 	adminAddr string
 	xdsAddr   string
 	readyFile string
+	// migrate: bring the PostgreSQL schema up to date before serving.
+	migrate bool
 	// drain is how long, once told to stop, Sluice goes on serving while
 	// reporting NOT_SERVING; negative: the health check's interval plus
 	// its timeout (drainFor).
@@ -76,6 +78,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "override listen.admin (host:port; port 0 picks a free one)")
 	fs.StringVar(&f.xdsAddr, "xds-addr", "", "override listen.xds (host:port; port 0 picks a free one)")
 	fs.StringVar(&f.readyFile, "ready-file", "", "once serving, write {\"grpc\": ADDR, \"admin\": ADDR, \"xds\": ADDR} as JSON to this `file` (for scripts and tests)")
+	fs.BoolVar(&f.migrate, "migrate", false, "with a PostgreSQL store, apply its pending schema migrations before serving, as `sluice migrate` does (safe when replicas start together: one migrates, the others wait for it)")
 	fs.DurationVar(&f.drain, "shutdown-drain", -1, "once told to stop, go on serving this long while gRPC health says NOT_SERVING, so that every Envoy's health check takes this replica out before it stops taking requests (default: xds.extension_health_check's interval plus its timeout; 0: stop at once)")
 	if err := fs.Parse(args); err != nil {
 		return cli.FlagErr(err)
@@ -150,6 +153,9 @@ func (c *components) run(ctx context.Context) error {
 	g.Go(func() error {
 		return c.ring.Follow(gctx, c.store, storePoll, func(error) { c.metrics.storeSyncs.Inc() })
 	})
+	if pg, ok := c.store.(*pgStore); ok {
+		g.Go(func() error { return pg.listener.Run(gctx) })
+	}
 	g.Go(func() error { return c.counters.Run(gctx, counterSweep) })
 	c.startedUp()
 	if !c.gogcSet {

@@ -52,15 +52,22 @@ var (
 )
 
 // Main runs the tests of m and stops the shared server, if a test started
-// one. A package whose tests use Database calls it from TestMain.
+// one. A package whose tests use Database calls it from TestMain, or
+// calls Stop after m.Run itself.
 func Main(m *testing.M) {
 	code := m.Run()
+	Stop()
+	os.Exit(code)
+}
+
+// Stop stops the shared server, if a test started one.
+func Stop() {
 	mu.Lock()
+	defer mu.Unlock()
 	if shared != nil {
 		shared.Stop()
+		shared = nil
 	}
-	mu.Unlock()
-	os.Exit(code)
 }
 
 // Database creates a new, empty database on the process's shared server
