@@ -43,7 +43,8 @@ const fleetAdminToken = "fleet-admin-token-0123456789"
 // created through one replica's admin API is accepted by the other's
 // ext_authz, and a key revoked by the CLI is refused by both, each within
 // a second (the store's NOTIFY wakes every replica's key ring; its poll
-// is the backstop). Both replicas serve the same xDS version.
+// is the backstop). A team made through one replica's admin API reaches
+// the other's key ring. Both replicas serve the same xDS version.
 func TestFleetSharesKeys(t *testing.T) {
 	url := pgtest.Database(t)
 	cfg := fmt.Sprintf(fleetPolicy, url, fleetAdminToken)
@@ -84,6 +85,25 @@ func TestFleetSharesKeys(t *testing.T) {
 		t.Errorf("both replicas refused the revoked key after %v; want within 1 s", took)
 	} else {
 		t.Logf("both replicas refused the revoked key after %v", took)
+	}
+
+	// A team made through b's admin API, and a key of it made by the CLI:
+	// both replicas accept the key (createKey waits for a's ext_authz), so
+	// the team reached a's key ring as well as b's.
+	treq, _ := http.NewRequest("PUT", "http://"+b.adminAddr+"/v1/teams/newcomers", strings.NewReader(`{"limits":{"requests":{"per_minute":100}}}`))
+	treq.Header.Set("authorization", "Bearer "+fleetAdminToken)
+	treq.Header.Set("content-type", "application/json")
+	tresp, err := http.DefaultClient.Do(treq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tresp.Body.Close()
+	if tresp.StatusCode/100 != 2 {
+		t.Fatalf("PUT /v1/teams/newcomers on b: %d", tresp.StatusCode)
+	}
+	_, newcomer := a.createKey(t, "newcomers")
+	if took := awaitCheck(t, b.grpcAddr, newcomer, true); took > time.Second {
+		t.Errorf("replica b accepted the new team's key after %v; want within 1 s", took)
 	}
 
 	if va, vb := xdsVersion(t, a), xdsVersion(t, b); va == "" || va != vb {
