@@ -313,6 +313,18 @@ func (c *components) openLedger(ctx context.Context) error {
 		c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_ledger_spool_backlog",
 			Help: "Spend records durable in the spool and not yet in SQLite."}, func() float64 { return float64(b.Backlog()) }))
 	}
+	if o, ok := led.(interface {
+		OldestSpooled() time.Duration
+		Ingested() int64
+	}); ok {
+		c.reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_ledger_spool_oldest_seconds",
+				Help: "How long the oldest record durable in the spool and not yet in the database has waited there (0: the database holds them all)."},
+				func() float64 { return o.OldestSpooled().Seconds() }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_ledger_ingested_total",
+				Help: "Spooled records moved into the database (or refused by it); its rate is the ingester's pace."},
+				func() float64 { return float64(o.Ingested()) }))
+	}
 	if d, ok := led.(interface{ DamagedFrames() int64 }); ok {
 		c.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_ledger_spool_damaged_frames_total",
 			Help: "Damaged stretches of the spool (each at least one frame) that the replay at start-up skipped; the spool was kept aside as <spool>-damaged-<unix time>, and the error log says where."},

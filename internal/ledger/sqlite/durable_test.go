@@ -129,3 +129,45 @@ func TestAppendAcknowledgedOnlyWhenSynced(t *testing.T) {
 		t.Errorf("Run, its commits let go: %v", err)
 	}
 }
+
+// TestSpoolBacklogMetrics: while SQLite takes nothing, the records wait
+// in the spool — Backlog counts them and OldestSpooled is how long the
+// first has waited; once SQLite takes them, both are 0 and Ingested
+// counts them.
+func TestSpoolBacklogMetrics(t *testing.T) {
+	if !canLock {
+		t.Skip("no spool where files cannot be locked")
+	}
+	var held atomic.Bool
+	held.Store(true)
+	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{
+		Spool: true,
+		Fault: func(op string) error {
+			if op == "commit" && held.Load() {
+				return errors.New("commits held back by the test")
+			}
+			return nil
+		},
+		OnError: func(error) {},
+	})
+	stop := startRun(t, l, false)
+	ctx := testctx.Deadline(t)
+	for _, id := range []string{"a", "b", "c"} {
+		if err := l.Append(ctx, record(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := l.OldestSpooled()
+	testctx.Wait(t, "the oldest spooled record to age", func() bool { return l.OldestSpooled() > first })
+	if l.Backlog() != 3 || l.Ingested() != 0 {
+		t.Errorf("held: backlog %d, ingested %d; want 3 and 0", l.Backlog(), l.Ingested())
+	}
+	held.Store(false)
+	testctx.Wait(t, "SQLite to take the spooled records", func() bool { return l.Backlog() == 0 })
+	if l.OldestSpooled() != 0 || l.Ingested() != 3 {
+		t.Errorf("taken: oldest %v, ingested %d; want 0 and 3", l.OldestSpooled(), l.Ingested())
+	}
+	if err := stop(); err != nil {
+		t.Error(err)
+	}
+}

@@ -54,6 +54,15 @@ type ingestState struct {
 	broken            bool      // the spool failed: batches go direct
 	wake              chan struct{}
 	dropped           int64
+	// marks are the spooled batches SQLite does not hold yet, oldest
+	// first: each with written after it and when it was spooled, for
+	// OldestSpooled.
+	marks []spoolMark
+}
+
+type spoolMark struct {
+	upTo int64
+	at   time.Time
 }
 
 type ingestItem struct {
@@ -321,6 +330,7 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 	s.q = append(s.q, items...)
 	if !broken {
 		s.written += int64(len(batch))
+		s.marks = append(s.marks, spoolMark{upTo: s.written, at: time.Now()})
 	}
 	s.mu.Unlock()
 	s.poke()
@@ -491,6 +501,11 @@ func (l *Ledger) advance(n int64) {
 	s := &l.ing
 	s.mu.Lock()
 	s.ingested += n
+	k := 0
+	for k < len(s.marks) && s.marks[k].upTo <= s.ingested {
+		k++
+	}
+	s.marks = s.marks[k:]
 	close(s.progress)
 	s.progress = make(chan struct{})
 	s.mu.Unlock()
@@ -536,6 +551,26 @@ func (l *Ledger) Backlog() int64 {
 	l.ing.mu.Lock()
 	defer l.ing.mu.Unlock()
 	return l.ing.written - l.ing.ingested
+}
+
+// OldestSpooled is how long the oldest record durable in the spool and
+// not yet in SQLite has waited there (0 when SQLite holds them all):
+// what grows while the database is slow or failing.
+func (l *Ledger) OldestSpooled() time.Duration {
+	l.ing.mu.Lock()
+	defer l.ing.mu.Unlock()
+	if len(l.ing.marks) == 0 {
+		return 0
+	}
+	return time.Since(l.ing.marks[0].at)
+}
+
+// Ingested counts the spooled records moved into SQLite (or refused by
+// it) since Open: its rate is the ingester's pace.
+func (l *Ledger) Ingested() int64 {
+	l.ing.mu.Lock()
+	defer l.ing.mu.Unlock()
+	return l.ing.ingested
 }
 
 // Dropped reports how many spooled records SQLite refused.
