@@ -9,7 +9,10 @@
 #
 #   scripts/mutation.sh THRESHOLD WORKERS PKG...
 # GREMLINS is the command that runs gremlins; each package's full output
-# is kept in ${MUTATION_OUT:-bin/mutation}/<pkg>.txt.
+# is kept in ${MUTATION_OUT:-bin/mutation}/<pkg>.txt. A mutant's tests may
+# take MUTATION_TIMEOUT_COEFFICIENT (default 10) times the package's own
+# before it counts as timed out: a mutant that makes the suite hang costs
+# that long.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 threshold=$1 workers=$2
@@ -30,7 +33,7 @@ for p in "$@"; do
 	echo "== $p (full output: $log)"
 	# GOFLAGS=-count=1: gremlins times each mutant against its coverage
 	# run, which must not be a cached test result.
-	GOFLAGS=-count=1 $GREMLINS unleash --workers="$workers" --timeout-coefficient=10 -S lct "./$p" 2>&1 | tee "$log"
+	GOFLAGS=-count=1 $GREMLINS unleash --workers="$workers" --timeout-coefficient="${MUTATION_TIMEOUT_COEFFICIENT:-10}" -S lct "./$p" 2>&1 | tee "$log"
 	eff=$(sed -n 's/.*Test efficacy: \([0-9.]*\)%.*/\1/p' "$log" | tail -1)
 	counts=$(sed -n 's/.*\(Killed: [0-9]*, Lived: [0-9]*\).*/\1/p' "$log" | tail -1)
 	if [ -z "$eff" ]; then
