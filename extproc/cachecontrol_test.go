@@ -32,7 +32,7 @@ func TestNamesCacheControl(t *testing.T) {
 			t.Errorf("namesCacheControl(%s) = %v, want %v", tt.body, got, tt.want)
 		}
 	}
-	if got, want := string(unescapeASCII([]byte(`a\u0062\"c\u00e9\`))), `ab"cu00e9\`; got != want {
+	if got, want := string(unescapeASCII([]byte(`a\u0062\"c\u00e9\u007f\u0080\`))), "ab\"cu00e9\x7fu0080\\"; got != want {
 		t.Errorf("unescapeASCII = %q, want %q", got, want)
 	}
 }
