@@ -79,6 +79,12 @@ type Ledger struct {
 	// SQLite is the path of the embedded spend ledger. A relative path is
 	// resolved against the directory of the config file.
 	SQLite string `yaml:"sqlite"`
+	// SpoolMaxBytes bounds the records the spool holds that the database
+	// does not have yet (it is behind: slow, failing, down): past it, the
+	// ledger takes the records of requests already answered and no new
+	// requests (503 ledger_unavailable, /readyz not ready) until the
+	// database catches up. Default 1 GiB.
+	SpoolMaxBytes int64 `yaml:"spool_max_bytes"`
 }
 
 // Gateway holds request-path settings of the ext_proc service.

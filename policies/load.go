@@ -28,7 +28,7 @@ func Default() *Config {
 			Envoy: "127.0.0.1:10000",
 		},
 		Store:  Store{SQLite: "sluice.db"},
-		Ledger: Ledger{SQLite: "sluice-ledger.db"},
+		Ledger: Ledger{SQLite: "sluice-ledger.db", SpoolMaxBytes: 1 << 30},
 		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC",
 			DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute, RequestTimeout: 5 * time.Minute, StreamIdleTimeout: 5 * time.Minute},
 		XDS: XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: DefaultUpstreamCAFile, Proxyless: ProxylessOff,

@@ -327,6 +327,9 @@ func (s *Snapshot) SQLitePath() string { return s.sqlitePath }
 // when the store is SQLite. It may hold a password: never log it.
 func (s *Snapshot) StorePostgres() string { return s.cfg.Store.Postgres.Reveal() }
 
+// SpoolMaxBytes is ledger.spool_max_bytes.
+func (s *Snapshot) SpoolMaxBytes() int64 { return s.cfg.Ledger.SpoolMaxBytes }
+
 // LedgerPath is the resolved path of the spend ledger's SQLite file.
 func (s *Snapshot) LedgerPath() string { return s.ledgerPath }
 

@@ -107,9 +107,19 @@ func (v *validator) runtime(r Runtime) {
 	}
 }
 
+// The bounds of ledger.spool_max_bytes: the spool grows by 1 MiB at a
+// time.
+const (
+	minSpoolMax = 1 << 20
+	maxSpoolMax = 1 << 40
+)
+
 func (v *validator) ledgerAndGateway(l Ledger, g Gateway) {
 	if l.SQLite == "" {
 		v.add("ledger.sqlite", "required (a file path)")
+	}
+	if l.SpoolMaxBytes < minSpoolMax || l.SpoolMaxBytes > maxSpoolMax {
+		v.add("ledger.spool_max_bytes", "must be between %d (1 MiB) and %d (1 TiB), got %d", minSpoolMax, maxSpoolMax, l.SpoolMaxBytes)
 	}
 	if g.MaxRequestBodyBytes <= 0 || g.MaxRequestBodyBytes > maxBodyLimit {
 		v.add("gateway.max_request_body_bytes", "must be between 1 and %d, got %d", maxBodyLimit, g.MaxRequestBodyBytes)

@@ -78,6 +78,13 @@ func TestValidate(t *testing.T) {
 		{"pprof with an admin token", func(c *Config) {
 			c.Admin = Admin{Token: Secret(strings.Repeat("t", 16)), PProf: true}
 		}, nil},
+		{"spool bound too small", func(c *Config) { c.Ledger.SpoolMaxBytes = 1000 }, []string{
+			"ledger.spool_max_bytes: must be between 1048576 (1 MiB) and 1099511627776 (1 TiB), got 1000",
+		}},
+		{"spool bound negative", func(c *Config) { c.Ledger.SpoolMaxBytes = -1 }, []string{
+			"ledger.spool_max_bytes: must be between 1048576 (1 MiB) and 1099511627776 (1 TiB), got -1",
+		}},
+		{"spool bound at its limits", func(c *Config) { c.Ledger.SpoolMaxBytes = 1 << 20 }, nil},
 		{"no store", func(c *Config) { c.Store = Store{} }, []string{
 			"store: set exactly one of sqlite or postgres",
 		}},

@@ -395,7 +395,7 @@ const (
 // to an Append, onMigrate that opening it upgrades its schema (see
 // ledgersqlite.Options).
 func openLedgerBackend(ctx context.Context, snap *policies.Snapshot, log *slog.Logger, reader bool, onError func(error), onMigrate func(from, to int)) (ledgerBackend, error) {
-	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{Spool: true, Reader: reader, Logger: log, Linger: time.Millisecond, OnError: onError, OnMigrate: onMigrate,
+	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{Spool: true, Reader: reader, Logger: log, Linger: time.Millisecond, OnError: onError, OnMigrate: onMigrate, SpoolMaxBytes: snap.SpoolMaxBytes(),
 		Fault: ledgerFault(ctx)})
 	if inUse := (*ledgersqlite.InUseError)(nil); errors.As(err, &inUse) {
 		pid := "another sluice process"

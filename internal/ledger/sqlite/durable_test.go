@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -166,6 +167,56 @@ func TestSpoolBacklogMetrics(t *testing.T) {
 	testctx.Wait(t, "SQLite to take the spooled records", func() bool { return l.Backlog() == 0 })
 	if l.OldestSpooled() != 0 || l.Ingested() != 3 {
 		t.Errorf("taken: oldest %v, ingested %d; want 0 and 3", l.OldestSpooled(), l.Ingested())
+	}
+	if err := stop(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestSpoolBoundWhileBehind: while SQLite takes nothing, the spool grows;
+// past SpoolMaxBytes the ledger is degraded (it takes the answered
+// requests' records, and serve takes no new requests) — and still takes
+// records — until SQLite has caught up.
+func TestSpoolBoundWhileBehind(t *testing.T) {
+	if !canLock {
+		t.Skip("no spool where files cannot be locked")
+	}
+	var held atomic.Bool
+	held.Store(true)
+	const bound = 8 << 10
+	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{
+		Spool:         true,
+		SpoolMaxBytes: bound,
+		Fault: func(op string) error {
+			if op == "commit" && held.Load() {
+				return errors.New("commits held back by the test")
+			}
+			return nil
+		},
+		OnError: func(error) {},
+	})
+	stop := startRun(t, l, false)
+	ctx := testctx.Deadline(t)
+	n := 0
+	for ; l.spoolEnd.Load() <= bound; n++ {
+		if err := l.Degraded(); err != nil {
+			t.Fatalf("degraded at %d bytes of frames, under the bound: %v", l.spoolEnd.Load(), err)
+		}
+		if err := l.Append(ctx, record(fmt.Sprintf("r%04d", n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Degraded(); err == nil || !strings.Contains(err.Error(), "the database is behind") {
+		t.Fatalf("%d records (%d bytes of frames) past a bound of %d, SQLite behind: Degraded = %v", n, l.spoolEnd.Load(), bound, err)
+	}
+	if err := l.Append(ctx, record("answered")); err != nil {
+		t.Fatalf("an answered request's record while degraded: %v", err)
+	}
+	held.Store(false)
+	testctx.Wait(t, "the ledger to leave its degraded state once SQLite caught up", func() bool { return l.Degraded() == nil })
+	recs, err := l.Records(ctx, ledger.Filter{})
+	if err != nil || len(recs) != n+1 {
+		t.Errorf("Records: %d, %v; want %d", len(recs), err, n+1)
 	}
 	if err := stop(); err != nil {
 		t.Error(err)

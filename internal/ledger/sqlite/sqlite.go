@@ -36,6 +36,9 @@ const pragmas = "_pragma=busy_timeout(5000)" +
 // BenchmarkAppend (bench/README.md has the numbers).
 const DefaultMaxBatch = 128
 
+// DefaultSpoolMaxBytes is Options.SpoolMaxBytes's default.
+const DefaultSpoolMaxBytes = 1 << 30
+
 // Options tune group commit. The zero value is the defaults.
 type Options struct {
 	// MaxBatch caps the records committed in one transaction; 0 means
@@ -91,6 +94,12 @@ type Options struct {
 	// would (syscall.ENOSPC for a full disk); a delay in it delays the
 	// write. Nil: none.
 	Fault func(op string) error
+	// SpoolMaxBytes bounds the spool while SQLite is behind: once the
+	// spool's frames run past it and SQLite does not hold them all,
+	// Degraded says so (new requests are refused) until SQLite catches
+	// up. The records of requests already answered are still spooled.
+	// 0 means DefaultSpoolMaxBytes.
+	SpoolMaxBytes int64
 
 	// spoolFile, for tests, wraps the spool's file when Open opens it:
 	// the seam through which they watch its writes and syncs.
@@ -108,8 +117,14 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Linger < 0 {
 		errs = append(errs, fmt.Errorf("linger: %v is negative", o.Linger))
 	}
+	if o.SpoolMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("spool_max_bytes: %d is negative", o.SpoolMaxBytes))
+	}
 	if o.MaxBatch == 0 {
 		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.SpoolMaxBytes == 0 {
+		o.SpoolMaxBytes = DefaultSpoolMaxBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -143,7 +158,11 @@ type Ledger struct {
 	nRecords, nCommits atomic.Int64
 	// low is why the spool is writing into its reserve (spool.low), as
 	// the committer last saw it; Degraded reads it.
-	low          atomic.Pointer[error]
+	low atomic.Pointer[error]
+	// spoolEnd is where the spool's frames end (sp.off, as the committer
+	// last left it), and spoolMax its bound: Degraded compares them.
+	spoolEnd     atomic.Int64
+	spoolMax     int64
 	nCheckpoints atomic.Int64 // idle checkpoints (see checkpointIdle)
 
 	// With a spool (nil without): see spool.go and ingest.go.
@@ -195,6 +214,7 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 		wake:     make(chan struct{}, 1),
 		onError:  opts.OnError,
 		fault:    opts.Fault,
+		spoolMax: opts.SpoolMaxBytes,
 		log:      opts.Logger,
 	}
 	l.ing.init()
@@ -244,15 +264,27 @@ func (l *Ledger) Stats() (records, commits int64) {
 // is writing into its reserve, which holds the records of requests
 // already answered but not many more. The committer grows the reserve
 // again every second until the disk has room.
+//
+// It is also not nil while SQLite is behind the spool by more than
+// Options.SpoolMaxBytes allows: the spool's frames run past the bound and
+// SQLite does not hold them all. Once it does, the next batch rewinds the
+// spool.
 func (l *Ledger) Degraded() error {
 	if e := l.low.Load(); e != nil {
 		return fmt.Errorf("ledger/sqlite: the spool %s cannot grow and is writing into its reserve: %w", l.spoolPath, *e)
+	}
+	if end := l.spoolEnd.Load(); end > l.spoolMax {
+		if backlog := l.Backlog(); backlog > 0 {
+			return fmt.Errorf("ledger/sqlite: the database is behind: the spool %s holds %d MiB of frames, past its bound of %d MiB (ledger.spool_max_bytes), with %d records the database does not have yet",
+				l.spoolPath, end>>20, l.spoolMax>>20, backlog)
+		}
 	}
 	return nil
 }
 
 // noteLow publishes the spool's state for Degraded.
 func (l *Ledger) noteLow() {
+	l.spoolEnd.Store(l.sp.off)
 	if l.sp.low == nil {
 		l.low.Store(nil)
 		return
