@@ -230,6 +230,9 @@ func TestRefusalLogBounded(t *testing.T) {
 	if logs.Len() > 20*refusalAttrBytes*len(lines) {
 		t.Errorf("%d bytes of log for %d lines: values are not clipped", logs.Len(), len(lines))
 	}
+	if strings.Contains(lines[0], "refusals_not_logged") {
+		t.Errorf("the first line counts lines left out, when none was: %s", lines[0])
+	}
 	if last := lines[len(lines)-1]; !strings.Contains(last, "refusals_not_logged=190") {
 		t.Errorf("the next second's line does not count the lines left out: %s", last)
 	}
