@@ -397,3 +397,34 @@ func BenchmarkCodecUnmarshal(b *testing.B) {
 		})
 	}
 }
+
+// TestUnmarshalProcessingRequest: the fallback that skips metadata and
+// attributes, called directly — every kind of message, alone, with an
+// unknown field after it, and in pieces in another order — decodes what
+// proto.Unmarshal decodes from the message less those fields, the fields
+// before and after the skipped ones included.
+func TestUnmarshalProcessingRequest(t *testing.T) {
+	for _, r := range codecRequests() {
+		whole := mustMarshal(t, r)
+		meta := mustMarshal(t, &extprocsvc.ProcessingRequest{MetadataContext: r.MetadataContext})
+		rest := mustMarshal(t, &extprocsvc.ProcessingRequest{Request: r.Request, ObservabilityMode: true})
+		for _, b := range [][]byte{
+			whole,
+			append(bytes.Clone(whole), 0xf8, 0x06, 0x01),
+			append(append(bytes.Clone(rest), meta...), rest...),
+			append(append(bytes.Clone(meta), rest...), meta...),
+		} {
+			want, ok := expected(b)
+			if !ok {
+				t.Fatalf("% x: proto.Unmarshal fails", b)
+			}
+			got := &extprocsvc.ProcessingRequest{MetadataContext: codecMetadata()}
+			if err := unmarshalProcessingRequest(b, got); err != nil {
+				t.Fatalf("%T: %v", r.GetRequest(), err)
+			}
+			if !proto.Equal(got, want) {
+				t.Errorf("%T, % x: decoded\n%v\nwant\n%v", r.GetRequest(), b, got, want)
+			}
+		}
+	}
+}
