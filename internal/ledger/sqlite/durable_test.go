@@ -222,3 +222,37 @@ func TestSpoolBoundWhileBehind(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestFailedStopKeepsTheSpool: a Run that ends while SQLite takes nothing
+// returns the error that left the acknowledged records in the spool, and
+// leaves them there: it does not rewind it. The next Open replays them.
+func TestFailedStopKeepsTheSpool(t *testing.T) {
+	if !canLock {
+		t.Skip("no spool where files cannot be locked")
+	}
+	path := filepath.Join(t.TempDir(), "ledger.sqlite")
+	l := openTest(t, path, Options{
+		Spool:   true,
+		Fault:   func(op string) error { return map[bool]error{true: errors.New("SQLite takes nothing")}[op == "commit"] },
+		OnError: func(error) {},
+	})
+	stop := startRun(t, l, false)
+	ctx := testctx.Deadline(t)
+	for i := range 5 {
+		if err := l.Append(ctx, record(fmt.Sprintf("kept%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stop(); err == nil || !strings.Contains(err.Error(), "stay in the spool") {
+		t.Fatalf("Run = %v; want the error that left the records in the spool", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := openTest(t, path, Options{Spool: true})
+	recs, err := again.Records(ctx, ledger.Filter{})
+	if err != nil || len(recs) != 5 {
+		t.Fatalf("after the next Open: %d records, %v; want the 5 acknowledged", len(recs), err)
+	}
+	checkAggregates(t, again)
+}
