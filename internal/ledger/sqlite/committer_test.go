@@ -250,7 +250,8 @@ func TestIdleCheckpoint(t *testing.T) {
 	for _, spool := range []bool{false, true} {
 		t.Run(fmt.Sprintf("spool=%v", spool), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ledger.sqlite")
-			l := openTest(t, path, Options{Spool: spool})
+			rep := newReports()
+			l := openTest(t, path, Options{Spool: spool, OnError: rep.onError})
 			start(t, l)
 			for _, r := range numbered(10) {
 				if err := l.Append(testctx.Deadline(t), r); err != nil {
@@ -264,6 +265,11 @@ func TestIdleCheckpoint(t *testing.T) {
 				frames, backfilled := walState(t, path)
 				return frames > 0 && backfilled == frames && l.nCheckpoints.Load() > 0
 			})
+			rep.mu.Lock()
+			defer rep.mu.Unlock()
+			if len(rep.errs) > 0 {
+				t.Errorf("checkpoints that succeeded reported errors: %v", rep.errs)
+			}
 		})
 	}
 }
