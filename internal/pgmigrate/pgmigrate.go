@@ -347,3 +347,28 @@ func ignoreClosed(err error) error {
 	}
 	return err
 }
+
+// Pool connects a pool to the database at url, of at most maxConns
+// connections (0: pgxpool's default). Its errors never show the URL's
+// password (pgx redacts it).
+func Pool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// MigrateURL is Migrate on a pool of its own to the database at url,
+// closed before it returns: what `sluice migrate` runs for a component.
+func MigrateURL(ctx context.Context, url, component string, migs []Migration, log *slog.Logger) (from, to int, err error) {
+	pool, err := Pool(ctx, url, 2)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer pool.Close()
+	return Migrate(ctx, pool, component, migs, log)
+}

@@ -47,9 +47,9 @@ type Ledger struct {
 // (run `sluice migrate`) or newer (upgrade sluice); it never migrates —
 // and makes the partitions of this month and the next three.
 func Open(ctx context.Context, url string, opts Options) (*Ledger, error) {
-	pool, err := newPool(ctx, url, opts.MaxConns)
+	pool, err := pgmigrate.Pool(ctx, url, opts.MaxConns)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("postgres ledger: %w", err)
 	}
 	if _, _, err := pgmigrate.Check(ctx, pool, component, migrations); err != nil {
 		pool.Close()
@@ -72,31 +72,11 @@ func Open(ctx context.Context, url string, opts Options) (*Ledger, error) {
 // returns the versions it found and left. log may be nil. It makes no
 // partition: Open does.
 func Migrate(ctx context.Context, url string, log *slog.Logger) (from, to int, err error) {
-	pool, err := newPool(ctx, url, 2)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer pool.Close()
-	from, to, err = pgmigrate.Migrate(ctx, pool, component, migrations, log)
+	from, to, err = pgmigrate.MigrateURL(ctx, url, component, migrations, log)
 	if err != nil {
 		return from, to, fmt.Errorf("postgres ledger: %w", err)
 	}
 	return from, to, nil
-}
-
-func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("postgres ledger: %w", err)
-	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("postgres ledger: %w", err)
-	}
-	return pool, nil
 }
 
 // Close closes the pool. It is safe to call more than once.
