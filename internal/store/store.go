@@ -135,3 +135,23 @@ type KeyStreamer interface {
 	// backend may share them between keys.
 	EachKey(ctx context.Context, size func(n int), fn func(Key) error) (Changes, error)
 }
+
+// CollectKeys is Changes made from a read that hands keys over one at a
+// time (the shape of KeyStreamer.EachKey): the keys gathered into a slice
+// of the size the read announces, set as the result's Keys.
+func CollectKeys(read func(size func(n int), fn func(Key) error) (Changes, error)) (Changes, error) {
+	var keys []Key
+	c, err := read(func(n int) {
+		if n > 0 {
+			keys = make([]Key, 0, n)
+		}
+	}, func(k Key) error {
+		keys = append(keys, k)
+		return nil
+	})
+	if err != nil {
+		return Changes{}, err
+	}
+	c.Keys = keys
+	return c, nil
+}

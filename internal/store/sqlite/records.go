@@ -230,19 +230,12 @@ func (s *Store) putOrg(ctx context.Context, o store.Org) error {
 // since, each kind in revision order. When nothing changed it costs one
 // read of the revision counter.
 func (s *Store) Changes(ctx context.Context, since int64) (store.Changes, error) {
-	var keys []store.Key
-	c, err := s.changes(ctx, since, func(n int) {
-		if n > 0 {
-			keys = make([]store.Key, 0, n)
-		}
-	}, func(k store.Key) error {
-		keys = append(keys, k)
-		return nil
+	c, err := store.CollectKeys(func(size func(int), fn func(store.Key) error) (store.Changes, error) {
+		return s.changes(ctx, since, size, fn)
 	})
 	if err != nil {
 		return store.Changes{}, fmt.Errorf("sqlite: changes since %d: %w", since, err)
 	}
-	c.Keys = keys
 	return c, nil
 }
 
