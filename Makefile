@@ -70,16 +70,20 @@ lint: vet fmt-check
 # pins: npm ci when node_modules is missing or older than the lock file.
 # Without Node.js the test skips, saying so.
 # The servers the fleet tests start for themselves (internal/testenv/
-# pgtest): PostgreSQL from Debian's packages. make test installs what is
+# pgtest): PostgreSQL, PgBouncer and Redis from Debian's packages. make test installs what is
 # missing when it runs as root (CI does), and otherwise says what to
 # install; the tests then fail rather than skip without them.
 servers:
-	@if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	@missing=""; \
+	command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing="$$missing pgbouncer"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			echo "servers: installing PostgreSQL (apt-get install -y postgresql) for the fleet tests"; \
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }; \
+			echo "servers: installing$$missing (apt-get install -y) for the fleet tests"; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
 		else \
-			echo "servers: PostgreSQL is missing (initdb not on PATH nor in /usr/lib/postgresql/*/bin); the fleet tests need it: sudo apt-get install -y postgresql"; exit 1; \
+			echo "servers: missing$$missing; the fleet tests need them: sudo apt-get install -y$$missing"; exit 1; \
 		fi; \
 	fi
 
@@ -138,7 +142,7 @@ fuzz: check-go
 # below MUTATION_THRESHOLD. MUTATION_PKGS=internal/limits make mutation
 # runs one. See docs/testing.md.
 GREMLINS           ?= $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-MUTATION_PKGS      ?= extproc policies internal/admission internal/ledger/sqlite internal/limits internal/usage internal/payload
+MUTATION_PKGS      ?= extproc policies internal/admission internal/ledger/spool internal/ledger/sqlite internal/limits internal/usage internal/payload
 MUTATION_THRESHOLD ?= 90
 MUTATION_WORKERS   ?= 1
 mutation: check-go

@@ -70,15 +70,33 @@ type Store struct {
 	// SQLite is the path of the embedded database file. A relative path is
 	// resolved against the directory of the config file.
 	SQLite string `yaml:"sqlite"`
-	// Postgres is a PostgreSQL connection URL (usually "${SLUICE_PG_URL}").
-	Postgres Secret `yaml:"postgres"`
+	// Postgres is the PostgreSQL database (usually "${DATABASE_URL}"):
+	// a URL, or a mapping of the URL and its settings.
+	Postgres Postgres `yaml:"postgres"`
 }
 
-// Ledger selects where spend records are written.
+// Ledger selects where spend records are written. Exactly one of SQLite
+// and Postgres is set.
 type Ledger struct {
 	// SQLite is the path of the embedded spend ledger. A relative path is
 	// resolved against the directory of the config file.
 	SQLite string `yaml:"sqlite"`
+	// Postgres is a PostgreSQL connection URL (usually "${DATABASE_URL}"):
+	// the ledger every replica shares. Records are durable first in this
+	// replica's spool (Spool), then moved into PostgreSQL.
+	Postgres Postgres `yaml:"postgres"`
+	// Spool is the path of the spool in front of PostgreSQL (with
+	// Postgres): a file on this replica's own disk, which must outlive a
+	// restart (a volume, not a temporary directory). A relative path is
+	// resolved against the directory of the config file. Default
+	// "sluice-ledger-spool". With SQLite the spool is the file's path
+	// plus "-spool", and Spool must be empty.
+	Spool string `yaml:"spool"`
+	// Retention, with Postgres, is how long spend records are kept: every
+	// hour, serve drops the monthly partitions that end before now minus
+	// Retention (whole partitions, under a lock timeout; never a DELETE
+	// of the records). 0, the default, keeps everything.
+	Retention time.Duration `yaml:"retention"`
 	// SpoolMaxBytes bounds the records the spool holds that the database
 	// does not have yet (it is behind: slow, failing, down): past it, the
 	// ledger takes the records of requests already answered and no new

@@ -202,6 +202,12 @@ func (d *decoder) decodeValue(at *yaml.Node, n *yaml.Node, v reflect.Value) {
 	case durationType:
 		d.decodeDuration(at, n, v)
 		return
+	case postgresType:
+		// A URL alone is the mapping's url.
+		if n != nil && n.Kind == yaml.ScalarNode && !isNull(n) {
+			d.decodeValue(at, n, v.FieldByName("URL"))
+			return
+		}
 	}
 	switch v.Kind() {
 	case reflect.Pointer:
@@ -258,10 +264,17 @@ func (d *decoder) decodeStruct(at, n *yaml.Node, v reflect.Value) {
 		d.add(at, "must be a mapping, got "+describe(n))
 		return
 	}
-	if v.Type() == reflect.TypeFor[Store]() {
+	switch v.Type() {
+	case reflect.TypeFor[Store]():
 		// A store section replaces the default store entirely: writing
 		// postgres must not leave the default sqlite path behind.
 		v.SetZero()
+	case reflect.TypeFor[Ledger]():
+		// So does a ledger section's postgres (sqlite must not stay),
+		// keeping the default bound of the spool.
+		if mappingHas(n, "postgres") {
+			v.FieldByName("SQLite").SetString("")
+		}
 	}
 	fields, names := yamlFields(v.Type())
 	ps, mark := d.pairs(n, pathField)
@@ -896,4 +909,16 @@ func (d *decoder) decodeBool(at, n *yaml.Node, v reflect.Value) {
 		return
 	}
 	v.SetBool(b)
+}
+
+var postgresType = reflect.TypeFor[Postgres]()
+
+// mappingHas reports whether the mapping n has the key name.
+func mappingHas(n *yaml.Node, name string) bool {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; k.Kind == yaml.ScalarNode && k.Value == name {
+			return true
+		}
+	}
+	return false
 }

@@ -374,6 +374,18 @@ func TestParseProblems(t *testing.T) {
 		{"both stores", base + "store:\n  sqlite: x.db\n  postgres: ${DB}\n", []string{
 			"f.yaml:9:1: store: set exactly one of sqlite or postgres",
 		}},
+		{"ledger postgres not a URL, not echoed", base + "ledger: {postgres: '${URL}'}\n", []string{
+			"f.yaml:9:20: ledger.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database (the value is not shown: it may hold a password)",
+		}},
+		{"both ledgers", base + "ledger:\n  postgres: ${DB}\n  sqlite: x.db\n", []string{
+			"f.yaml:9:1: ledger: set exactly one of sqlite (a file path) or postgres (a connection URL)",
+		}},
+		{"spool with the sqlite ledger", base + "ledger:\n  spool: /var/lib/x\n", []string{
+			"f.yaml:10:10: ledger.spool: only with ledger.postgres: the SQLite ledger's spool is its file's path plus -spool",
+		}},
+		{"retention shorter than a month", base + "ledger:\n  postgres: ${DB}\n  retention: 240h\n", []string{
+			"f.yaml:11:14: ledger.retention: must be 0 (keep everything) or at least 744h (31 days: records are dropped a whole month at a time), got 240h0m0s",
+		}},
 		{"env value not echoed by validation", base + "orgs:\n  - name: ${NAME}\n  - name: ${NAME}\n", []string{
 			`f.yaml:11:11: orgs[1].name: duplicate name the expansion of "${NAME}" (first at orgs[0])`,
 		}},
@@ -567,5 +579,35 @@ func TestLocateSyntaxError(t *testing.T) {
 				t.Errorf("Parse = %v\nwant %s", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestLedgerPostgres: a ledger section naming postgres replaces the
+// default sqlite file (keeping the spool's default bound), and the
+// snapshot resolves the spool beside the config file, or where it says.
+func TestLedgerPostgres(t *testing.T) {
+	lookup := func(string) (string, bool) { return "postgres://u:pw@db:5432/x", true }
+	for _, tt := range []struct {
+		yaml, spool string
+	}{
+		{"ledger: {postgres: '${DB}', retention: 9000h}\n", "/etc/sluice/sluice-ledger-spool"},
+		{"ledger: {postgres: '${DB}', spool: spool/ledger, retention: 9000h}\n", "/etc/sluice/spool/ledger"},
+		{"ledger: {postgres: '${DB}', spool: /var/lib/sluice/ledger-spool, retention: 9000h}\n", "/var/lib/sluice/ledger-spool"},
+	} {
+		cfg, err := Parse([]byte(base+tt.yaml), "/etc/sluice/sluice.yaml", lookup)
+		if err != nil {
+			t.Fatalf("%q: %v", tt.yaml, err)
+		}
+		if cfg.Ledger.SQLite != "" || cfg.Ledger.SpoolMaxBytes != 1<<30 {
+			t.Errorf("%q: ledger %+v; want no sqlite, the default spool bound", tt.yaml, cfg.Ledger)
+		}
+		snap, err := CompileWithoutProviderKeys(cfg, "/etc/sluice/sluice.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.LedgerPath() != "" || snap.LedgerPostgres() != "postgres://u:pw@db:5432/x" || snap.LedgerSpool() != tt.spool || snap.LedgerRetention() != 9000*time.Hour {
+			t.Errorf("%q: path %q, url %q, spool %q, retention %v; want none, the URL, %q, 9000h",
+				tt.yaml, snap.LedgerPath(), snap.LedgerPostgres(), snap.LedgerSpool(), snap.LedgerRetention(), tt.spool)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -29,18 +30,22 @@ type Snapshot struct {
 	cfg        *Config
 	sqlitePath string
 	ledgerPath string
-	principals []Secret   // files read; nil: none configured
-	serverTLS  *ServerTLS // files resolved; nil: plaintext
-	providers  map[string]*Provider
-	pathPrefix map[string]string // provider name → base_url path, no trailing slash
-	passTo     map[llmapi.Dialect]*Provider
-	models     map[string]*ModelRoute // by name and by alias
-	modelNames []string
-	orgs       map[string]Limits
-	teams      []TeamPolicy
-	teamIndex  map[string]int
-	declared   declaredKeys
-	xds        XDS // with defaults applied
+	spoolPath  string // the PostgreSQL ledger's spool
+	// storeURL and ledgerURL are the PostgreSQL connection strings, with
+	// the settings beside the URL folded in ("" with SQLite).
+	storeURL, ledgerURL string
+	principals          []Secret   // files read; nil: none configured
+	serverTLS           *ServerTLS // files resolved; nil: plaintext
+	providers           map[string]*Provider
+	pathPrefix          map[string]string // provider name → base_url path, no trailing slash
+	passTo              map[llmapi.Dialect]*Provider
+	models              map[string]*ModelRoute // by name and by alias
+	modelNames          []string
+	orgs                map[string]Limits
+	teams               []TeamPolicy
+	teamIndex           map[string]int
+	declared            declaredKeys
+	xds                 XDS // with defaults applied
 }
 
 // ModelRoute is where requests for a model go.
@@ -196,6 +201,20 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile policies: ledger.sqlite: %w", err)
 	}
+	var spoolPath string
+	storeURL, err := c.Store.Postgres.connString(file)
+	if err != nil {
+		return nil, fmt.Errorf("compile policies: store.postgres: %w", err)
+	}
+	ledgerURL, err := c.Ledger.Postgres.connString(file)
+	if err != nil {
+		return nil, fmt.Errorf("compile policies: ledger.postgres: %w", err)
+	}
+	if c.Ledger.Postgres.set() {
+		if spoolPath, err = resolveSQLite(cmp.Or(c.Ledger.Spool, "sluice-ledger-spool"), file); err != nil {
+			return nil, fmt.Errorf("compile policies: ledger.spool: %w", err)
+		}
+	}
 	keys, err := principalSecrets(c.Security, file)
 	if err != nil {
 		return nil, err
@@ -211,6 +230,9 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 		cfg:        c,
 		sqlitePath: sqlitePath,
 		ledgerPath: ledgerPath,
+		spoolPath:  spoolPath,
+		storeURL:   storeURL,
+		ledgerURL:  ledgerURL,
 		providers:  make(map[string]*Provider, len(c.Providers)),
 		models:     make(map[string]*ModelRoute),
 		orgs:       make(map[string]Limits, len(c.Orgs)),
@@ -325,13 +347,25 @@ func (s *Snapshot) SQLitePath() string { return s.sqlitePath }
 
 // StorePostgres is the PostgreSQL connection URL of the key store; empty
 // when the store is SQLite. It may hold a password: never log it.
-func (s *Snapshot) StorePostgres() string { return s.cfg.Store.Postgres.Reveal() }
+func (s *Snapshot) StorePostgres() string { return s.storeURL }
 
 // SpoolMaxBytes is ledger.spool_max_bytes.
 func (s *Snapshot) SpoolMaxBytes() int64 { return s.cfg.Ledger.SpoolMaxBytes }
 
-// LedgerPath is the resolved path of the spend ledger's SQLite file.
+// LedgerPath is the resolved path of the spend ledger's SQLite file; empty
+// with ledger.postgres.
 func (s *Snapshot) LedgerPath() string { return s.ledgerPath }
+
+// LedgerPostgres is the PostgreSQL connection URL of the spend ledger;
+// empty with ledger.sqlite.
+func (s *Snapshot) LedgerPostgres() string { return s.ledgerURL }
+
+// LedgerSpool is the resolved path of the PostgreSQL ledger's spool;
+// empty with ledger.sqlite.
+func (s *Snapshot) LedgerSpool() string { return s.spoolPath }
+
+// LedgerRetention is ledger.retention: 0 keeps every record.
+func (s *Snapshot) LedgerRetention() time.Duration { return s.cfg.Ledger.Retention }
 
 // XDS returns the control-plane settings, with defaults applied: the
 // Sluice addresses are never empty.

@@ -115,8 +115,22 @@ const (
 )
 
 func (v *validator) ledgerAndGateway(l Ledger, g Gateway) {
-	if l.SQLite == "" {
-		v.add("ledger.sqlite", "required (a file path)")
+	sqlite, postgres := l.SQLite != "", l.Postgres.set()
+	switch {
+	case !sqlite && !postgres:
+		v.add("ledger.sqlite", "required (a file path), unless ledger.postgres is set")
+	case sqlite && postgres:
+		v.add("ledger", "set exactly one of sqlite (a file path) or postgres (a connection URL)")
+	case sqlite && l.Spool != "":
+		v.add("ledger.spool", "only with ledger.postgres: the SQLite ledger's spool is its file's path plus -spool")
+	case sqlite && l.Retention != 0:
+		v.add("ledger.retention", "only with ledger.postgres (the SQLite ledger keeps every record)")
+	}
+	if postgres {
+		l.Postgres.validate(v, "ledger.postgres")
+	}
+	if l.Retention < 0 || (l.Retention > 0 && l.Retention < 31*24*time.Hour) {
+		v.add("ledger.retention", "must be 0 (keep everything) or at least 744h (31 days: records are dropped a whole month at a time), got %v", l.Retention)
 	}
 	if l.SpoolMaxBytes < minSpoolMax || l.SpoolMaxBytes > maxSpoolMax {
 		v.add("ledger.spool_max_bytes", "must be between %d (1 MiB) and %d (1 TiB), got %d", minSpoolMax, maxSpoolMax, l.SpoolMaxBytes)
@@ -181,12 +195,12 @@ func (v *validator) listen(l Listen) {
 }
 
 func (v *validator) store(s Store) {
-	sqlite, postgres := s.SQLite != "", s.Postgres != ""
+	sqlite, postgres := s.SQLite != "", s.Postgres.set()
 	if sqlite == postgres {
 		v.add("store", "set exactly one of sqlite or postgres")
 	}
-	if postgres && !postgresURL(s.Postgres.Reveal()) {
-		v.add("store.postgres", "want a PostgreSQL URL, postgres://user:password@host:5432/database (the value is not shown: it may hold a password)")
+	if postgres {
+		s.Postgres.validate(v, "store.postgres")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -29,6 +30,8 @@ import (
 	"github.com/sluicegw/sluice/internal/keyring"
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/ledger/hold"
+	ledgerpg "github.com/sluicegw/sluice/internal/ledger/postgres"
+	"github.com/sluicegw/sluice/internal/ledger/spool"
 	ledgersqlite "github.com/sluicegw/sluice/internal/ledger/sqlite"
 	"github.com/sluicegw/sluice/internal/limits"
 	"github.com/sluicegw/sluice/internal/principal"
@@ -53,7 +56,10 @@ type ledgerBackend interface {
 	Close() error
 }
 
-var _ ledgerBackend = (*ledgersqlite.Ledger)(nil)
+var (
+	_ ledgerBackend = (*ledgersqlite.Ledger)(nil)
+	_ ledgerBackend = (*ledgerpg.Ledger)(nil)
+)
 
 // admissionBackend is what serve needs of an admission backend: counting
 // request rates (ext_authz), admitting and settling requests (ext_proc),
@@ -174,6 +180,15 @@ func (c *components) openStores(ctx context.Context, stdout io.Writer) error {
 	}
 	var err error
 	c.counters, c.admitter, err = newAdmission(ctx, c.snap, c.ledger, c.reg)
+	if pg, ok := c.ledger.(*ledgerpg.Ledger); ok && err == nil {
+		// Other replicas' spools may hold records the budgets miss until
+		// those replicas drain them (a stopped one: until it restarts).
+		if states, berr := pg.DB().Behind(ctx); berr == nil {
+			if msg := ledgerpg.Staleness(states, time.Now()); msg != "" {
+				c.log.Warn("budgets rebuilt from the ledger may be short: "+msg, "component", "ledger")
+			}
+		}
+	}
 	return err
 }
 
@@ -291,10 +306,19 @@ func (c *components) openKeys(ctx context.Context, stdout io.Writer) error {
 // openLedger opens the spend ledger. Its committer is started by run.
 func (c *components) openLedger(ctx context.Context) error {
 	asyncErrors := prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_async_errors_total",
-		Help: "Errors the spend ledger reported after acknowledging records: a record SQLite refused (dropped), an ingestion that failed (retried), a spool that failed (direct commits from then on)."})
+		Help: "Errors the spend ledger reported after acknowledging records: a record the database refused (dropped), an ingestion that failed (retried), a spool that failed (direct commits from then on)."})
 	c.reg.MustRegister(asyncErrors)
 	log := c.log.With("component", "ledger")
 	var upgradeStart time.Time
+	if err := c.waitForSchema(ctx, "ledger", c.snap.LedgerPostgres(), ledgerpg.Migrate, func() error {
+		db, err := ledgerpg.OpenDB(ctx, c.snap.LedgerPostgres(), ledgerpg.Options{MaxConns: 1})
+		if err == nil {
+			db.Close()
+		}
+		return err
+	}); err != nil {
+		return err
+	}
 	led, err := openLedgerBackend(ctx, c.snap, log, false, func(err error) {
 		asyncErrors.Inc()
 		log.Error("spend ledger", "err", err)
@@ -311,7 +335,7 @@ func (c *components) openLedger(ctx context.Context) error {
 	}
 	if b, ok := led.(interface{ Backlog() int64 }); ok {
 		c.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_ledger_spool_backlog",
-			Help: "Spend records durable in the spool and not yet in SQLite."}, func() float64 { return float64(b.Backlog()) }))
+			Help: "Spend records durable in the spool and not yet in the database."}, func() float64 { return float64(b.Backlog()) }))
 	}
 	if o, ok := led.(interface {
 		OldestSpooled() time.Duration
@@ -386,29 +410,61 @@ const (
 )
 
 // openLedgerBackend opens the spend ledger the config names, for serve and
-// the spend command alike; the caller closes it. Only the embedded SQLite
-// backend exists; another backend is chosen here, from the config. Its
-// spool is on: serve owns it, and a second serve of the same file is
-// refused (it would admit every budget a second time); spend, a reader,
-// takes no spool and reads beside a running server. log is told the
-// damage the spool's replay found, onError what the ledger cannot return
-// to an Append, onMigrate that opening it upgrades its schema (see
-// ledgersqlite.Options).
+// the spend command alike; the caller closes it: the embedded SQLite file,
+// or PostgreSQL behind this replica's spool (ledger.spool). The spool is
+// on: serve owns it, and a second serve of the same spool is refused (it
+// would admit every budget a second time, and replay the same records);
+// spend, a reader, takes no spool: beside a running server it reads the
+// SQLite file after inserting what the spool holds, and PostgreSQL as it
+// is (a record still in some replica's spool is not there yet). log is
+// told the damage the spool's replay found, onError what the ledger
+// cannot return to an Append, onMigrate that opening it upgrades the
+// SQLite file's schema (see ledgersqlite.Options). A PostgreSQL schema
+// other than the one this build needs is a *pgmigrate.VersionError.
 func openLedgerBackend(ctx context.Context, snap *policies.Snapshot, log *slog.Logger, reader bool, onError func(error), onMigrate func(from, to int)) (ledgerBackend, error) {
+	if url := snap.LedgerPostgres(); url != "" {
+		so := spool.Options{Path: snap.LedgerSpool(), Logger: log, Linger: time.Millisecond, OnError: onError, MaxBytes: snap.SpoolMaxBytes(), Fault: ledgerFault(ctx)}
+		if reader {
+			so = spool.Options{}
+		}
+		led, err := ledgerpg.Open(ctx, url, ledgerpg.Options{Log: log, Spool: so})
+		if inUse := (*spool.InUseError)(nil); errors.As(err, &inUse) {
+			return nil, fmt.Errorf("ledger.spool %s is in use by %s; each replica needs a spool of its own (ledger.spool, on its own volume): %w",
+				snap.LedgerSpool(), holder(inUse), err)
+		}
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return led, nil
+	}
 	led, err := ledgersqlite.Open(ctx, snap.LedgerPath(), ledgersqlite.Options{Spool: true, Reader: reader, Logger: log, Linger: time.Millisecond, OnError: onError, OnMigrate: onMigrate, SpoolMaxBytes: snap.SpoolMaxBytes(),
 		Fault: ledgerFault(ctx)})
 	if inUse := (*ledgersqlite.InUseError)(nil); errors.As(err, &inUse) {
-		pid := "another sluice process"
-		if inUse.PID > 0 {
-			pid = fmt.Sprintf("another sluice process (pid %d)", inUse.PID)
-		}
-		return nil, fmt.Errorf("ledger.sqlite %s is in use by %s; each replica needs its own ledger file — and then has its own budgets; replicas sharing budgets need the PostgreSQL ledger and Redis admission, which have not landed yet (docs/configuration.md): %w",
-			snap.LedgerPath(), pid, err)
+		return nil, fmt.Errorf("ledger.sqlite %s is in use by %s; each replica needs its own ledger file — and then has its own budgets; replicas sharing a ledger need ledger.postgres (docs/configuration.md): %w",
+			snap.LedgerPath(), holder(inUse), err)
 	}
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}
 	return led, nil
+}
+
+// spoolName names this replica's spool in the PostgreSQL ledger's
+// reports: the host and the spool's path.
+func spoolName(path string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return host + ":" + path
+}
+
+// holder names the process holding a spool's lock.
+func holder(e *spool.InUseError) string {
+	if e.PID > 0 {
+		return fmt.Sprintf("another sluice process (pid %d)", e.PID)
+	}
+	return "another sluice process"
 }
 
 // newAdmission builds the admission backend ext_authz and ext_proc share
@@ -428,6 +484,7 @@ func newAdmission(ctx context.Context, snap *policies.Snapshot, led ledgerBacken
 	if err != nil {
 		return nil, nil, fmt.Errorf("rebuild budgets from the ledger: %w", err)
 	}
+
 	lifetime, err := led.Lifetime(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rebuild budgets from the ledger: %w", err)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 
 	"github.com/sluicegw/sluice/internal/cli"
+	ledgerpg "github.com/sluicegw/sluice/internal/ledger/postgres"
 	"github.com/sluicegw/sluice/internal/store/postgres"
 )
 
@@ -29,19 +31,28 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, en
 	if err != nil {
 		return err
 	}
-	url := snap.StorePostgres()
-	if url == "" {
-		fmt.Fprintf(stdout, "%s: the store is SQLite (%s), which sluice upgrades when it opens it: nothing to migrate\n", *config, snap.SQLitePath())
-		return nil
+	parts := []struct {
+		name, url string
+		migrate   func(context.Context, string, *slog.Logger) (int, int, error)
+	}{{"store", snap.StorePostgres(), postgres.Migrate}, {"ledger", snap.LedgerPostgres(), ledgerpg.Migrate}}
+	migrated := false
+	for _, p := range parts {
+		if p.url == "" {
+			continue
+		}
+		migrated = true
+		from, to, err := p.migrate(ctx, p.url, nil)
+		if err != nil {
+			return fmt.Errorf("migrate %s: %w", p.name, err)
+		}
+		if from == to {
+			fmt.Fprintf(stdout, "%s: schema version %d, up to date\n", p.name, to)
+		} else {
+			fmt.Fprintf(stdout, "%s: schema version %d → %d\n", p.name, from, to)
+		}
 	}
-	from, to, err := postgres.Migrate(ctx, url, nil)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	if from == to {
-		fmt.Fprintf(stdout, "store: schema version %d, up to date\n", to)
-	} else {
-		fmt.Fprintf(stdout, "store: schema version %d → %d\n", from, to)
+	if !migrated {
+		fmt.Fprintf(stdout, "%s: the store and the ledger are SQLite files, which sluice upgrades when it opens them: nothing to migrate\n", *config)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +18,9 @@ import (
 	"github.com/sluicegw/sluice/internal/testenv/pgtest"
 )
 
-// pgQuickstart is the quickstart's config with its key store in the
-// PostgreSQL database at url.
+// pgQuickstart is the quickstart's config with its key store and its
+// spend ledger in the PostgreSQL database at url, the ledger's spool in a
+// directory of the test's.
 func pgQuickstart(t *testing.T, url string) string {
 	t.Helper()
 	path := quickstart(t)
@@ -30,6 +32,7 @@ func pgQuickstart(t *testing.T, url string) string {
 	if out == string(data) {
 		t.Fatal("the quickstart's store section moved; update pgQuickstart")
 	}
+	out += "\nledger:\n  postgres: \"" + url + "\"\n  spool: " + filepath.Join(t.TempDir(), "ledger-spool") + "\n"
 	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +49,11 @@ func TestMigrateCommand(t *testing.T) {
 		t.Fatalf("keys list before migrate: %v; want the schema too old, and what to run", err)
 	}
 	out, _, err := run(t, "migrate", "--config", config)
-	if err != nil || !strings.HasPrefix(out, "store: schema version 0 → ") {
+	if err != nil || !regexp.MustCompile(`^store: schema version 0 → \d+\nledger: schema version 0 → \d+\n$`).MatchString(out) {
 		t.Fatalf("migrate: %q, %v", out, err)
 	}
 	out, _, err = run(t, "migrate", "--config", config)
-	if err != nil || !strings.HasSuffix(out, "up to date\n") {
+	if err != nil || !regexp.MustCompile(`^store: schema version \d+, up to date\nledger: schema version \d+, up to date\n$`).MatchString(out) {
 		t.Fatalf("migrate again: %q, %v", out, err)
 	}
 	out, _, err = run(t, "keys", "create", "--config", config, "--team", "demo", "--name", "pg")
@@ -139,14 +142,16 @@ func TestServeWaitsForMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(t.Context(), "UPDATE sluice_schema SET version = 99 WHERE component = 'store'"); err != nil {
-		t.Fatal(err)
-	}
-	sctx, scancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer scancel()
-	err = Run(sctx, []string{"serve", "--config", config, "--grpc-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
-		"--log-level", "error"}, io.Discard, io.Discard, noEnv)
-	if err == nil || !strings.Contains(err.Error(), "newer than this sluice knows") {
-		t.Errorf("serve against schema 99: %v; want it refused as newer", err)
+	for _, component := range []string{"ledger", "store"} {
+		if _, err := conn.Exec(t.Context(), "UPDATE sluice_schema SET version = 99 WHERE component = $1", component); err != nil {
+			t.Fatal(err)
+		}
+		sctx, scancel := context.WithTimeout(t.Context(), 30*time.Second)
+		err = Run(sctx, []string{"serve", "--config", config, "--grpc-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+			"--log-level", "error"}, io.Discard, io.Discard, noEnv)
+		scancel()
+		if err == nil || !strings.Contains(err.Error(), component+" schema version 99 is newer than this sluice knows") {
+			t.Errorf("serve against a %s schema 99: %v; want it refused as newer", component, err)
+		}
 	}
 }

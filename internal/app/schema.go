@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -17,29 +18,50 @@ import (
 // the database schema again.
 const schemaPoll = time.Second
 
-// openStore opens the key store for serve. With --migrate, PostgreSQL's
-// schema is migrated first (under the migration lock, so that replicas
-// started together migrate once). A schema newer than this build knows
-// refuses the start. A schema older than it needs keeps serve waiting,
-// not ready, until `sluice migrate` has run — a rollout's migration job
-// may finish after the new replicas start: meanwhile the admin listener
-// answers /healthz, and /readyz with why, and the schema is looked at
-// again every schemaPoll.
+// openStore opens the key store for serve, once its schema is the one
+// this build needs (waitForSchema).
 func (c *components) openStore(ctx context.Context) (store.Store, error) {
-	if url := c.snap.StorePostgres(); url != "" && c.flags.migrate {
-		from, to, err := postgres.Migrate(ctx, url, c.log)
+	if err := c.waitForSchema(ctx, "store", c.snap.StorePostgres(), postgres.Migrate, func() error {
+		st, err := postgres.Open(ctx, c.snap.StorePostgres(), postgres.Options{MaxConns: 1})
+		if err == nil {
+			st.Close()
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return openStoreBackend(ctx, c.snap, c.log)
+}
+
+// waitForSchema returns once the PostgreSQL schema of component at url
+// is the one this build needs (at once without url: SQLite files are
+// upgraded when opened). With --migrate, it migrates first (under the
+// migration lock, so that replicas started together migrate once). A
+// schema newer than this build knows refuses the start. A schema older
+// than it needs keeps serve waiting, not ready, until `sluice migrate`
+// has run — a rollout's migration job may finish after the new replicas
+// start: meanwhile the admin listener answers /healthz, and /readyz with
+// why, and check, which opens the component and fails with a
+// *pgmigrate.VersionError while the schema is not the one needed, is
+// tried again every schemaPoll.
+func (c *components) waitForSchema(ctx context.Context, component, url string, migrate func(context.Context, string, *slog.Logger) (int, int, error), check func() error) error {
+	if url == "" {
+		return nil
+	}
+	if c.flags.migrate {
+		from, to, err := migrate(ctx, url, c.log)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if from != to {
-			c.log.Info("store schema migrated", "from_version", from, "to_version", to)
+			c.log.Info(component+" schema migrated", "from_version", from, "to_version", to)
 		}
 	}
-	st, err := openStoreBackend(ctx, c.snap, c.log)
+	err := check()
 	if !errors.Is(err, pgmigrate.ErrTooOld) {
-		return st, err
+		return err
 	}
-	c.log.Warn("not ready: waiting for the database schema", "err", err)
+	c.log.Warn("not ready: waiting for the database schema", "component", component, "err", err)
 	waiting := &notReady{}
 	waiting.set(err)
 	stop := serveNotReady(c.adminLn, waiting)
@@ -49,16 +71,15 @@ func (c *components) openStore(ctx context.Context) (store.Store, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-t.C:
 		}
-		st, err = openStoreBackend(ctx, c.snap, c.log)
-		switch {
+		switch err = check(); {
 		case err == nil:
-			c.log.Info("the database schema is the one this sluice needs; starting")
-			return st, nil
+			c.log.Info("the database schema is the one this sluice needs; starting", "component", component)
+			return nil
 		case !errors.Is(err, pgmigrate.ErrTooOld):
-			return nil, err
+			return err
 		}
 		waiting.set(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/internal/gcpace"
+	ledgerpg "github.com/sluicegw/sluice/internal/ledger/postgres"
 	"github.com/sluicegw/sluice/internal/store"
 	"github.com/sluicegw/sluice/policies"
 )
@@ -131,6 +132,10 @@ func (c *components) run(ctx context.Context) error {
 		}
 		return nil
 	})
+	if pg, ok := c.ledger.(*ledgerpg.Ledger); ok {
+		// The last report follows Run's end: what the spool keeps then.
+		g.Go(func() error { return pg.ReportSpool(ledgerCtx, spoolName(c.snap.LedgerSpool())) })
+	}
 	g.Go(func() error {
 		if err := c.grpc.Serve(c.grpcLn); err != nil {
 			return fmt.Errorf("grpc: %w", err)
@@ -155,6 +160,9 @@ func (c *components) run(ctx context.Context) error {
 	})
 	if pg, ok := c.store.(*pgStore); ok {
 		g.Go(func() error { return pg.listener.Run(gctx) })
+	}
+	if pg, ok := c.ledger.(*ledgerpg.Ledger); ok {
+		g.Go(func() error { return pg.DB().Upkeep(gctx, c.snap.LedgerRetention(), time.Now) })
 	}
 	g.Go(func() error { return c.counters.Run(gctx, counterSweep) })
 	c.startedUp()

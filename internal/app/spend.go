@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/internal/ledger"
+	ledgerpg "github.com/sluicegw/sluice/internal/ledger/postgres"
 	"github.com/sluicegw/sluice/internal/money"
 	"github.com/sluicegw/sluice/internal/tokens"
 )
@@ -78,6 +79,14 @@ func runSpend(ctx context.Context, args []string, stdout, stderr io.Writer, env 
 		return err
 	}
 	defer led.Close()
+	if pg, ok := led.(*ledgerpg.Ledger); ok {
+		// What replicas' spools hold is not in the database yet.
+		if states, err := pg.DB().Behind(ctx); err != nil {
+			fmt.Fprintln(stderr, "sluice spend:", err)
+		} else if msg := ledgerpg.Staleness(states, time.Now()); msg != "" {
+			fmt.Fprintln(stderr, "sluice spend: note:", msg)
+		}
+	}
 	if *records {
 		rs, err := led.Records(ctx, f)
 		if err != nil {

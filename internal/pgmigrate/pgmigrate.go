@@ -352,6 +352,14 @@ func ignoreClosed(err error) error {
 // connections (0: pgxpool's default). Its errors never show the URL's
 // password (pgx redacts it).
 func Pool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := poolConfig(url, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+func poolConfig(url string, maxConns int32) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
@@ -359,13 +367,21 @@ func Pool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
-	return pgxpool.NewWithConfig(ctx, cfg)
+	return cfg, nil
 }
 
 // MigrateURL is Migrate on a pool of its own to the database at url,
 // closed before it returns: what `sluice migrate` runs for a component.
+//
+// The URL's statement_timeout does not apply: an index built on a large
+// table may take longer than any request should.
 func MigrateURL(ctx context.Context, url, component string, migs []Migration, log *slog.Logger) (from, to int, err error) {
-	pool, err := Pool(ctx, url, 2)
+	cfg, err := poolConfig(url, 2)
+	if err != nil {
+		return 0, 0, err
+	}
+	delete(cfg.ConnConfig.RuntimeParams, "statement_timeout")
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -192,3 +192,22 @@ func serial(t testing.TB) *big.Int {
 	}
 	return n
 }
+
+// CertPEM is c's certificate chain, PEM-encoded.
+func CertPEM(c tls.Certificate) []byte {
+	var b []byte
+	for _, der := range c.Certificate {
+		b = append(b, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	return b
+}
+
+// KeyPEM is c's private key, PEM-encoded PKCS #8.
+func KeyPEM(t testing.TB, c tls.Certificate) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		t.Fatalf("testtls: key: %v", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}

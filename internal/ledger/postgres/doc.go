@@ -1,11 +1,17 @@
-// Package postgres is the PostgreSQL spend ledger's database side, shared
-// by every replica of a fleet: Insert, which the spool's ingester calls
-// with a batch of records; the reads of ledger.Reader (Records, Totals)
-// and ledger.Aggregates (Buckets, Lifetime); and the upkeep of the
-// partitions (EnsurePartitions, DropBefore).
+// Package postgres is the PostgreSQL spend ledger, shared by every
+// replica of a fleet. Ledger is what serve runs: internal/ledger/spool's
+// queue, spool and ingester on this replica's disk in front of the
+// database (Open), whose reads wait until the database holds what was
+// acknowledged. DB is the database side: Insert, which the ingester
+// calls with a batch of records; the reads of ledger.Reader (Records,
+// Totals) and ledger.Aggregates (Buckets, Lifetime); the upkeep of the
+// partitions (EnsurePartitions, DropBefore, Upkeep, run by serve every
+// hour with ledger.retention); and each replica's report of its spool
+// (Report, Behind), which readers use to say what they may miss.
 //
 // It owns the ledger's tables — ledger_records and its monthly
-// partitions, ledger_ids, ledger_buckets, ledger_life, ledger_dropped —
+// partitions, ledger_ids, ledger_buckets, ledger_life, ledger_dropped,
+// ledger_spools —
 // and the "ledger" component of sluice_schema, whose migrations it
 // passes to pgmigrate: Open only checks the schema (a replica never
 // migrates by surprise), Migrate applies it. It must not touch any other

@@ -116,7 +116,7 @@ const addSums = `cost_pico = a.cost_pico + excluded.cost_pico,
 //
 // A record in a month with no partition yet makes one, and the batch is
 // tried once more.
-func (l *Ledger) Insert(ctx context.Context, recs []ledger.Record) (bad int, err error) {
+func (l *DB) Insert(ctx context.Context, recs []ledger.Record) (bad int, err error) {
 	if err := ctx.Err(); err != nil {
 		return -1, fmt.Errorf("postgres ledger: insert: %w", err)
 	}
@@ -146,7 +146,7 @@ func (l *Ledger) Insert(ctx context.Context, recs []ledger.Record) (bad int, err
 
 // insert runs insertSQL in a transaction of its own. SET LOCAL and the
 // statement go in one round trip.
-func (l *Ledger) insert(ctx context.Context, args []any) error {
+func (l *DB) insert(ctx context.Context, args []any) error {
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -175,7 +175,7 @@ func (l *Ledger) insert(ctx context.Context, args []any) error {
 // batch's, such as a sum of two records that overflows, and it holds no
 // longer), the transaction stores them all and commits, which is what the
 // batch was for.
-func (l *Ledger) findBad(ctx context.Context, recs []ledger.Record) (int, error) {
+func (l *DB) findBad(ctx context.Context, recs []ledger.Record) (int, error) {
 	if err := l.ensure(ctx, monthsOf(recs)); err != nil {
 		return -1, fmt.Errorf("postgres ledger: insert: %w", err)
 	}

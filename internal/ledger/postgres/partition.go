@@ -112,7 +112,7 @@ func parseMonth(name string) (month, bool) {
 // months after it, those that do not exist yet. Open calls it; a
 // long-running process should call it daily, so that Insert rarely has to
 // make a partition on demand.
-func (l *Ledger) EnsurePartitions(ctx context.Context, now time.Time) error {
+func (l *DB) EnsurePartitions(ctx context.Context, now time.Time) error {
 	ms := []month{monthOf(now)}
 	for range Ahead {
 		ms = append(ms, ms[len(ms)-1].next())
@@ -134,7 +134,7 @@ func (l *Ledger) EnsurePartitions(ctx context.Context, now time.Time) error {
 // The table is empty, so the attachment's check of its rows and the build
 // of its indexes take no time. Both happen in one transaction, so a
 // partition is never left unattached.
-func (l *Ledger) ensure(ctx context.Context, ms []month) error {
+func (l *DB) ensure(ctx context.Context, ms []month) error {
 	missing, err := l.missing(ctx, ms)
 	if err != nil || len(missing) == 0 {
 		return err
@@ -179,7 +179,7 @@ func (l *Ledger) ensure(ctx context.Context, ms []month) error {
 
 // missing is the months of ms (deduplicated) that have no partition and
 // whose range retention did not drop.
-func (l *Ledger) missing(ctx context.Context, ms []month) ([]month, error) {
+func (l *DB) missing(ctx context.Context, ms []month) ([]month, error) {
 	return missingIn(ctx, l.pool, ms)
 }
 
@@ -230,7 +230,7 @@ const lockNotAvailable = "55P03"
 // a record of it replayed later is skipped rather than stored and counted
 // again. The lifetime sums stay: they are what lifetime budgets are
 // enforced against.
-func (l *Ledger) DropBefore(ctx context.Context, cutoff time.Time) (dropped []string, err error) {
+func (l *DB) DropBefore(ctx context.Context, cutoff time.Time) (dropped []string, err error) {
 	rows, err := l.pool.Query(ctx, `SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = 'ledger_records'::regclass`)
 	if err != nil {
@@ -274,7 +274,7 @@ var ErrSkipped = errors.New("partition in use, skipped")
 // partition is locked first, so that a partition in use is given up
 // before any work is done; the DROP then waits, within the same timeout,
 // for ledger_records itself.
-func (l *Ledger) drop(ctx context.Context, m month) error {
+func (l *DB) drop(ctx context.Context, m month) error {
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
 		return err

@@ -11,12 +11,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/ledger/spool"
 	"github.com/sluicegw/sluice/internal/pgmigrate"
 )
 
 var (
+	_ ledger.Ledger     = (*Ledger)(nil)
 	_ ledger.Reader     = (*Ledger)(nil)
 	_ ledger.Aggregates = (*Ledger)(nil)
+	_ ledger.Reader     = (*DB)(nil)
+	_ ledger.Aggregates = (*DB)(nil)
 )
 
 // Options tune a Ledger.
@@ -26,13 +30,137 @@ type Options struct {
 	MaxConns int32
 	// Log receives the partitions made on demand; nil discards it.
 	Log *slog.Logger
+	// Spool configures the spool in front of the database (Open only):
+	// with Spool.Path, a record is acknowledged once the spool holds it
+	// and the ingester moves it into PostgreSQL, retrying while the
+	// database is down; without, once PostgreSQL committed it.
+	Spool spool.Options
 }
 
-// Ledger is the PostgreSQL spend ledger's database side: Insert for the
+// Ledger is the PostgreSQL spend ledger: the spool's queue, committer and
+// ingester (internal/ledger/spool) in front of the database, and the
+// database's reads, which first wait until the database holds what was
+// acknowledged before them. Its Run must be running for Append to return.
+type Ledger struct {
+	*spool.Ledger
+	db *DB
+}
+
+// Open opens the database at url as OpenDB does and the spool in front of
+// it (Options.Spool), replaying into the database what the spool holds:
+// it fails, leaving the spool as it is, if the database is unreachable.
+func Open(ctx context.Context, url string, opts Options) (*Ledger, error) {
+	db, err := OpenDB(ctx, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	so := opts.Spool
+	if so.Name == "" {
+		so.Name = "postgres ledger"
+	}
+	if so.Logger == nil {
+		so.Logger = opts.Log
+	}
+	core, err := spool.Open(ctx, sink{db}, so, nil)
+	if err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
+	return &Ledger{Ledger: core, db: db}, nil
+}
+
+// DB is the database side, for retention and partitions.
+func (l *Ledger) DB() *DB { return l.db }
+
+// Close closes the spool and the pool. Call it after Run returned.
+func (l *Ledger) Close() error {
+	return errors.Join(l.Ledger.Close(), l.db.Close())
+}
+
+// Records is DB.Records once the database holds every record acknowledged
+// before the call.
+func (l *Ledger) Records(ctx context.Context, f ledger.Filter) ([]ledger.Record, error) {
+	if err := l.visible(ctx); err != nil {
+		return nil, err
+	}
+	return l.db.Records(ctx, f)
+}
+
+// Totals is DB.Totals once the database holds what was acknowledged.
+func (l *Ledger) Totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy) ([]ledger.Total, error) {
+	if err := l.visible(ctx); err != nil {
+		return nil, err
+	}
+	return l.db.Totals(ctx, f, by)
+}
+
+// Buckets is DB.Buckets once the database holds what was acknowledged.
+func (l *Ledger) Buckets(ctx context.Context, since time.Time) ([]ledger.Aggregate, error) {
+	if err := l.visible(ctx); err != nil {
+		return nil, err
+	}
+	return l.db.Buckets(ctx, since)
+}
+
+// Lifetime is DB.Lifetime once the database holds what was acknowledged.
+func (l *Ledger) Lifetime(ctx context.Context) ([]ledger.Aggregate, error) {
+	if err := l.visible(ctx); err != nil {
+		return nil, err
+	}
+	return l.db.Lifetime(ctx)
+}
+
+func (l *Ledger) visible(ctx context.Context) error {
+	if err := l.Visible(ctx); err != nil {
+		return fmt.Errorf("postgres ledger: %w", err)
+	}
+	return nil
+}
+
+// sink is the database behind the spool.
+type sink struct{ db *DB }
+
+func (sink) Name() string { return "PostgreSQL" }
+
+func (sink) Prepare(r ledger.Record) (any, error) {
+	if err := validate(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (s sink) Open(context.Context) (spool.Writer, error) { return writer(s), nil }
+
+// RecordFault: Insert blames a record it finds invalid or PostgreSQL
+// refuses for its values.
+func (sink) RecordFault(err error) bool { return errors.Is(err, ledger.ErrInvalid) || refused(err) }
+
+// writer writes through the pool: each Write is a transaction of its own
+// on any of the pool's connections.
+type writer struct{ db *DB }
+
+// writeTimeout bounds one Write: a database that does not answer (a
+// network that drops packets) fails the batch, to be retried, rather
+// than hold the ingester, and Run's end, forever.
+const writeTimeout = 30 * time.Second
+
+func (w writer) Write(ctx context.Context, batch []any) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	recs := make([]ledger.Record, len(batch))
+	for i, p := range batch {
+		recs[i] = p.(ledger.Record)
+	}
+	return w.db.Insert(ctx, recs)
+}
+
+func (writer) Idle(context.Context) error { return nil }
+func (writer) Close() error               { return nil }
+
+// DB is the PostgreSQL spend ledger's database side: Insert for the
 // spool's ingester, the ledger.Reader and ledger.Aggregates reads, and the
 // partitions' upkeep. It is safe for concurrent use, and any number of
-// Ledgers (one per replica) may share one database.
-type Ledger struct {
+// DBs (one per replica) may share one database.
+type DB struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 
@@ -42,11 +170,11 @@ type Ledger struct {
 	inTx func(ctx context.Context, tx pgx.Tx) error
 }
 
-// Open connects to the database at url, checks that the ledger's schema
+// OpenDB connects to the database at url, checks that the ledger's schema
 // is the one this code needs — a *pgmigrate.VersionError if it is older
 // (run `sluice migrate`) or newer (upgrade sluice); it never migrates —
 // and makes the partitions of this month and the next three.
-func Open(ctx context.Context, url string, opts Options) (*Ledger, error) {
+func OpenDB(ctx context.Context, url string, opts Options) (*DB, error) {
 	pool, err := pgmigrate.Pool(ctx, url, opts.MaxConns)
 	if err != nil {
 		return nil, fmt.Errorf("postgres ledger: %w", err)
@@ -59,7 +187,7 @@ func Open(ctx context.Context, url string, opts Options) (*Ledger, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &Ledger{pool: pool, log: log.With("component", "ledger")}
+	l := &DB{pool: pool, log: log.With("component", "ledger")}
 	if err := l.EnsurePartitions(ctx, time.Now()); err != nil {
 		pool.Close()
 		return nil, err
@@ -80,7 +208,7 @@ func Migrate(ctx context.Context, url string, log *slog.Logger) (from, to int, e
 }
 
 // Close closes the pool. It is safe to call more than once.
-func (l *Ledger) Close() error {
+func (l *DB) Close() error {
 	l.pool.Close()
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/ledger/ledgertest"
+	"github.com/sluicegw/sluice/internal/ledger/spool"
 	"github.com/sluicegw/sluice/internal/pgmigrate"
 	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/internal/testenv"
@@ -30,7 +32,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // backend is a Ledger as ledgertest wants it: Append inserts the one
 // record at once, as the spool's ingester would, so the suite checks
 // Insert and the reads without a spool in front.
-type backend struct{ *Ledger }
+type backend struct{ *DB }
 
 func (b backend) Append(ctx context.Context, r ledger.Record) error {
 	_, err := b.Insert(ctx, []ledger.Record{r})
@@ -41,6 +43,38 @@ func TestContract(t *testing.T) {
 	ledgertest.Run(t, func(t *testing.T) ledgertest.Backend {
 		return backend{openTest(t, newDatabase(t))}
 	})
+}
+
+// TestContractSpooled runs the suite against the Ledger serve runs: the
+// spool in front of the database, Append acknowledged once the spool
+// holds the record, reads waiting until the database does.
+func TestContractSpooled(t *testing.T) {
+	ledgertest.Run(t, func(t *testing.T) ledgertest.Backend {
+		return openSpooled(t, newDatabase(t), spool.Options{Path: filepath.Join(t.TempDir(), "ledger-spool")})
+	})
+}
+
+// openSpooled opens a Ledger with so for its spool, runs it until the
+// test ends, and closes it.
+func openSpooled(t testing.TB, url string, so spool.Options) *Ledger {
+	t.Helper()
+	l, err := Open(context.Background(), url, Options{Log: testenv.Quiet(), Spool: so})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := testctx.Receive(t, "Run to return", done); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return l
 }
 
 // newDatabase is the URL of a new database migrated to the ledger's
@@ -55,9 +89,9 @@ func newDatabase(t testing.TB) string {
 }
 
 // openTest opens the ledger at url and closes it when the test ends.
-func openTest(t testing.TB, url string) *Ledger {
+func openTest(t testing.TB, url string) *DB {
 	t.Helper()
-	l, err := Open(context.Background(), url, Options{Log: testenv.Quiet()})
+	l, err := OpenDB(context.Background(), url, Options{Log: testenv.Quiet()})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -87,7 +121,7 @@ func TestOpenRefusesSchema(t *testing.T) {
 	url := pgtest.Database(t)
 	open := func(want error, msg string) {
 		t.Helper()
-		l, err := Open(ctx, url, Options{})
+		l, err := OpenDB(ctx, url, Options{})
 		if err == nil {
 			l.Close()
 		}
@@ -142,7 +176,7 @@ func partitions(t testing.TB, url string) []string {
 }
 
 // count is the number of rows of table.
-func count(t testing.TB, l *Ledger, table string) int {
+func count(t testing.TB, l *DB, table string) int {
 	t.Helper()
 	var n int
 	if err := l.pool.QueryRow(testctx.Deadline(t), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
@@ -242,7 +276,7 @@ type state struct {
 	Buckets, Lifetime []ledger.Aggregate
 }
 
-func stateOf(t testing.TB, l *Ledger) state {
+func stateOf(t testing.TB, l *DB) state {
 	t.Helper()
 	ctx := testctx.Deadline(t)
 	var (
@@ -273,7 +307,7 @@ func checkAggregates(t testing.TB, s state) {
 }
 
 // insert inserts recs, which must all be good.
-func insert(t testing.TB, l *Ledger, recs ...ledger.Record) {
+func insert(t testing.TB, l *DB, recs ...ledger.Record) {
 	t.Helper()
 	if bad, err := l.Insert(testctx.Deadline(t), recs); bad != -1 || err != nil {
 		t.Fatalf("Insert = %d, %v; want -1, nil", bad, err)
@@ -338,7 +372,7 @@ func TestConcurrentInserts(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, in := range []struct {
-		l    *Ledger
+		l    *DB
 		recs []ledger.Record
 	}{{a, recs}, {b, rev}} {
 		wg.Go(func() {

@@ -19,7 +19,7 @@ import (
 // Records returns the records f selects, newest first (StartedAt
 // descending, then RequestID ascending). It reads what is committed: a
 // record still in the spool in front of the ledger is not there yet.
-func (l *Ledger) Records(ctx context.Context, f ledger.Filter) ([]ledger.Record, error) {
+func (l *DB) Records(ctx context.Context, f ledger.Filter) ([]ledger.Record, error) {
 	recs, err := l.records(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("postgres ledger: records: %w", err)
@@ -27,7 +27,7 @@ func (l *Ledger) Records(ctx context.Context, f ledger.Filter) ([]ledger.Record,
 	return recs, nil
 }
 
-func (l *Ledger) records(ctx context.Context, f ledger.Filter) ([]ledger.Record, error) {
+func (l *DB) records(ctx context.Context, f ledger.Filter) ([]ledger.Record, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ var groupExprs = map[ledger.GroupBy]string{
 
 // Totals sums the records f selects per group, sorted by cost descending,
 // then by group. No record, no Total, also for ByNone.
-func (l *Ledger) Totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy) ([]ledger.Total, error) {
+func (l *DB) Totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy) ([]ledger.Total, error) {
 	ts, err := l.totals(ctx, f, by)
 	if err != nil {
 		return nil, fmt.Errorf("postgres ledger: totals by %s: %w", by, err)
@@ -95,7 +95,7 @@ func (l *Ledger) Totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy)
 	return ts, nil
 }
 
-func (l *Ledger) totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy) ([]ledger.Total, error) {
+func (l *DB) totals(ctx context.Context, f ledger.Filter, by ledger.GroupBy) ([]ledger.Total, error) {
 	if err := by.Validate(); err != nil {
 		return nil, err
 	}
@@ -243,7 +243,7 @@ var (
 // Buckets returns the aggregates of every bucket from the one that holds
 // since on (all of them if since is zero), sorted by scope, id, model and
 // bucket. It reads what is committed.
-func (l *Ledger) Buckets(ctx context.Context, since time.Time) ([]ledger.Aggregate, error) {
+func (l *DB) Buckets(ctx context.Context, since time.Time) ([]ledger.Aggregate, error) {
 	var (
 		as  []ledger.Aggregate
 		err error
@@ -266,7 +266,7 @@ func (l *Ledger) Buckets(ctx context.Context, since time.Time) ([]ledger.Aggrega
 // Lifetime returns every scope, id and model's sums over all buckets,
 // sorted by scope, id and model; Bucket is zero. Retention does not lower
 // them: they are kept in ledger_life, not summed from the buckets.
-func (l *Ledger) Lifetime(ctx context.Context) ([]ledger.Aggregate, error) {
+func (l *DB) Lifetime(ctx context.Context) ([]ledger.Aggregate, error) {
 	as, err := l.aggregates(ctx, lifetimeQuery)
 	if err != nil {
 		return nil, fmt.Errorf("postgres ledger: lifetime: %w", err)
@@ -275,7 +275,7 @@ func (l *Ledger) Lifetime(ctx context.Context) ([]ledger.Aggregate, error) {
 }
 
 // aggregates runs one of the queries above.
-func (l *Ledger) aggregates(ctx context.Context, query string, args ...any) ([]ledger.Aggregate, error) {
+func (l *DB) aggregates(ctx context.Context, query string, args ...any) ([]ledger.Aggregate, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

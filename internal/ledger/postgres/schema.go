@@ -31,6 +31,11 @@ const component = "ledger"
 // exact numeric of pico-dollars. ledger_dropped holds the ranges of
 // started_at whose partitions retention dropped, so that a record from
 // one of them is never stored (nor counted) again.
+//
+// ledger_spools (version 2) is each replica's report of its spool: how
+// many acknowledged records it holds that the database does not have yet,
+// since when, and when it last said so; readers of the database use it to
+// say how stale they may be (Behind).
 var migrations = []pgmigrate.Migration{
 	{Version: 1, Name: "partitioned records, request ids, aggregates", SQL: `
 CREATE TABLE ledger_records (
@@ -103,6 +108,14 @@ CREATE TABLE ledger_dropped (
 	lo   bigint PRIMARY KEY,
 	last bigint NOT NULL CHECK (last >= lo),
 	name text   NOT NULL
+);
+`},
+	{Version: 2, Name: "spools' reports", SQL: `
+CREATE TABLE ledger_spools (
+	spool      text   NOT NULL PRIMARY KEY,
+	backlog    bigint NOT NULL,
+	oldest_at  bigint NOT NULL,
+	updated_at bigint NOT NULL
 );
 `},
 }

@@ -171,7 +171,11 @@ var errChunk = errors.New("a multi-row insert was refused")
 // error here, or in recovery after a crash before COMMIT's WAL sync —
 // undoes them all. TestAggregateFailureWritesNothing and
 // TestCrashLosesNothing check both ways.
-func (c *committer) write(ctx context.Context, batch []*pending) (bad int, err error) {
+func (c *committer) Write(ctx context.Context, preps []any) (bad int, err error) {
+	batch := make([]*prepared, len(preps))
+	for i, p := range preps {
+		batch[i] = p.(*prepared)
+	}
 	bad = -1
 	rawErr := c.conn.Raw(func(dc any) error {
 		c.dc = dc.(driverConn) // newCommitter checked it
@@ -189,7 +193,7 @@ func (c *committer) write(ctx context.Context, batch []*pending) (bad int, err e
 }
 
 // writeTx is write, with up to rows records per insert.
-func (c *committer) writeTx(ctx context.Context, batch []*pending, rows int) (int, error) {
+func (c *committer) writeTx(ctx context.Context, batch []*prepared, rows int) (int, error) {
 	if _, err := c.dc.ExecContext(ctx, "BEGIN IMMEDIATE", nil); err != nil {
 		return -1, errors.Join(fmt.Errorf("begin: %w", err), c.rollback(ctx))
 	}
@@ -299,7 +303,7 @@ func (c *committer) exec(ctx context.Context, stmt driver.Stmt, args []driver.Na
 // name the stored ones. That a record is told apart by its RequestID
 // alone is checked: a mismatch fails the transaction rather than count a
 // record wrong.
-func (c *committer) stored(ctx context.Context, chunk []*pending, res driver.Result) ([]bool, error) {
+func (c *committer) stored(ctx context.Context, chunk []*prepared, res driver.Result) ([]bool, error) {
 	n, err := res.RowsAffected()
 	if err != nil || n == int64(len(chunk)) {
 		return nil, err
@@ -423,3 +427,16 @@ func (c *committer) checkpoint(ctx context.Context) (frames, done int, err error
 	err = c.conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &done)
 	return frames, done, err
 }
+
+// Idle checkpoints the WAL once the committer has had nothing to do for
+// a while (spool.Options.IdleAfter): its commits checkpoint only every
+// committerCheckpoint pages, so that a page changed by several commits is
+// copied once, and when the load stops what is left is copied then rather
+// than stay in the WAL until more commits come.
+func (c *committer) Idle(ctx context.Context) error {
+	_, _, err := c.checkpoint(ctx)
+	return err
+}
+
+// Close is close, for the spool.
+func (c *committer) Close() error { return c.close() }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/ledger/spool"
 	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/internal/tokens"
 )
@@ -32,22 +33,35 @@ func commitBatch(t *testing.T, l *Ledger, recs []ledger.Record, edit func(i int,
 			t.Error(err)
 		}
 	}()
-	batch := make([]*pending, len(recs))
+	batch, idx := make([]any, len(recs)), make([]int, len(recs))
 	for i, r := range recs {
-		args, err := encode(r)
+		p, err := (*sink)(nil).Prepare(r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if edit != nil {
-			edit(i, args)
+			edit(i, p.(*prepared).args)
 		}
-		batch[i] = &pending{args: args, agg: aggregateOf(r), done: make(chan error, 1)}
+		batch[i], idx[i] = p, i
 	}
-	all := append([]*pending(nil), batch...) // commit reorders batch
-	_ = l.commitCounted(ctx, c, batch, false)
-	errs := make([]error, len(all))
-	for i, p := range all {
-		errs[i] = testctx.Receive(t, "a committed record's outcome", p.done)
+	// As the spool does with a Writer's outcome: a record to blame fails
+	// alone and the rest is written again; any other error fails them all.
+	errs := make([]error, len(recs))
+	for len(batch) > 0 {
+		bad, err := c.Write(ctx, batch)
+		switch {
+		case err == nil:
+			return errs
+		case bad >= 0:
+			errs[idx[bad]] = err
+			batch = append(batch[:bad], batch[bad+1:]...)
+			idx = append(idx[:bad], idx[bad+1:]...)
+		default:
+			for _, i := range idx {
+				errs[i] = err
+			}
+			return errs
+		}
 	}
 	return errs
 }
@@ -241,17 +255,16 @@ func settingsOf(t *testing.T, conn *sql.Conn) [2]int {
 }
 
 // TestIdleCheckpoint: once the ingester (or, without a spool, the
-// committer) has had nothing to do for checkpointIdle, the database file
+// committer) has had nothing to do for IdleAfter, the database file
 // holds everything the WAL does, although far fewer pages than
 // committerCheckpoint were written.
 func TestIdleCheckpoint(t *testing.T) {
-	defer func(d time.Duration) { checkpointIdle = d }(checkpointIdle)
-	checkpointIdle = time.Millisecond
-	for _, spool := range []bool{false, true} {
-		t.Run(fmt.Sprintf("spool=%v", spool), func(t *testing.T) {
+	for _, spooled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spool=%v", spooled), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ledger.sqlite")
 			rep := newReports()
-			l := openTest(t, path, Options{Spool: spool, OnError: rep.onError})
+			l := openTest(t, path, Options{Spool: spooled, OnError: rep.onError,
+				tune: func(o *spool.Options) { o.IdleAfter = time.Millisecond }})
 			start(t, l)
 			for _, r := range numbered(10) {
 				if err := l.Append(testctx.Deadline(t), r); err != nil {
@@ -263,7 +276,7 @@ func TestIdleCheckpoint(t *testing.T) {
 			}
 			testctx.Wait(t, "an idle checkpoint that moves every WAL frame into the database file", func() bool {
 				frames, backfilled := walState(t, path)
-				return frames > 0 && backfilled == frames && l.nCheckpoints.Load() > 0
+				return frames > 0 && backfilled == frames && l.Idles() > 0
 			})
 			rep.mu.Lock()
 			defer rep.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/ledger/spool"
 )
 
 const (
@@ -45,18 +46,18 @@ const (
 // does not have yet: a spool rewound while SQLite was behind would have
 // dropped them.
 func TestCrashLosesNothing(t *testing.T) {
-	for _, spool := range []bool{false, true} {
-		t.Run(fmt.Sprintf("spool=%v", spool), func(t *testing.T) { crashLosesNothing(t, spool, false) })
+	for _, spooled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spool=%v", spooled), func(t *testing.T) { crashLosesNothing(t, spooled, false) })
 	}
 	t.Run("spool=true,ingester behind", func(t *testing.T) { crashLosesNothing(t, true, true) })
 }
 
-func crashLosesNothing(t *testing.T, spool, lag bool) {
+func crashLosesNothing(t *testing.T, spooled, lag bool) {
 	const want = 3000 // acknowledged records to see before the kill
 	path := filepath.Join(t.TempDir(), "ledger.sqlite")
 
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashEnv+"="+path, fmt.Sprintf("%s=%v", crashSpoolEnv, spool), fmt.Sprintf("%s=%v", crashLagEnv, lag))
+	cmd.Env = append(os.Environ(), crashEnv+"="+path, fmt.Sprintf("%s=%v", crashSpoolEnv, spooled), fmt.Sprintf("%s=%v", crashLagEnv, lag))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -94,7 +95,7 @@ func crashLosesNothing(t *testing.T, spool, lag bool) {
 	}
 
 	inSQLite := 0
-	if spool { // what SQLite held before the spool's replay
+	if spooled { // what SQLite held before the spool's replay
 		direct := openTest(t, path, Options{})
 		before, err := direct.Records(t.Context(), ledger.Filter{})
 		if err != nil {
@@ -105,7 +106,7 @@ func crashLosesNothing(t *testing.T, spool, lag bool) {
 			t.Fatal(err)
 		}
 	}
-	l := openTest(t, path, Options{Spool: spool})
+	l := openTest(t, path, Options{Spool: spooled})
 	recs, err := l.Records(t.Context(), ledger.Filter{})
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +131,7 @@ func crashLosesNothing(t *testing.T, spool, lag bool) {
 	// before its WAL sync: recovery kept records and aggregates together.
 	checkAggregates(t, l)
 	t.Logf("killed after %d acknowledged appends; the file holds %d records, none lost", len(acked), len(recs))
-	if spool {
+	if spooled {
 		t.Logf("%d of them were replayed from the spool", len(recs)-inSQLite)
 	}
 	if lag {
@@ -139,7 +140,7 @@ func crashLosesNothing(t *testing.T, spool, lag bool) {
 		// it, which is what this case is for.
 		r := record("req_00_000000")
 		r.KeyID, r.CostPico = "key_0", 1000
-		frame := int64(frameHeader + len(appendRecord(nil, &r)))
+		frame := int64(spool.FrameBytes(&r))
 		if replayed := int64(len(recs) - inSQLite); replayed*frame <= lagRewindAt {
 			t.Errorf("only %d records (%d bytes of frames) were in the spool alone at the kill; want more than its rewind point, %d bytes",
 				replayed, replayed*frame, lagRewindAt)
@@ -157,7 +158,7 @@ func TestCrashChild(t *testing.T) {
 	}
 	opts := Options{Spool: os.Getenv(crashSpoolEnv) == "true"}
 	if os.Getenv(crashLagEnv) == "true" {
-		rewindAt, rewindWait = lagRewindAt, time.Millisecond
+		opts.tune = func(o *spool.Options) { o.RewindAt, o.RewindWait = lagRewindAt, time.Millisecond }
 		opts.Fault = func(op string) error {
 			if op == "commit" {
 				time.Sleep(lagIngest)

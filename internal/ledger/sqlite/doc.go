@@ -7,7 +7,9 @@
 // synchronous=FULL, and with Options.Spool (what serve runs) the
 // committer makes each batch durable first in the spool beside the file,
 // with one write and one fdatasync, and an ingester moves the records into
-// SQLite in larger transactions. Open replays what the spool holds, so a
+// SQLite in larger transactions: the queue, the committer, the spool and
+// the ingester are internal/ledger/spool's, and this package is their
+// Sink (committer.go) and the file's reads. Open replays what the spool holds, so a
 // crash loses nothing acknowledged. Run, the committer, must be running
 // for Append to return; Open starts no goroutine. Only one Ledger of a
 // file writes it (the spool is locked); a Reader reads beside it.
@@ -23,7 +25,7 @@
 // only adds latency.
 //
 // README.md beside this file is the design: the spool (layout in
-// spool.go), replay and damage, the reserve for a full disk, migrations,
+// internal/ledger/spool/spool.go), replay and damage, the reserve for a full disk, migrations,
 // the committer's statements and settings, and why each default is what it
 // is. bench/README.md ("The embedded ledger's committer") has the figures
 // and the commands that measured them.

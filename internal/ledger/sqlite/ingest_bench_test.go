@@ -18,7 +18,7 @@ import (
 
 // BenchmarkIngest measures ingestion alone: the CPU per record (the
 // process's, from getrusage) of inserting pre-built records into SQLite in
-// transactions of batch records, as the ingester does (ingestOnce: the
+// transactions of batch records, as the ingester does (Writer.Write: the
 // inserts, the aggregates, the commits and the WAL checkpoints they
 // trigger, and one checkpoint at the end, so that every page written
 // reaches the database file within the measurement whatever the
@@ -36,7 +36,7 @@ import (
 // buckets' rows, some 125,000), and the records ingested follow them 1 ms
 // apart from that midnight on: a ledger's history, then today. batch=128 is
 // the ingester's transaction at 2,500 records/s (what it collects in
-// ingestDelay), 1024 its cap.
+// spool.DefaultIngestDelay), 1024 its cap.
 //
 // The million-row runs need SLUICE_BENCH_LEDGERS, a directory where the
 // two million-row ledgers (about 350 MB each) are built on first use (a
@@ -82,7 +82,7 @@ func benchIngest(b *testing.B, keys, rows, batch int) {
 	if err := c.conn.QueryRowContext(ctx, "SELECT max(ttft) FROM spend").Scan(&maxTTFT); err != nil {
 		b.Fatal(err)
 	}
-	recs := make([]*pending, b.N)
+	recs := make([]any, b.N)
 	for i := range recs {
 		recs[i] = ingestPending(b, int64(rows+i), rows, keys)
 	}
@@ -91,7 +91,7 @@ func benchIngest(b *testing.B, keys, rows, batch int) {
 	cpu0 := cpuTime(b)
 	for len(recs) > 0 {
 		n := min(batch, len(recs))
-		if _, err := l.ingestOnce(ctx, c, recs[:n]); err != nil {
+		if _, err := c.Write(ctx, recs[:n]); err != nil {
 			b.Fatal(err)
 		}
 		recs = recs[n:]
@@ -124,13 +124,12 @@ func ingestRecord(i int64, rows, keys int) ledger.Record {
 	return r
 }
 
-func ingestPending(tb testing.TB, i int64, rows, keys int) *pending {
-	r := ingestRecord(i, rows, keys)
-	args, err := encode(r)
+func ingestPending(tb testing.TB, i int64, rows, keys int) any {
+	p, err := (*sink)(nil).Prepare(ingestRecord(i, rows, keys))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &pending{args: args, agg: aggregateOf(r), done: make(chan error, 1)}
+	return p
 }
 
 var benchBases struct {
@@ -172,11 +171,11 @@ func benchBase(b *testing.B, dir string, keys, rows int) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	batch := make([]*pending, 0, ingestBatch)
+	batch := make([]any, 0, 1024) // the ingester's largest transaction
 	for i := range rows {
 		batch = append(batch, ingestPending(b, int64(i), rows, keys))
 		if len(batch) == cap(batch) || i == rows-1 {
-			if _, err := l.ingestOnce(ctx, c, batch); err != nil {
+			if _, err := c.Write(ctx, batch); err != nil {
 				b.Fatal(err)
 			}
 			batch = batch[:0]

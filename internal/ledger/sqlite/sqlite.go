@@ -6,15 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"time"
 
-	"github.com/sluicegw/sluice/internal/sqlitedb"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/ledger/spool"
+	"github.com/sluicegw/sluice/internal/sqlitedb"
+	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 var (
@@ -34,10 +34,17 @@ const pragmas = "_pragma=busy_timeout(5000)" +
 
 // DefaultMaxBatch is Options.MaxBatch's default, chosen by
 // BenchmarkAppend (bench/README.md has the numbers).
-const DefaultMaxBatch = 128
+const DefaultMaxBatch = spool.DefaultMaxBatch
 
 // DefaultSpoolMaxBytes is Options.SpoolMaxBytes's default.
-const DefaultSpoolMaxBytes = 1 << 30
+const DefaultSpoolMaxBytes = spool.DefaultMaxBytes
+
+// ErrInUse and InUseError are the spool's (spool.ErrInUse): another
+// Ledger writes the file.
+var ErrInUse = spool.ErrInUse
+
+// InUseError says which spool is in use, and by which process.
+type InUseError = spool.InUseError
 
 // Options tune group commit. The zero value is the defaults.
 type Options struct {
@@ -59,13 +66,13 @@ type Options struct {
 	// no latency, and a busy one shares each sync among more records.
 	// 0: no wait.
 	Linger time.Duration
-	// Spool makes records durable in the spool beside the file (spool.go)
-	// rather than by a SQLite commit each: a batch costs one write and
-	// one fdatasync, and the ingester moves records into SQLite in larger
-	// transactions. Only one Ledger of a file has the spool, by a lock:
-	// Open of another fails with an *InUseError (ErrInUse), unless it is
-	// a Reader. Two writers of one file would each admit every budget in
-	// full.
+	// Spool makes records durable in the spool beside the file
+	// (internal/ledger/spool) rather than by a SQLite commit each: a batch
+	// costs one write and one fdatasync, and the ingester moves records
+	// into SQLite in larger transactions. Only one Ledger of a file has
+	// the spool, by a lock: Open of another fails with an *InUseError
+	// (ErrInUse), unless it is a Reader. Two writers of one file would
+	// each admit every budget in full.
 	Spool bool
 	// Reader, with Spool, opens the ledger to read it beside the Ledger
 	// that writes it (`sluice spend` beside `sluice serve`): it never
@@ -75,7 +82,7 @@ type Options struct {
 	// acknowledged.
 	Reader bool
 	// Logger is told, at error level, the damage Open's replay of the
-	// spool found and skipped (spool.go). Nil: discarded.
+	// spool found and skipped. Nil: discarded.
 	Logger *slog.Logger
 	// OnError is told what a spooled Append can no longer return: a
 	// record SQLite refused at ingestion (dropped, as a direct Append
@@ -101,78 +108,21 @@ type Options struct {
 	// 0 means DefaultSpoolMaxBytes.
 	SpoolMaxBytes int64
 
-	// spoolFile, for tests, wraps the spool's file when Open opens it:
-	// the seam through which they watch its writes and syncs.
-	spoolFile func(spoolFile) spoolFile
+	// tune, for tests, adjusts the spool's options (its file, its rewind
+	// point, the ingester's pace) before Open opens it.
+	tune func(*spool.Options)
 }
 
-func (o Options) withDefaults() (Options, error) {
-	var errs []error
-	if o.MaxBatch < 0 {
-		errs = append(errs, fmt.Errorf("max_batch: %d is negative", o.MaxBatch))
-	}
-	if o.MaxWait < 0 {
-		errs = append(errs, fmt.Errorf("max_wait: %v is negative", o.MaxWait))
-	}
-	if o.Linger < 0 {
-		errs = append(errs, fmt.Errorf("linger: %v is negative", o.Linger))
-	}
-	if o.SpoolMaxBytes < 0 {
-		errs = append(errs, fmt.Errorf("spool_max_bytes: %d is negative", o.SpoolMaxBytes))
-	}
-	if o.MaxBatch == 0 {
-		o.MaxBatch = DefaultMaxBatch
-	}
-	if o.SpoolMaxBytes == 0 {
-		o.SpoolMaxBytes = DefaultSpoolMaxBytes
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	return o, errors.Join(errs...)
-}
-
-// Ledger is the SQLite ledger.Ledger and ledger.Reader. Its Run must be
-// running for Append to return: see Run. It is safe for concurrent use.
-// Several Ledgers (in one process or several) may share a file, though
-// only one committer writes at a time; with Options.Spool, only one of
-// them writes (see Options.Reader).
+// Ledger is the SQLite ledger.Ledger and ledger.Reader: the spool's
+// queue, committer and ingester (internal/ledger/spool) in front of a
+// SQLite file, and the reads of that file. Its Run must be running for
+// Append to return: see Run. It is safe for concurrent use. Several
+// Ledgers (in one process or several) may share a file, though only one
+// committer writes at a time; with Options.Spool, only one of them writes
+// (see Options.Reader).
 type Ledger struct {
-	db       *sql.DB
-	maxBatch int
-	maxWait  time.Duration // 0: no wait
-	linger   time.Duration // 0: no wait
-
-	// slots bounds the queue: Append takes a slot before it queues, the
-	// committer gives the slots of a batch back once it took the batch.
-	slots chan struct{}
-	// wake tells the committer that the queue became non-empty or full.
-	wake chan struct{}
-
-	mu      sync.Mutex
-	queue   []*pending
-	first   time.Time // when queue[0] arrived; zero: commit without waiting
-	running bool      // Run is running
-	closed  bool      // no more Appends: Run returned, or Close was called
-
-	nRecords, nCommits atomic.Int64
-	// low is why the spool is writing into its reserve (spool.low), as
-	// the committer last saw it; Degraded reads it.
-	low atomic.Pointer[error]
-	// spoolEnd is where the spool's frames end (sp.off, as the committer
-	// last left it), and spoolMax its bound: Degraded compares them.
-	spoolEnd     atomic.Int64
-	spoolMax     int64
-	nCheckpoints atomic.Int64 // idle checkpoints (see checkpointIdle)
-
-	// With a spool (nil without): see spool.go and ingest.go.
-	sp        *spool
-	spoolPath string // "" without Options.Spool
-	onError   func(error)
-	fault     func(op string) error
-	ing       ingestState
-	log       *slog.Logger
-	damaged   atomic.Int64 // DamagedFrames
+	*spool.Ledger
+	db *sql.DB
 }
 
 // Open opens the ledger in the SQLite file at path, creating the file and
@@ -182,123 +132,128 @@ type Ledger struct {
 // Options.Spool and not Options.Reader, if another Ledger writes the file
 // (*InUseError). It starts no goroutine: the committer is Run.
 func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, fmt.Errorf("ledger/sqlite: options: %w", err)
+	so := spool.Options{
+		Reader:   opts.Reader,
+		MaxBatch: opts.MaxBatch,
+		MaxWait:  opts.MaxWait,
+		Linger:   opts.Linger,
+		MaxBytes: opts.SpoolMaxBytes,
+		Name:     "ledger/sqlite",
+		Logger:   opts.Logger,
+		OnError:  opts.OnError,
+		Fault:    opts.Fault,
 	}
-	// The writer's lock first: a second writer must learn that it is one
-	// before it touches the database (a newer binary would otherwise
-	// migrate the schema under the running writer).
-	var sp *spool
-	if opts.Spool && !opts.Reader {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("ledger/sqlite: %w", err)
-		}
-		if sp, err = openSpool(path+spoolSuffix, opts.spoolFile); err != nil {
-			return nil, fmt.Errorf("ledger/sqlite: spool: %w", err)
-		}
-	}
-	db, err := sqlitedb.Open(ctx, path, pragmas, migrations, "ledger", opts.OnMigrate)
-	if err != nil {
-		if sp != nil {
-			err = errors.Join(err, sp.close())
-		}
-		return nil, fmt.Errorf("ledger/sqlite: %w", err)
-	}
-	l := &Ledger{
-		db:       db,
-		maxBatch: opts.MaxBatch,
-		maxWait:  opts.MaxWait,
-		linger:   opts.Linger,
-		slots:    make(chan struct{}, max(4*opts.MaxBatch, 1024)),
-		wake:     make(chan struct{}, 1),
-		onError:  opts.OnError,
-		fault:    opts.Fault,
-		spoolMax: opts.SpoolMaxBytes,
-		log:      opts.Logger,
-	}
-	l.ing.init()
 	if opts.Spool {
-		l.spoolPath = path + spoolSuffix
-		if opts.Reader {
-			return l, nil
-		}
-		if err := l.recoverSpool(ctx, sp); err != nil {
-			return nil, errors.Join(fmt.Errorf("ledger/sqlite: spool: %w", err), db.Close())
-		}
+		so.Path = path + spool.Suffix
 	}
-	return l, nil
+	if opts.tune != nil {
+		opts.tune(&so)
+	}
+	s := &sink{}
+	// The spool's lock first (spool.Open takes it before check): a second
+	// writer must learn that it is one before it touches the database (a
+	// newer binary would otherwise migrate the schema under the running
+	// writer).
+	core, err := spool.Open(ctx, s, so, func() error {
+		db, err := sqlitedb.Open(ctx, path, pragmas, migrations, "ledger", opts.OnMigrate)
+		if err != nil {
+			return fmt.Errorf("ledger/sqlite: %w", err)
+		}
+		s.db = db
+		return nil
+	})
+	if err != nil {
+		if s.db != nil {
+			err = errors.Join(err, s.db.Close())
+		}
+		return nil, err
+	}
+	return &Ledger{Ledger: core, db: s.db}, nil
 }
 
 // Close fails the Appends still queued with ledger.ErrClosed, refuses new
-// ones and closes the database. Call it after Run returned (Run commits
-// what is queued before it returns, so then nothing is queued). It is safe
-// to call more than once.
+// ones and closes the spool and the database. Call it after Run returned
+// (Run commits what is queued before it returns, so then nothing is
+// queued). It is safe to call more than once.
 func (l *Ledger) Close() error {
-	l.mu.Lock()
-	l.closed = true
-	q := l.queue
-	l.queue = nil
-	l.mu.Unlock()
-	for _, p := range q {
-		p.done <- ledger.ErrClosed
-		<-l.slots
-	}
-	var errs []error
-	if l.sp != nil {
-		errs = append(errs, l.sp.close())
-		l.sp = nil
-	}
-	return errors.Join(append(errs, l.db.Close())...)
+	return errors.Join(l.Ledger.Close(), l.db.Close())
 }
 
-// Stats reports how many records this Ledger has committed (duplicates
-// that were skipped included) and in how many commits: records/commits is
-// the mean batch size.
-func (l *Ledger) Stats() (records, commits int64) {
-	return l.nRecords.Load(), l.nCommits.Load()
-}
-
-// Degraded is nil while the ledger takes records as it should, else why
-// it should take no new requests' records: the disk is full and the spool
-// is writing into its reserve, which holds the records of requests
-// already answered but not many more. The committer grows the reserve
-// again every second until the disk has room.
-//
-// It is also not nil while SQLite is behind the spool by more than
-// Options.SpoolMaxBytes allows: the spool's frames run past the bound and
-// SQLite does not hold them all. Once it does, the next batch rewinds the
-// spool.
-func (l *Ledger) Degraded() error {
-	if e := l.low.Load(); e != nil {
-		return fmt.Errorf("ledger/sqlite: the spool %s cannot grow and is writing into its reserve: %w", l.spoolPath, *e)
-	}
-	if end := l.spoolEnd.Load(); end > l.spoolMax {
-		if backlog := l.Backlog(); backlog > 0 {
-			return fmt.Errorf("ledger/sqlite: the database is behind: the spool %s holds %d MiB of frames, past its bound of %d MiB (ledger.spool_max_bytes), with %d records the database does not have yet",
-				l.spoolPath, end>>20, l.spoolMax>>20, backlog)
-		}
+// visible returns once SQLite holds what was acknowledged before the
+// call: see spool.Ledger.Visible.
+func (l *Ledger) visible(ctx context.Context) error {
+	if err := l.Visible(ctx); err != nil {
+		return fmt.Errorf("ledger/sqlite: %w", err)
 	}
 	return nil
 }
 
-// noteLow publishes the spool's state for Degraded.
-func (l *Ledger) noteLow() {
-	l.spoolEnd.Store(l.sp.off)
-	if l.sp.low == nil {
-		l.low.Store(nil)
-		return
-	}
-	err := l.sp.low
-	l.low.Store(&err)
+// sink is the SQLite database behind the spool.
+type sink struct{ db *sql.DB }
+
+// prepared is a record as the committer inserts it.
+type prepared struct {
+	args []any    // the insert's arguments, encoded by encode
+	agg  aggInput // what the record adds to its aggregates
 }
 
-// injected is Options.Fault's outcome for op: nil without one.
-func (l *Ledger) injected(op string) error {
-	if l.fault == nil {
-		return nil
+func (*sink) Name() string { return "SQLite" }
+
+func (*sink) Prepare(r ledger.Record) (any, error) {
+	args, err := encode(r)
+	if err != nil {
+		return nil, err
 	}
-	return l.fault(op)
+	return &prepared{args: args, agg: aggregateOf(r)}, nil
+}
+
+func (s *sink) Open(ctx context.Context) (spool.Writer, error) { return newCommitter(ctx, s.db) }
+
+func (*sink) RecordFault(err error) bool { return recordFault(err) }
+
+// recordFault reports whether err may be one record's fault: a constraint
+// (of the spend table, or of an aggregate row, which an overflow breaks),
+// or a batch sum that would overflow.
+func recordFault(err error) bool {
+	return sqliteCode(err)&0xff == sqlite3.SQLITE_CONSTRAINT || errors.Is(err, errOverflow)
+}
+
+// encode validates r and turns it into the insert's arguments, in the
+// order of columns.
+func encode(r ledger.Record) ([]any, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	started, err := nanos("started_at", r.StartedAt)
+	if err != nil {
+		return nil, fmt.Errorf("request %s: %w", r.RequestID, err)
+	}
+	finished, err := nanos("finished_at", r.FinishedAt)
+	if err != nil {
+		return nil, fmt.Errorf("request %s: %w", r.RequestID, err)
+	}
+	args := append(make([]any, 0, numColumns),
+		r.RequestID, r.KeyID, r.Team, r.Org, r.Endpoint, r.Model, r.Provider, r.UpstreamModel,
+		r.Priced, int64(r.Status), r.Outcome, r.Estimated, r.Stream,
+		started, finished, int64(r.TTFT),
+		r.ClientRequestID, r.ErrorType, r.CostPico)
+	for _, v := range r.Tokens {
+		args = append(args, v)
+	}
+	return args, nil
+}
+
+// tokenColumns is the spend table's token columns, in tokens.Kind's
+// order, each formatted with format ("sum(%s)"), joined by commas.
+func tokenColumns(format string) string {
+	var b strings.Builder
+	for _, k := range tokens.All() {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, format, k.Names().Column)
+	}
+	return b.String()
 }
 
 func sqliteCode(err error) int { return sqlitedb.Code(err) }

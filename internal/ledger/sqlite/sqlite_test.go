@@ -94,6 +94,25 @@ func record(id string) ledger.Record {
 	}
 }
 
+// reports collects what a Ledger tells Options.OnError.
+type reports struct {
+	mu   sync.Mutex
+	errs []error
+	ch   chan struct{}
+}
+
+func newReports() *reports { return &reports{ch: make(chan struct{}, 1024)} }
+
+func (r *reports) onError(err error) {
+	r.mu.Lock()
+	r.errs = append(r.errs, err)
+	r.mu.Unlock()
+	select {
+	case r.ch <- struct{}{}:
+	default:
+	}
+}
+
 // ids are the RequestIDs of recs.
 func ids(recs []ledger.Record) []string {
 	var s []string
@@ -249,9 +268,7 @@ func TestReopen(t *testing.T) {
 func waitQueued(t *testing.T, l *Ledger, n int) {
 	t.Helper()
 	testctx.Wait(t, fmt.Sprintf("%d Appends queued", n), func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return len(l.queue) == n
+		return l.Queued() == n
 	})
 }
 

@@ -454,7 +454,7 @@ func (d *keyDecoder) scan(row pgx.Row) (store.Key, error) {
 
 // keyRow is a key's columns that need encoding.
 type keyRow struct {
-	models, limits            []byte
+	models, limits            string
 	created, expires, revoked int64
 }
 
@@ -484,20 +484,20 @@ func encodeKeys(keys []store.Key) ([]keyRow, error) {
 	return rows, nil
 }
 
-// emptyModels is an allow-list that allows what the team allows.
-var emptyModels = []byte("[]")
-
 // encodeModels stores an allow-list as a JSON array; nil and empty are
-// both [] and both read back as nil.
-func encodeModels(m []string) ([]byte, error) {
+// both [] and both read back as nil. JSON goes to PostgreSQL as text:
+// a []byte argument is bytea to a driver that does not ask the server for
+// the parameter's type first (pgx's exec and simple protocol modes,
+// which PgBouncer's transaction pooling needs), and not JSON.
+func encodeModels(m []string) (string, error) {
 	if len(m) == 0 {
-		return emptyModels, nil
+		return "[]", nil
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("encode models: %w", err)
+		return "", fmt.Errorf("encode models: %w", err)
 	}
-	return b, nil
+	return string(b), nil
 }
 
 func decodeModels(b []byte) ([]string, error) {
@@ -511,12 +511,12 @@ func decodeModels(b []byte) ([]string, error) {
 	return m, nil
 }
 
-func encodeLimits(l policies.Limits) ([]byte, error) {
+func encodeLimits(l policies.Limits) (string, error) {
 	b, err := json.Marshal(l)
 	if err != nil {
-		return nil, fmt.Errorf("encode limits: %w", err)
+		return "", fmt.Errorf("encode limits: %w", err)
 	}
-	return b, nil
+	return string(b), nil
 }
 
 func decodeLimits(b []byte) (policies.Limits, error) {

@@ -42,6 +42,7 @@ type Server struct {
 	dir  string // holds data/ and the log
 	bin  string // the directory of initdb, pg_ctl, postgres
 	as   []string
+	opts string // the server's options (pg_ctl -o)
 }
 
 var (
@@ -75,13 +76,68 @@ func Stop() {
 // t, or fails it under RequireEnv, where PostgreSQL is not installed.
 func Database(t testing.TB) string {
 	t.Helper()
-	s := sharedServer(t)
-	name := fmt.Sprintf("t%d_%d", os.Getpid(), dbs.Add(1))
-	if out, err := s.run(context.Background(), "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port),
-		"-U", "postgres", "-d", "postgres", "-c", "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("pgtest: create database %s: %v\n%s", name, err, out)
+	return sharedServer(t).Database(t)
+}
+
+// Own starts a server of t's own, stopped when t ends: for a test that
+// stops and starts it (Halt, Restart). It skips t, or fails it under
+// RequireEnv, where PostgreSQL is not installed.
+func Own(t testing.TB) *Server {
+	t.Helper()
+	return OwnWith(t, Options{})
+}
+
+// OwnWith is Own with opts.
+func OwnWith(t testing.TB, opts Options) *Server {
+	t.Helper()
+	s, err := StartWith(opts)
+	if err != nil {
+		missing(t, err)
 	}
-	return s.URL(name)
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Halt stops the server at once, as a crash would (pg_ctl stop -m
+// immediate), keeping its files for Restart.
+func (s *Server) Halt() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := s.run(ctx, "pg_ctl", "-D", filepath.Join(s.dir, "data"), "-m", "immediate", "-w", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// Restart starts a halted server again on its port; it returns once the
+// server accepts connections (crash recovery done).
+func (s *Server) Restart() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := s.run(ctx, "pg_ctl", "-D", filepath.Join(s.dir, "data"), "-l", filepath.Join(s.dir, "log"), "-o", s.opts, "-w", "-t", "60", "start"); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "log"))
+		return fmt.Errorf("pg_ctl start: %v\n%s\nserver log:\n%s", err, out, log)
+	}
+	return nil
+}
+
+// Database creates a new, empty database on s and returns its URL.
+func (s *Server) Database(t testing.TB) string {
+	t.Helper()
+	return s.URL(s.NewDatabase(t, ""))
+}
+
+// NewDatabase creates a new, empty database on s, owned by owner (""
+// for the superuser), and returns its name.
+func (s *Server) NewDatabase(t testing.TB, owner string) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), dbs.Add(1))
+	sql := "CREATE DATABASE " + name
+	if owner != "" {
+		sql += " OWNER " + owner
+	}
+	s.Exec(t, sql)
+	return name
 }
 
 // URL is the connection URL of database db on s.
@@ -113,8 +169,30 @@ func missing(t testing.TB, err error) {
 	t.Fatalf("pgtest: %v", err)
 }
 
+// Options are a server's settings beyond the defaults.
+type Options struct {
+	// TLS, if set, makes the server take TLS connections with these PEM
+	// files (its certificate and key, and the CA its clients'
+	// certificates must chain to) and hold the role TLSRole to them: over
+	// TLS only, with a client certificate whose common name is the
+	// role's name (pg_hba.conf "cert"); other roles keep trust.
+	TLS *TLS
+}
+
+// TLS is a server's certificate, key and client CA, PEM.
+type TLS struct {
+	Cert, Key, ClientCA []byte
+}
+
+// TLSRole is the role a server started with Options.TLS holds to TLS
+// and a client certificate.
+const TLSRole = "sluice_tls"
+
 // Start starts a new server. The caller stops it (Stop).
-func Start() (*Server, error) {
+func Start() (*Server, error) { return StartWith(Options{}) }
+
+// StartWith starts a new server with opts. The caller stops it (Stop).
+func StartWith(opts Options) (*Server, error) {
 	bin, err := findBin()
 	if err != nil {
 		return nil, err
@@ -147,6 +225,13 @@ func Start() (*Server, error) {
 		s.remove()
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
+	var tlsOpts string
+	if opts.TLS != nil {
+		if tlsOpts, err = s.writeTLS(data, opts.TLS); err != nil {
+			s.remove()
+			return nil, err
+		}
+	}
 	// A free port, taken by the server in the next moment: another
 	// process may take it first, so a start that fails is tried again.
 	var lastErr error
@@ -157,10 +242,10 @@ func Start() (*Server, error) {
 			return nil, err
 		}
 		s.Port = port
-		opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories='' -c fsync=off -c full_page_writes=off -c max_connections=200", port)
+		s.opts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories='' -c fsync=off -c full_page_writes=off -c max_connections=200%s", port, tlsOpts)
 		// pg_ctl -w waits until the server accepts connections (it reads
 		// the server's own readiness from postmaster.pid), at most -t.
-		out, err := s.run(ctx, filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "log"), "-o", opts, "-w", "-t", "60", "start")
+		out, err := s.run(ctx, filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "log"), "-o", s.opts, "-w", "-t", "60", "start")
 		if err == nil {
 			return s, nil
 		}
@@ -172,6 +257,54 @@ func Start() (*Server, error) {
 	}
 	s.remove()
 	return nil, lastErr
+}
+
+// writeTLS writes t's files into the data directory and pg_hba.conf's
+// rules for TLSRole, and returns the server's options that use them.
+func (s *Server) writeTLS(data string, t *TLS) (string, error) {
+	files := []struct {
+		name string
+		pem  []byte
+	}{{"server.crt", t.Cert}, {"server.key", t.Key}, {"client-ca.crt", t.ClientCA}}
+	for _, f := range files {
+		if err := s.writeFile(filepath.Join(data, f.name), f.pem); err != nil {
+			return "", err
+		}
+	}
+	hba := "hostssl all " + TLSRole + " 127.0.0.1/32 cert\n" +
+		"host all " + TLSRole + " 127.0.0.1/32 reject\n" +
+		"host all all 127.0.0.1/32 trust\n"
+	if err := s.writeFile(filepath.Join(data, "pg_hba.conf"), []byte(hba)); err != nil {
+		return "", err
+	}
+	return " -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c ssl_ca_file=client-ca.crt", nil
+}
+
+// writeFile writes a file of the server's, mode 0600, owned by the
+// server's user.
+func (s *Server) writeFile(name string, data []byte) error {
+	if err := os.WriteFile(name, data, 0o600); err != nil {
+		return err
+	}
+	if len(s.as) == 0 {
+		return nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return err
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return os.Chown(name, uid, gid)
+}
+
+// Exec runs sql on s's postgres database as the superuser (psql).
+func (s *Server) Exec(t testing.TB, sql string) {
+	t.Helper()
+	if out, err := s.run(context.Background(), "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port),
+		"-U", "postgres", "-d", "postgres", "-c", sql); err != nil {
+		t.Fatalf("pgtest: %s: %v\n%s", sql, err, out)
+	}
 }
 
 // Stop stops the server at once (no checkpoint) and removes its files.

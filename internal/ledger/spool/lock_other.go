@@ -1,10 +1,10 @@
 //go:build !unix
 
-package sqlite
+package spool
 
 import "os"
 
-// canLock: without flock, no Ledger owns a spool; each commits to SQLite
+// canLock: without flock, no Ledger owns a spool; each commits to its sink
 // directly, and a second writer of a file is not detected.
 const canLock = false
 

@@ -1,4 +1,4 @@
-package sqlite
+package spool
 
 import (
 	"context"
@@ -14,24 +14,23 @@ import (
 )
 
 // With a spool, a batch goes from the committer to the ingester, which
-// owns the SQLite connection: spooled batches (acknowledged, durable in
+// owns the sink's Writer: spooled batches (acknowledged, durable in
 // the spool) are merged into transactions of up to ingestBatch records,
-// at most ingestDelay after the first arrived unless a read is waiting;
+// at most Options.IngestDelay after the first arrived unless a read is waiting;
 // direct batches (the spool failed) are committed as without a spool,
 // their Appends told the outcome.
-const ingestBatch = 1024
-
-// ingestDelay is a variable for tests. It sizes the transactions under
-// load, and a larger one costs less CPU a record (BenchmarkIngest: 128
+//
+// Options.IngestDelay sizes the transactions under load, and a larger one
+// costs less CPU a record (the SQLite ledger's BenchmarkIngest: 128
 // records 14.8–85.9 µs each, 1,024 records 10.9–60.5 µs): 250 ms holds
 // about 600 records at 2,500 a second. Nothing waits on it: a read and
 // a rewind ask for what they need at once, and the records are durable
 // in the spool meanwhile.
-var ingestDelay = 250 * time.Millisecond
+const ingestBatch = 1024
 
 const (
 	// retryFirst and retryMax bound the wait between two attempts to
-	// ingest records SQLite failed as a whole; at Run's end, stopAttempts
+	// ingest records the sink failed as a whole; at Run's end, stopAttempts
 	// attempts are made before the rest is left to the next Open's replay.
 	retryFirst   = 50 * time.Millisecond
 	retryMax     = 5 * time.Second
@@ -43,7 +42,7 @@ type ingestState struct {
 	mu sync.Mutex
 	q  []ingestItem
 	// written counts the records spooled (and acknowledged), ingested
-	// those SQLite holds or refused; a read waits until ingested reaches
+	// those the sink holds or refused; a read waits until ingested reaches
 	// the written it saw. progress is closed (and replaced) when ingested
 	// grows.
 	written, ingested int64
@@ -54,7 +53,7 @@ type ingestState struct {
 	broken            bool      // the spool failed: batches go direct
 	wake              chan struct{}
 	dropped           int64
-	// marks are the spooled batches SQLite does not hold yet, oldest
+	// marks are the spooled batches the sink does not hold yet, oldest
 	// first: each with written after it and when it was spooled, for
 	// OldestSpooled.
 	marks []spoolMark
@@ -84,7 +83,7 @@ func (s *ingestState) poke() {
 
 // recoverSpool replays the frames of the spool Open took (and locked,
 // before the database was opened: another Ledger holding it failed Open
-// with *InUseError) into SQLite, and rewinds it; nil sp (a system that
+// with *InUseError) into the sink, and rewinds it; nil sp (a system that
 // cannot lock files) means no spool. A spool in which replay found damage
 // is copied aside first (keepAside), and what was found is logged and
 // counted.
@@ -92,7 +91,7 @@ func (l *Ledger) recoverSpool(ctx context.Context, sp *spool) error {
 	if sp == nil {
 		return nil
 	}
-	rep, err := l.replay(ctx, sp)
+	rep, err := l.replay(ctx, sp, l.report)
 	if err == nil && rep.damaged() {
 		err = l.keepAside(sp, rep)
 	}
@@ -102,7 +101,7 @@ func (l *Ledger) recoverSpool(ctx context.Context, sp *spool) error {
 	if err != nil {
 		return errors.Join(err, sp.close())
 	}
-	sp.fault = l.fault
+	sp.fault = l.opts.Fault
 	l.sp = sp
 	return nil
 }
@@ -117,7 +116,7 @@ func (l *Ledger) keepAside(sp *spool, rep replayReport) error {
 		return fmt.Errorf("replay found damage in %s, and it cannot be kept aside before it is rewound (it is left as it is): %w", sp.path, err)
 	}
 	l.damaged.Add(rep.damagedFrames())
-	log := l.log.With("spool", sp.path, "kept_as", kept, "generation", rep.gen, "frames_replayed", rep.frames)
+	log := l.opts.Logger.With("spool", sp.path, "kept_as", kept, "generation", rep.gen, "frames_replayed", rep.frames)
 	if rep.headerBad && rep.genRecovered {
 		log.Error("the spool's header does not verify; its generation was taken from the first frame, and its frames replayed")
 	}
@@ -171,7 +170,7 @@ func (l *Ledger) DamagedFrames() int64 { return l.damaged.Load() }
 
 // catchUp is visible for a Reader, which does not own the spool (the
 // writer, in this process or another, may): it inserts the frames the
-// spool holds now into SQLite itself, the ones already there skipped and
+// spool holds now into the sink itself, the ones already there skipped and
 // not counted again, so that its reads see every record the owner
 // acknowledged before they began. The owner may be writing meanwhile: a
 // frame being written fails its CRC and ends the scan; one written but
@@ -191,16 +190,16 @@ func (l *Ledger) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = l.replay(ctx, &spool{f: osFile{f}, path: l.spoolPath, size: st.Size(), off: frameStart})
+	_, err = l.replay(ctx, &spool{f: osFile{f}, path: l.spoolPath, size: st.Size(), off: frameStart}, func(error) {})
 	return err
 }
 
-// replay inserts the spool's frames into SQLite, ingestBatch at a time.
-// A frame that does not decode, or a record SQLite refuses, is dropped
+// replay inserts the spool's frames into the sink, ingestBatch at a time.
+// A frame that does not decode, or a record the sink refuses, is dropped
 // and reported; any other failure is returned (Open fails, the spool kept
 // as it was).
-func (l *Ledger) replay(ctx context.Context, sp *spool) (replayReport, error) {
-	c, err := newCommitter(ctx, l.db)
+func (l *Ledger) replay(ctx context.Context, sp *spool, report func(error)) (replayReport, error) {
+	c, err := l.sink.Open(ctx)
 	if err != nil {
 		return replayReport{}, err
 	}
@@ -209,7 +208,7 @@ func (l *Ledger) replay(ctx context.Context, sp *spool) (replayReport, error) {
 		if len(batch) == 0 {
 			return nil
 		}
-		_, err := l.ingestOnce(ctx, c, batch)
+		_, err := l.ingestOnce(ctx, c, batch, report)
 		batch = batch[:0]
 		return err
 	}
@@ -218,15 +217,15 @@ func (l *Ledger) replay(ctx context.Context, sp *spool) (replayReport, error) {
 			return err
 		}
 		r, err := decodeRecord(payload)
-		var args []any
+		var prep any
 		if err == nil {
-			args, err = encode(r)
+			prep, err = l.sink.Prepare(r)
 		}
 		if err != nil {
-			l.report(fmt.Errorf("spooled record dropped at replay: %w", err))
+			report(fmt.Errorf("spooled record dropped at replay: %w", err))
 			return nil
 		}
-		batch = append(batch, &pending{args: args, agg: aggregateOf(r), done: make(chan error, 1)})
+		batch = append(batch, &pending{prep: prep, done: make(chan error, 1)})
 		if len(batch) == ingestBatch {
 			return flush()
 		}
@@ -235,14 +234,14 @@ func (l *Ledger) replay(ctx context.Context, sp *spool) (replayReport, error) {
 	if err == nil {
 		err = flush()
 	}
-	return rep, errors.Join(err, c.close())
+	return rep, errors.Join(err, c.Close())
 }
 
 // ingestOnce commits batch, whose items' done channels are the ingester's
-// own, and reads every outcome: a record SQLite refuses is dropped and
+// own, and reads every outcome: a record the sink refuses is dropped and
 // reported; the records that failed otherwise are returned with the
 // error, to be tried again.
-func (l *Ledger) ingestOnce(ctx context.Context, c *committer, batch []*pending) ([]*pending, error) {
+func (l *Ledger) ingestOnce(ctx context.Context, c Writer, batch []*pending, report func(error)) ([]*pending, error) {
 	all := slices.Clone(batch) // commit reorders what it is given
 	err := l.commitCounted(ctx, c, batch, false)
 	var again []*pending
@@ -250,11 +249,11 @@ func (l *Ledger) ingestOnce(ctx context.Context, c *committer, batch []*pending)
 	for _, p := range all {
 		switch e := <-p.done; {
 		case e == nil:
-		case recordFault(e):
+		case l.sink.RecordFault(e):
 			l.ing.mu.Lock()
 			l.ing.dropped++
 			l.ing.mu.Unlock()
-			l.report(fmt.Errorf("spend record %v refused by SQLite and dropped: %w", p.args[0], e))
+			report(fmt.Errorf("a spend record refused by %s and dropped: %w", l.sink.Name(), e))
 		default:
 			again, cause = append(again, p), e
 		}
@@ -272,12 +271,6 @@ func cmpErr(a, b error) error {
 	return b
 }
 
-func (l *Ledger) report(err error) {
-	if l.onError != nil {
-		l.onError(fmt.Errorf("ledger/sqlite: %w", err))
-	}
-}
-
 // spoolBatch makes batch durable in the spool and acknowledges it, or,
 // once the spool has failed, hands it to the ingester to commit directly.
 func (l *Ledger) spoolBatch(batch []*pending) {
@@ -290,13 +283,13 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 	s.mu.Unlock()
 	var err error
 	if !broken {
-		if l.sp.off >= rewindAt && !caughtUp {
+		if l.sp.off >= l.opts.RewindAt && !caughtUp {
 			// Under steady load the ingester is never quite caught up when
 			// a batch comes: ask it to catch up now, so that the spool
 			// stays small, but never wait long for it.
-			caughtUp = l.awaitIngested(rewindWait)
+			caughtUp = l.awaitIngested(l.opts.RewindWait)
 		}
-		if caughtUp && l.sp.off >= rewindAt {
+		if caughtUp && l.sp.off >= l.opts.RewindAt {
 			err = l.sp.rewind(false)
 		}
 		if err == nil {
@@ -310,7 +303,7 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 			}
 		}
 		if err != nil {
-			l.report(fmt.Errorf("spool %s failed; committing to SQLite directly from now on: %w", l.sp.path, err))
+			l.report(fmt.Errorf("spool %s failed; committing to %s directly from now on: %w", l.sp.path, l.sink.Name(), err))
 			broken = true
 		}
 	}
@@ -319,7 +312,7 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 		if broken {
 			items[i] = ingestItem{p: p, direct: true}
 		} else {
-			items[i] = ingestItem{p: &pending{args: p.args, agg: p.agg, done: make(chan error, 1)}}
+			items[i] = ingestItem{p: &pending{prep: p.prep, done: make(chan error, 1)}}
 		}
 	}
 	s.mu.Lock()
@@ -341,12 +334,7 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 	}
 }
 
-// rewindWait bounds how long the committer waits for the ingester before
-// rewinding the spool; past it the spool grows (the ingester is behind,
-// or failing) and the next batch asks again. A variable for tests.
-var rewindWait = 100 * time.Millisecond
-
-// awaitIngested waits, at most d, until SQLite holds every record spooled
+// awaitIngested waits, at most d, until the sink holds every record spooled
 // so far, the ingester told to go at once; it reports whether it does.
 func (l *Ledger) awaitIngested(d time.Duration) bool {
 	s := &l.ing
@@ -374,7 +362,7 @@ func (l *Ledger) awaitIngested(d time.Duration) bool {
 // ingest is the ingester: it runs until stop is closed and its queue is
 // empty (or, while stopping, stopAttempts attempts failed), and returns
 // the error that left records in the spool, if any.
-func (l *Ledger) ingest(ctx context.Context, c *committer, stop <-chan struct{}) error {
+func (l *Ledger) ingest(ctx context.Context, c Writer, stop <-chan struct{}) error {
 	s := &l.ing
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -383,6 +371,10 @@ func (l *Ledger) ingest(ctx context.Context, c *committer, stop <-chan struct{})
 	for {
 		s.mu.Lock()
 		n, first, urgent := len(s.q), s.first, s.urgent
+		// Direct items' Appends wait for their commit: no delay, for them
+		// nor for the spooled items ahead of them. Once the spool broke,
+		// every batch is direct: the queue's last item says.
+		direct := n > 0 && s.q[n-1].direct
 		s.mu.Unlock()
 		if n == 0 {
 			if stopping {
@@ -399,7 +391,7 @@ func (l *Ledger) ingest(ctx context.Context, c *committer, stop <-chan struct{})
 			}
 			continue
 		}
-		if d := time.Until(first.Add(ingestDelay)); n < ingestBatch && !urgent && !stopping && d > 0 {
+		if d := time.Until(first.Add(l.opts.IngestDelay)); n < ingestBatch && !urgent && !direct && !stopping && d > 0 {
 			timer.Reset(d)
 			select {
 			case <-timer.C:
@@ -457,7 +449,7 @@ func (s *ingestState) take() []ingestItem {
 // that fail as a whole are retried with backoff; once stop is closed,
 // after stopAttempts attempts the rest is left in the spool and the error
 // returned.
-func (l *Ledger) ingestItems(ctx context.Context, c *committer, items []ingestItem, stop <-chan struct{}) error {
+func (l *Ledger) ingestItems(ctx context.Context, c Writer, items []ingestItem, stop <-chan struct{}) error {
 	batch := make([]*pending, len(items))
 	for i, it := range items {
 		batch[i] = it.p
@@ -469,7 +461,7 @@ func (l *Ledger) ingestItems(ctx context.Context, c *committer, items []ingestIt
 	done := len(batch)
 	wait := retryFirst
 	for attempt := 1; ; attempt++ {
-		again, err := l.ingestOnce(ctx, c, batch)
+		again, err := l.ingestOnce(ctx, c, batch, l.report)
 		if err == nil {
 			break
 		}
@@ -511,10 +503,10 @@ func (l *Ledger) advance(n int64) {
 	s.mu.Unlock()
 }
 
-// visible returns once SQLite holds (or has refused) every record whose
+// Visible returns once the sink holds (or has refused) every record whose
 // Append returned before it was called, so that a read sees what was
 // acknowledged. Without a spool it returns at once.
-func (l *Ledger) visible(ctx context.Context) error {
+func (l *Ledger) Visible(ctx context.Context) error {
 	if l.sp == nil {
 		if l.spoolPath == "" {
 			return nil
@@ -528,7 +520,7 @@ func (l *Ledger) visible(ctx context.Context) error {
 		if !s.running {
 			behind := target - s.ingested
 			s.mu.Unlock()
-			return fmt.Errorf("%d acknowledged records are in the spool and not yet in SQLite (they are replayed when the ledger is next opened)", behind)
+			return fmt.Errorf("%d acknowledged records are in the spool and not yet in %s (they are replayed when the ledger is next opened)", behind, l.sink.Name())
 		}
 		ch := s.progress
 		s.urgent = true
@@ -537,7 +529,7 @@ func (l *Ledger) visible(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for acknowledged records to reach SQLite: %w", ctx.Err())
+			return fmt.Errorf("waiting for acknowledged records to reach %s: %w", l.sink.Name(), ctx.Err())
 		}
 		s.mu.Lock()
 	}
@@ -546,7 +538,7 @@ func (l *Ledger) visible(ctx context.Context) error {
 }
 
 // Backlog reports how many acknowledged records are in the spool and not
-// yet in SQLite.
+// yet in the sink.
 func (l *Ledger) Backlog() int64 {
 	l.ing.mu.Lock()
 	defer l.ing.mu.Unlock()
@@ -554,7 +546,7 @@ func (l *Ledger) Backlog() int64 {
 }
 
 // OldestSpooled is how long the oldest record durable in the spool and
-// not yet in SQLite has waited there (0 when SQLite holds them all):
+// not yet in the sink has waited there (0 when the sink holds them all):
 // what grows while the database is slow or failing.
 func (l *Ledger) OldestSpooled() time.Duration {
 	l.ing.mu.Lock()
@@ -565,7 +557,7 @@ func (l *Ledger) OldestSpooled() time.Duration {
 	return time.Since(l.ing.marks[0].at)
 }
 
-// Ingested counts the spooled records moved into SQLite (or refused by
+// Ingested counts the spooled records moved into the sink (or refused by
 // it) since Open: its rate is the ingester's pace.
 func (l *Ledger) Ingested() int64 {
 	l.ing.mu.Lock()
@@ -573,7 +565,7 @@ func (l *Ledger) Ingested() int64 {
 	return l.ing.ingested
 }
 
-// Dropped reports how many spooled records SQLite refused.
+// Dropped reports how many spooled records the sink refused.
 func (l *Ledger) Dropped() int64 {
 	l.ing.mu.Lock()
 	defer l.ing.mu.Unlock()

@@ -1,31 +1,26 @@
-package sqlite
+package spool
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	sqlite3 "modernc.org/sqlite/lib"
-
 	"github.com/sluicegw/sluice/internal/ledger"
-	"github.com/sluicegw/sluice/internal/tokens"
 )
 
 // pending is one queued Append.
 type pending struct {
-	args    []any    // the insert's arguments, encoded by Append
-	agg     aggInput // what the record adds to its aggregates
-	payload []byte   // the record as spooled; nil without a spool
+	prep    any    // the record as the Sink prepared it
+	payload []byte // the record as spooled; nil without a spool
 	// done receives the outcome once; buffered, so the committer never
 	// waits for an Append that gave up.
 	done chan error
 }
 
-// Append queues r for the committer and returns once the transaction that
-// holds it committed (WAL synced, synchronous=FULL) — with a spool, once
-// the spool write that holds it was synced (fdatasync) — or with that
+// Append queues r for the committer and returns once the sink's
+// transaction that holds it committed (durably) — with a spool, once the
+// spool write that holds it was synced (fdatasync) — or with that
 // transaction's or write's error, in which case the caller may Append r
 // again.
 //
@@ -35,27 +30,27 @@ type pending struct {
 // it is not). If ctx is already done, nothing is queued. Once Run has
 // returned, or Close was called, Append returns ledger.ErrClosed.
 func (l *Ledger) Append(ctx context.Context, r ledger.Record) error {
-	args, err := encode(r)
+	prep, err := l.sink.Prepare(r)
 	if err != nil {
-		return fmt.Errorf("ledger/sqlite: append: %w", err)
+		return fmt.Errorf("%s: append: %w", l.name, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ledger/sqlite: append %s: %w", r.RequestID, err)
+		return fmt.Errorf("%s: append %s: %w", l.name, r.RequestID, err)
 	}
-	p := &pending{args: args, agg: aggregateOf(r), done: make(chan error, 1)}
+	p := &pending{prep: prep, done: make(chan error, 1)}
 	if l.sp != nil {
 		p.payload = appendRecord(make([]byte, 0, 256), &r)
 	}
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("ledger/sqlite: append %s: queue full: %w", r.RequestID, ctx.Err())
+		return fmt.Errorf("%s: append %s: queue full: %w", l.name, r.RequestID, ctx.Err())
 	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		<-l.slots
-		return fmt.Errorf("ledger/sqlite: append %s: %w", r.RequestID, ledger.ErrClosed)
+		return fmt.Errorf("%s: append %s: %w", l.name, r.RequestID, ledger.ErrClosed)
 	}
 	l.queue = append(l.queue, p)
 	n := len(l.queue)
@@ -63,7 +58,7 @@ func (l *Ledger) Append(ctx context.Context, r ledger.Record) error {
 		l.first = time.Now()
 	}
 	l.mu.Unlock()
-	if n == 1 || n == l.maxBatch {
+	if n == 1 || n == l.opts.MaxBatch {
 		select {
 		case l.wake <- struct{}{}:
 		default:
@@ -76,62 +71,23 @@ func (l *Ledger) Append(ctx context.Context, r ledger.Record) error {
 		select {
 		case err = <-p.done: // it finished meanwhile: report that
 		default:
-			return fmt.Errorf("ledger/sqlite: append %s: waiting for commit: %w", r.RequestID, ctx.Err())
+			return fmt.Errorf("%s: append %s: waiting for commit: %w", l.name, r.RequestID, ctx.Err())
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("ledger/sqlite: append %s: %w", r.RequestID, err)
+		return fmt.Errorf("%s: append %s: %w", l.name, r.RequestID, err)
 	}
 	return nil
 }
 
-// encode validates r and turns it into the insert's arguments, in the
-// order of columns.
-func encode(r ledger.Record) ([]any, error) {
-	if err := r.Validate(); err != nil {
-		return nil, err
-	}
-	started, err := nanos("started_at", r.StartedAt)
-	if err != nil {
-		return nil, fmt.Errorf("request %s: %w", r.RequestID, err)
-	}
-	finished, err := nanos("finished_at", r.FinishedAt)
-	if err != nil {
-		return nil, fmt.Errorf("request %s: %w", r.RequestID, err)
-	}
-	args := append(make([]any, 0, numColumns),
-		r.RequestID, r.KeyID, r.Team, r.Org, r.Endpoint, r.Model, r.Provider, r.UpstreamModel,
-		r.Priced, int64(r.Status), r.Outcome, r.Estimated, r.Stream,
-		started, finished, int64(r.TTFT),
-		r.ClientRequestID, r.ErrorType, r.CostPico)
-	for _, v := range r.Tokens {
-		args = append(args, v)
-	}
-	return args, nil
-}
-
-// tokenColumns is the spend table's token columns, in tokens.Kind's
-// order, each formatted with format ("sum(%s)"), joined by commas.
-func tokenColumns(format string) string {
-	var b strings.Builder
-	for _, k := range tokens.All() {
-		if k > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, format, k.Names().Column)
-	}
-	return b.String()
-}
-
 // Run is the committer: it takes up to MaxBatch queued records (waiting at
-// most MaxWait after the first arrived for more), inserts them in one
-// transaction with prepared statements (committer.go), commits, and tells
-// each Append the outcome. It blocks until ctx ends; then it stops taking
+// most MaxWait after the first arrived for more), writes them in one of
+// the sink's transactions, and tells each Append the outcome. It blocks until ctx ends; then it stops taking
 // Appends (they get ledger.ErrClosed), commits everything already queued,
 // and returns nil, or the error of a commit that failed while draining.
 //
 // With a spool, Run writes each batch to the spool instead and acknowledges
-// it, and runs the ingester, which inserts the spooled records into SQLite
+// it, and runs the ingester, which writes the spooled records to the sink
 // (ingest.go); when ctx ends it spools what is queued, lets the ingester
 // finish, and returns the error that left records in the spool (they are
 // replayed at the next Open), if any.
@@ -145,10 +101,10 @@ func (l *Ledger) Run(ctx context.Context) error {
 	switch {
 	case l.closed:
 		l.mu.Unlock()
-		return fmt.Errorf("ledger/sqlite: run: %w", ledger.ErrClosed)
+		return fmt.Errorf("%s: run: %w", l.name, ledger.ErrClosed)
 	case l.running:
 		l.mu.Unlock()
-		return errors.New("ledger/sqlite: run: already running")
+		return fmt.Errorf("%s: run: already running", l.name)
 	}
 	l.running = true
 	l.mu.Unlock()
@@ -156,9 +112,9 @@ func (l *Ledger) Run(ctx context.Context) error {
 	// The database work goes on after ctx ends: what is queued must be
 	// committed, and a half-done commit must not be interrupted.
 	dbctx := context.WithoutCancel(ctx)
-	c, err := newCommitter(dbctx, l.db)
+	c, err := l.sink.Open(dbctx)
 	if err != nil {
-		err = fmt.Errorf("ledger/sqlite: run: %w", err)
+		err = fmt.Errorf("%s: run: %w", l.name, err)
 		l.stop(dbctx, nil, err)
 		return err
 	}
@@ -214,11 +170,11 @@ func (l *Ledger) Run(ctx context.Context) error {
 				return stop()
 			}
 		}
-		wait := l.maxWait
+		wait := l.opts.MaxWait
 		if wait == 0 && lastBatch > 1 {
-			wait = l.linger // there is load: let the batch fill a little
+			wait = l.opts.Linger // there is load: let the batch fill a little
 		}
-		if n < l.maxBatch && wait > 0 {
+		if n < l.opts.MaxBatch && wait > 0 {
 			if d := time.Until(first.Add(wait)); d > 0 {
 				timer.Reset(d)
 				select {
@@ -243,26 +199,19 @@ func (l *Ledger) Run(ctx context.Context) error {
 	}
 }
 
-// checkpointIdle is how long a committer (the ingester, with a spool)
-// waits, once it has nothing to commit, before it checkpoints the WAL:
-// its commits checkpoint only every committerCheckpoint pages, so that a
-// page changed by several commits is copied once, and when the load stops
-// what is left is copied then rather than stay in the WAL until more
-// commits come. Under load the committer is never idle that long, so
-// this adds no checkpoint. A variable for tests.
-var checkpointIdle = time.Second
-
-// idleCheckpoint is a committer's idle checkpoint: due once checkpointIdle
-// has passed since the committer last went idle after committing.
+// idleCheckpoint calls a Writer's Idle once Options.IdleAfter has passed
+// since the committer (the ingester, with a spool) last went idle after
+// committing. Under load the committer is never idle that long, so this
+// adds no call.
 type idleCheckpoint struct {
 	l       *Ledger
-	c       *committer
+	c       Writer
 	timer   *time.Timer
 	pending bool // committed since the last checkpoint
 	armed   bool // timer runs
 }
 
-func (l *Ledger) newIdle(c *committer) *idleCheckpoint {
+func (l *Ledger) newIdle(c Writer) *idleCheckpoint {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return &idleCheckpoint{l: l, c: c, timer: t}
@@ -278,7 +227,7 @@ func (i *idleCheckpoint) due() <-chan time.Time {
 		return nil
 	}
 	if !i.armed {
-		i.timer.Reset(checkpointIdle)
+		i.timer.Reset(i.l.opts.IdleAfter)
 		i.armed = true
 	}
 	return i.timer.C
@@ -290,20 +239,19 @@ func (i *idleCheckpoint) stop() {
 	i.armed = false
 }
 
-// checkpoint checkpoints the WAL; a failure is reported, and the next
-// commits checkpoint as usual.
+// checkpoint calls the Writer's Idle; a failure is reported.
 func (i *idleCheckpoint) checkpoint(ctx context.Context) {
 	i.pending, i.armed = false, false
-	if _, _, err := i.c.checkpoint(ctx); err != nil {
-		i.l.report(fmt.Errorf("checkpoint when idle: %w", err))
+	if err := i.c.Idle(ctx); err != nil {
+		i.l.report(fmt.Errorf("when idle: %w", err))
 	}
-	i.l.nCheckpoints.Add(1)
+	i.l.nIdle.Add(1)
 }
 
 // stopSpooled is stop with a spool: it refuses new Appends, spools what
-// is queued, lets the ingester finish, and rewinds the spool if SQLite
+// is queued, lets the ingester finish, and rewinds the spool if the sink
 // holds all of it. It returns the error that left records in the spool.
-func (l *Ledger) stopSpooled(ctx context.Context, c *committer, stopIngest chan struct{}, ingested chan error) error {
+func (l *Ledger) stopSpooled(ctx context.Context, c Writer, stopIngest chan struct{}, ingested chan error) error {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
@@ -327,14 +275,14 @@ func (l *Ledger) stopSpooled(ctx context.Context, c *committer, stopIngest chan 
 		err = l.sp.rewind(true)
 	}
 	if err != nil {
-		err = fmt.Errorf("ledger/sqlite: run: %w", err)
+		err = fmt.Errorf("%s: run: %w", l.name, err)
 	}
-	return errors.Join(err, c.close())
+	return errors.Join(err, c.Close())
 }
 
 // stop refuses new Appends, then commits what is queued with c, or, if c
 // is nil, fails it with cause. It returns the first commit error, wrapped.
-func (l *Ledger) stop(ctx context.Context, c *committer, cause error) error {
+func (l *Ledger) stop(ctx context.Context, c Writer, cause error) error {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
@@ -349,21 +297,21 @@ func (l *Ledger) stop(ctx context.Context, c *committer, cause error) error {
 			continue
 		}
 		if err := l.commit(ctx, c, batch); err != nil && first == nil {
-			first = fmt.Errorf("ledger/sqlite: run: commit queued records: %w", err)
+			first = fmt.Errorf("%s: run: commit queued records: %w", l.name, err)
 		}
 	}
 	if c == nil {
 		return nil
 	}
-	return errors.Join(first, c.close())
+	return errors.Join(first, c.Close())
 }
 
-// take removes up to maxBatch records from the head of the queue and gives
+// take removes up to MaxBatch records from the head of the queue and gives
 // back their slots. If records are left, they are due at once: the queue
 // was more than full.
 func (l *Ledger) take() []*pending {
 	l.mu.Lock()
-	k := min(l.maxBatch, len(l.queue))
+	k := min(l.opts.MaxBatch, len(l.queue))
 	batch := make([]*pending, k)
 	copy(batch, l.queue)
 	rest := copy(l.queue, l.queue[k:])
@@ -392,17 +340,21 @@ func finish(batch []*pending, err error) {
 // single record is to blame, the records are committed one per
 // transaction, so that only those that cannot be counted fail. Any other
 // error fails the whole batch; it is returned.
-func (l *Ledger) commit(ctx context.Context, c *committer, batch []*pending) error {
+func (l *Ledger) commit(ctx context.Context, c Writer, batch []*pending) error {
 	return l.commitCounted(ctx, c, batch, l.sp == nil)
 }
 
 // commitCounted is commit; count says whether Stats counts the commit
 // (with a spool, Stats counts what is spooled: see spoolBatch).
-func (l *Ledger) commitCounted(ctx context.Context, c *committer, batch []*pending, count bool) error {
+func (l *Ledger) commitCounted(ctx context.Context, c Writer, batch []*pending, count bool) error {
 	for len(batch) > 0 {
 		bad, err := -1, l.injected("commit")
 		if err == nil {
-			bad, err = c.write(ctx, batch)
+			preps := make([]any, len(batch))
+			for i, p := range batch {
+				preps[i] = p.prep
+			}
+			bad, err = c.Write(ctx, preps)
 		}
 		switch {
 		case err == nil:
@@ -412,7 +364,7 @@ func (l *Ledger) commitCounted(ctx context.Context, c *committer, batch []*pendi
 			}
 			finish(batch, nil)
 			return nil
-		case !recordFault(err):
+		case !l.sink.RecordFault(err):
 			finish(batch, err)
 			return err
 		case bad >= 0:
@@ -432,11 +384,4 @@ func (l *Ledger) commitCounted(ctx context.Context, c *committer, batch []*pendi
 		}
 	}
 	return nil
-}
-
-// recordFault reports whether err may be one record's fault: a constraint
-// (of the spend table, or of an aggregate row, which an overflow breaks),
-// or a batch sum that would overflow.
-func recordFault(err error) bool {
-	return sqliteCode(err)&0xff == sqlite3.SQLITE_CONSTRAINT || errors.Is(err, errOverflow)
 }

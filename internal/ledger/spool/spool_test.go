@@ -1,4 +1,4 @@
-package sqlite
+package spool
 
 import (
 	"bytes"
@@ -20,14 +20,20 @@ import (
 	"github.com/sluicegw/sluice/internal/tokens"
 )
 
+// TestContractSpooled runs the ledger contract through the spool, its
+// committer and its ingester, in front of a memSink (the SQLite ledger
+// runs it on SQLite: internal/ledger/sqlite).
 func TestContractSpooled(t *testing.T) {
 	ledgertest.Run(t, func(t *testing.T) ledgertest.Backend {
-		l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{Spool: true})
+		if !canLock {
+			t.Skip("no spool where files cannot be locked")
+		}
+		l := openTest(t, Options{Path: spoolPath(t)})
 		if l.sp == nil {
 			t.Fatal("no spool")
 		}
 		start(t, l)
-		return l
+		return memBackend{l}
 	})
 }
 
@@ -65,9 +71,9 @@ func TestRecordEncodingRoundTrip(t *testing.T) {
 
 // TestSpoolReadsSeeAcknowledged: with the ingester's delay far longer
 // than the test, a read right after Append returned sees the record,
-// and the aggregates count it.
+// and the sink's sums count it.
 func TestSpoolReadsSeeAcknowledged(t *testing.T) {
-	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{Spool: true})
+	l := openTest(t, Options{Path: spoolPath(t), IngestDelay: time.Hour})
 	start(t, l)
 	var wg sync.WaitGroup
 	for i := range 40 {
@@ -78,7 +84,7 @@ func TestSpoolReadsSeeAcknowledged(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	recs, err := l.Records(t.Context(), ledger.Filter{})
+	recs, err := records(t.Context(), l)
 	if err != nil || len(recs) != 40 {
 		t.Fatalf("Records: %d records, %v; want 40", len(recs), err)
 	}
@@ -89,7 +95,7 @@ func TestSpoolReadsSeeAcknowledged(t *testing.T) {
 }
 
 // writeSpool writes a spool file at path of generation gen with recs'
-// frames, and returns its bytes.
+// frames, and returns its bytes up to the end of the last frame.
 func writeSpool(t testing.TB, path string, gen uint64, recs ...ledger.Record) []byte {
 	t.Helper()
 	sp, err := openSpool(path, nil)
@@ -116,19 +122,19 @@ func writeSpool(t testing.TB, path string, gen uint64, recs ...ledger.Record) []
 }
 
 // TestReplay: Open inserts the spool's frames — every field kept — and
-// counts none twice: a frame SQLite already holds is skipped.
+// counts none twice: a frame the sink already holds is skipped.
 func TestReplay(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "ledger.sqlite")
-	l := openTest(t, path, Options{})
+	path := spoolPath(t)
+	s := newMemSink(t)
+	l := openOn(t, s, Options{})
 	start(t, l)
 	if err := l.Append(t.Context(), fullRecord("a")); err != nil { // ingested before the "crash"
 		t.Fatal(err)
 	}
-	writeSpool(t, path+spoolSuffix, 7, fullRecord("a"), fullRecord("b"), fullRecord("c"))
+	writeSpool(t, path, 7, fullRecord("a"), fullRecord("b"), fullRecord("c"))
 
-	r := openTest(t, path, Options{Spool: true})
-	recs, err := r.Records(t.Context(), ledger.Filter{})
+	r := openOn(t, s, Options{Path: path})
+	recs, err := records(t.Context(), r)
 	if err != nil || len(recs) != 3 {
 		t.Fatalf("after replay: %v %v, want a, b, c", ids(recs), err)
 	}
@@ -138,6 +144,9 @@ func TestReplay(t *testing.T) {
 		}
 	}
 	checkAggregates(t, r)
+	if n := s.duplicates(); n != 1 {
+		t.Errorf("%d replayed records skipped as already stored, want 1 (a)", n)
+	}
 	if r.sp.gen != 8 || r.sp.off != frameStart {
 		t.Errorf("after replay: generation %d at %d, want 8 at %d (rewound)", r.sp.gen, r.sp.off, frameStart)
 	}
@@ -170,11 +179,11 @@ func TestReplayResynchronizes(t *testing.T) {
 		{"empty", func([]byte) []byte { return nil }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "ledger.sqlite")
-			if err := os.WriteFile(path+spoolSuffix, tc.mangle(bytes.Clone(good)), 0o600); err != nil {
+			path := spoolPath(t)
+			if err := os.WriteFile(path, tc.mangle(bytes.Clone(good)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			l := openTest(t, path, Options{Spool: true})
+			l := openTest(t, Options{Path: path})
 			if got := storedIDs(t, l); !slices.Equal(got, tc.want) {
 				t.Errorf("replayed %v, want %v", got, tc.want)
 			}
@@ -303,7 +312,7 @@ func TestReplayEveryTruncation(t *testing.T) {
 }
 
 // TestOpenKeepsDamagedSpool: Open replays every undamaged frame of a
-// spool with a damaged frame into SQLite, whose aggregates count them;
+// spool with a damaged frame into the sink, whose sums count them;
 // keeps the damaged spool aside, byte for byte, before it rewinds it;
 // logs the stretch skipped at error level, and counts it.
 func TestOpenKeepsDamagedSpool(t *testing.T) {
@@ -313,12 +322,12 @@ func TestOpenKeepsDamagedSpool(t *testing.T) {
 	b[offs[3]+frameHeader+5] ^= 0x10 // frame 3's payload
 	b[2] ^= 0x01                     // and the header
 	dir := t.TempDir()
-	path := filepath.Join(dir, "ledger.sqlite")
-	if err := os.WriteFile(path+spoolSuffix, b, 0o600); err != nil {
+	path := filepath.Join(dir, "ledger"+Suffix)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	l := openTest(t, path, Options{Spool: true, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	l := openTest(t, Options{Path: path, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	want := slices.Delete(slices.Clone(ids), 3, 4)
 	recs := checkAggregates(t, l)
 	if got := storedIDs(t, l); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
@@ -330,7 +339,7 @@ func TestOpenKeepsDamagedSpool(t *testing.T) {
 	if got := l.DamagedFrames(); got != 1 {
 		t.Errorf("DamagedFrames = %d, want 1", got)
 	}
-	kept, err := filepath.Glob(path + spoolSuffix + "-damaged-*")
+	kept, err := filepath.Glob(path + "-damaged-*")
 	if err != nil || len(kept) != 1 {
 		t.Fatalf("kept aside: %v %v, want one copy", kept, err)
 	}
@@ -348,15 +357,15 @@ func TestOpenKeepsDamagedSpool(t *testing.T) {
 	}
 
 	// An undamaged spool is not copied.
-	path2 := filepath.Join(dir, "clean.sqlite")
-	if err := os.WriteFile(path2+spoolSuffix, good, 0o600); err != nil {
+	path2 := filepath.Join(dir, "clean"+Suffix)
+	if err := os.WriteFile(path2, good, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l2 := openTest(t, path2, Options{Spool: true})
+	l2 := openTest(t, Options{Path: path2})
 	if got := storedIDs(t, l2); len(got) != n {
 		t.Errorf("clean spool: stored %d records, want %d", len(got), n)
 	}
-	if kept, _ := filepath.Glob(path2 + spoolSuffix + "-damaged-*"); len(kept) != 0 || l2.DamagedFrames() != 0 {
+	if kept, _ := filepath.Glob(path2 + "-damaged-*"); len(kept) != 0 || l2.DamagedFrames() != 0 {
 		t.Errorf("clean spool: kept %v, %d damaged", kept, l2.DamagedFrames())
 	}
 }
@@ -365,8 +374,8 @@ func TestOpenKeepsDamagedSpool(t *testing.T) {
 // does not decode or validate is dropped and reported; the others are
 // replayed.
 func TestReplayDropsUndecodable(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	sp, err := openSpool(path+spoolSuffix, nil)
+	path := spoolPath(t)
+	sp, err := openSpool(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +392,21 @@ func TestReplayDropsUndecodable(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var reported []error
-	l := openTest(t, path, Options{Spool: true, OnError: func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }})
+	onError := func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }
+	// A Reader (sluice spend) inserts the frames itself on each read, and
+	// reports nothing: what the spool holds is its owner's to report,
+	// once.
+	sink := newMemSink(t)
+	reader := openOn(t, sink, Options{Path: path, Reader: true, OnError: onError})
+	for range 2 {
+		if got, err := records(testctx.Deadline(t), reader); err != nil || len(got) != 1 || got[0].RequestID != "a" {
+			t.Errorf("a Reader read %v, %v; want [a]", got, err)
+		}
+	}
+	if len(reported) != 0 {
+		t.Errorf("a Reader reported %v; want nothing", reported)
+	}
+	l := openOn(t, sink, Options{Path: path, OnError: onError})
 	if got := storedIDs(t, l); len(got) != 1 || got[0] != "a" {
 		t.Errorf("replayed %v, want [a]", got)
 	}
@@ -392,14 +415,19 @@ func TestReplayDropsUndecodable(t *testing.T) {
 	}
 }
 
-// TestSecondWriterRefused: a second Ledger of a file with a spool —
-// another `sluice serve`, which would admit every budget a second time —
-// is refused while the first holds it, whatever process it is in; a
-// Reader (`sluice spend`) is not, and sees the first one's records; once
-// the first is closed, a writer opens.
+// TestSecondWriterRefused: a second Ledger of a spool — another `sluice
+// serve`, which would admit every budget a second time — is refused while
+// the first holds it, whatever process it is in, before it touches the
+// database (Open's check is not called); a Reader (`sluice spend`) is
+// not, and sees the first one's records; once the first is closed, a
+// writer opens.
 func TestSecondWriterRefused(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	a := openTest(t, path, Options{Spool: true})
+	if !canLock {
+		t.Skip("no spool where files cannot be locked")
+	}
+	path := spoolPath(t)
+	s := newMemSink(t)
+	a := openOn(t, s, Options{Path: path})
 	if a.sp == nil {
 		t.Fatal("the first Ledger has no spool")
 	}
@@ -407,36 +435,38 @@ func TestSecondWriterRefused(t *testing.T) {
 	if err := a.Append(t.Context(), record("from-a")); err != nil {
 		t.Fatal(err)
 	}
-	b, err := Open(t.Context(), path, Options{Spool: true})
+	checked := false
+	b, err := Open(t.Context(), s, Options{Path: path}, func() error { checked = true; return nil })
 	var inUse *InUseError
-	if !errors.Is(err, ErrInUse) || !errors.As(err, &inUse) || inUse.Path != path+spoolSuffix {
-		t.Fatalf("second Open: %v %v, want an *InUseError for %s", b, err, path+spoolSuffix)
+	if !errors.Is(err, ErrInUse) || !errors.As(err, &inUse) || inUse.Path != path {
+		t.Fatalf("second Open: %v %v, want an *InUseError for %s", b, err, path)
+	}
+	if checked {
+		t.Error("the second writer's Open ran its check (it would have opened the database) before it was refused")
 	}
 	if _, err := os.Stat("/proc/locks"); err == nil && inUse.PID != os.Getpid() {
 		t.Errorf("the holder's pid is %d, want %d (this process)", inUse.PID, os.Getpid())
 	}
-	r := openTest(t, path, Options{Spool: true, Reader: true})
+	r := openOn(t, s, Options{Path: path, Reader: true})
 	if got := storedIDs(t, r); len(got) != 1 || got[0] != "from-a" {
 		t.Errorf("the reader sees %v, want from-a", got)
 	}
 	if err := errors.Join(stop(), a.Close()); err != nil {
 		t.Fatal(err)
 	}
-	c := openTest(t, path, Options{Spool: true})
+	c := openOn(t, s, Options{Path: path})
 	if c.sp == nil {
 		t.Error("no spool once the first was closed")
 	}
 }
 
-// TestSpoolRewinds: past rewindAt, with SQLite caught up, the spool
-// starts a new generation at frameStart, so it stays small; records are
-// neither lost nor counted twice, across a reopen too.
+// TestSpoolRewinds: past Options.RewindAt, with the sink caught up, the
+// spool starts a new generation at frameStart, so it stays small; records
+// are neither lost nor counted twice, across a reopen too.
 func TestSpoolRewinds(t *testing.T) {
-	old := rewindAt
-	rewindAt = 4096
-	t.Cleanup(func() { rewindAt = old })
-	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	l := openTest(t, path, Options{Spool: true})
+	path := spoolPath(t)
+	s := newMemSink(t)
+	l := openOn(t, s, Options{Path: path, RewindAt: 4096})
 	stop := start(t, l)
 	gen := l.sp.gen
 	for i := range 300 {
@@ -444,7 +474,7 @@ func TestSpoolRewinds(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%20 == 19 { // let the ingester catch up now and then
-			if _, err := l.Records(t.Context(), ledger.Filter{Limit: 1}); err != nil {
+			if _, err := records(t.Context(), l); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -453,7 +483,7 @@ func TestSpoolRewinds(t *testing.T) {
 		t.Errorf("no rewind in 300 records of a 4 KiB spool")
 	}
 	// One step of frames, and the reserve grown ahead of them.
-	if st, err := os.Stat(path + spoolSuffix); err != nil || st.Size() > growStep+spoolReserve {
+	if st, err := os.Stat(path); err != nil || st.Size() > growStep+spoolReserve {
 		t.Errorf("spool: %v %v, want at most %d bytes", st.Size(), err, growStep+spoolReserve)
 	}
 	if err := stop(); err != nil {
@@ -462,30 +492,35 @@ func TestSpoolRewinds(t *testing.T) {
 	if err := l.Close(); err != nil { // the next Open writes: one writer at a time
 		t.Fatal(err)
 	}
-	r := openTest(t, path, Options{Spool: true})
+	r := openOn(t, s, Options{Path: path})
 	if got := storedIDs(t, r); len(got) != 300 {
 		t.Errorf("%d records after reopen, want 300", len(got))
 	}
 	checkAggregates(t, r)
+	if n := s.duplicates(); n != 0 {
+		t.Errorf("%d records written to the sink twice; the stop's rewind should have left none to replay", n)
+	}
 }
 
 // TestBrokenSpoolCommitsDirectly: when the spool cannot be written, the
 // failure is reported, and that Append and every later one commit to
-// SQLite directly; nothing is lost.
+// the sink directly; nothing is lost.
 func TestBrokenSpoolCommitsDirectly(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ledger.sqlite")
 	var mu sync.Mutex
 	var reported []error
-	l := openTest(t, path, Options{Spool: true, OnError: func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }})
+	// With an ingester that waits an hour for more spooled records: a
+	// direct Append's caller waits for its commit, so it is committed at
+	// once.
+	l := openTest(t, Options{Path: spoolPath(t), IngestDelay: time.Hour, OnError: func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }})
 	start(t, l)
-	if err := l.Append(t.Context(), record("before")); err != nil {
+	if err := l.Append(testctx.Deadline(t), record("before")); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.sp.f.Close(); err != nil { // every write now fails
 		t.Fatal(err)
 	}
 	for _, id := range []string{"after1", "after2"} {
-		if err := l.Append(t.Context(), record(id)); err != nil {
+		if err := l.Append(testctx.Deadline(t), record(id)); err != nil {
 			t.Fatalf("Append(%s) with a broken spool: %v", id, err)
 		}
 	}
@@ -513,7 +548,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, err := encode(r); err != nil {
+		if _, err := prepare(r); err != nil {
 			return // decodes, but is no record Append would take
 		}
 		if again := appendRecord(nil, &r); !bytes.Equal(again, b) {
@@ -589,9 +624,15 @@ func FuzzReplay(f *testing.F) {
 // test): that the lone Appends returned at all, with Linger an hour,
 // shows they did not wait.
 func TestLinger(t *testing.T) {
-	for _, spool := range []bool{false, true} {
-		t.Run(fmt.Sprintf("spool=%v", spool), func(t *testing.T) {
-			l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{Spool: spool, Linger: time.Hour})
+	for _, spooled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spool=%v", spooled), func(t *testing.T) {
+			path := func() string {
+				if spooled {
+					return spoolPath(t)
+				}
+				return ""
+			}
+			l := openTest(t, Options{Path: path(), Linger: time.Hour})
 			stop := start(t, l)
 			for _, id := range []string{"lone1", "lone2"} {
 				if err := l.Append(t.Context(), record(id)); err != nil {
@@ -603,7 +644,7 @@ func TestLinger(t *testing.T) {
 			}
 
 			const linger = 50 * time.Millisecond
-			l = openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{Spool: spool, Linger: linger})
+			l = openTest(t, Options{Path: path(), Linger: linger})
 			var wg sync.WaitGroup
 			for _, id := range []string{"pair1", "pair2"} { // queued before Run: one batch of two
 				wg.Go(func() {
@@ -612,7 +653,7 @@ func TestLinger(t *testing.T) {
 					}
 				})
 			}
-			testctx.Wait(t, "two Appends queued before Run", func() bool { return l.queued() >= 2 })
+			testctx.Wait(t, "two Appends queued before Run", func() bool { return l.Queued() >= 2 })
 			start(t, l)
 			wg.Wait()
 			begin := time.Now()
@@ -626,23 +667,17 @@ func TestLinger(t *testing.T) {
 	}
 }
 
-// queued is how many Appends wait in the queue.
-func (l *Ledger) queued() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.queue)
-}
-
 // TestReaderSeesOwnersRecords: a Ledger that does not own the spool (as
 // `sluice spend` beside a running server) sees the records the owner
 // acknowledged and has not ingested yet — here never, until it stops —
 // and when the owner ingests them after all, nothing is counted twice.
+//
+// Here the owner and the reader share one memSink, as they share one
+// database file (internal/ledger/sqlite runs this on SQLite too).
 func TestReaderSeesOwnersRecords(t *testing.T) {
-	old := ingestDelay
-	ingestDelay = time.Hour
-	t.Cleanup(func() { ingestDelay = old })
-	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	owner := openTest(t, path, Options{Spool: true})
+	path := spoolPath(t)
+	s := newMemSink(t)
+	owner := openOn(t, s, Options{Path: path, IngestDelay: time.Hour})
 	stop := start(t, owner)
 	for i := range 5 {
 		if err := owner.Append(t.Context(), record(fmt.Sprintf("r%d", i))); err != nil {
@@ -652,7 +687,7 @@ func TestReaderSeesOwnersRecords(t *testing.T) {
 	if n := owner.Backlog(); n != 5 {
 		t.Fatalf("owner's backlog %d, want 5 (the ingester must not have run)", n)
 	}
-	reader := openTest(t, path, Options{Spool: true, Reader: true})
+	reader := openOn(t, s, Options{Path: path, Reader: true})
 	if reader.sp != nil {
 		t.Fatal("the reader got the spool")
 	}
@@ -660,16 +695,20 @@ func TestReaderSeesOwnersRecords(t *testing.T) {
 		t.Errorf("the reader sees %v, want 5 records", got)
 	}
 	checkAggregates(t, reader)
+	dups := s.duplicates()
 	if err := stop(); err != nil { // the owner ingests: all duplicates
 		t.Fatal(err)
+	}
+	if n := s.duplicates() - dups; n != 5 {
+		t.Errorf("the owner's ingestion skipped %d records as already stored, want all 5", n)
 	}
 	if got := storedIDs(t, reader); len(got) != 5 {
 		t.Errorf("after the owner ingested, %d records, want 5", len(got))
 	}
 	checkAggregates(t, reader) // the sums of 5 records, not 10
-	lt, err := reader.Lifetime(t.Context())
-	if err != nil {
-		t.Fatal(err)
+	lt := lifetime(t, reader)
+	if len(lt) == 0 {
+		t.Error("no lifetime sums")
 	}
 	for _, a := range lt {
 		if a.Requests != 5 {
@@ -682,13 +721,10 @@ func TestReaderSeesOwnersRecords(t *testing.T) {
 // no read to force the ingester, the spool is still rewound: it stays
 // within one growth step.
 func TestSpoolStaysSmallUnderSteadyLoad(t *testing.T) {
-	old, oldWait := rewindAt, rewindWait
+	path := spoolPath(t)
 	// The wait as long as a slow machine (or the race detector) may need
 	// for an ingestion: the mechanism is under test, not this machine.
-	rewindAt, rewindWait = 16<<10, 10*time.Second
-	t.Cleanup(func() { rewindAt, rewindWait = old, oldWait })
-	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	l := openTest(t, path, Options{Spool: true})
+	l := openTest(t, Options{Path: path, RewindAt: 16 << 10, RewindWait: 10 * time.Second})
 	start(t, l)
 	gen := l.sp.gen
 	var wg sync.WaitGroup
@@ -703,7 +739,7 @@ func TestSpoolStaysSmallUnderSteadyLoad(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if st, err := os.Stat(path + spoolSuffix); err != nil || st.Size() > growStep+spoolReserve {
+	if st, err := os.Stat(path); err != nil || st.Size() > growStep+spoolReserve {
 		t.Errorf("spool after 12,000 records: %v %v, want at most %d bytes", st.Size(), err, growStep+spoolReserve)
 	}
 	if l.sp.gen-gen < 10 {

@@ -1,4 +1,4 @@
-package sqlite
+package spool
 
 import (
 	"errors"
@@ -45,7 +45,7 @@ func recordStrings(r *ledger.Record) [11]*string {
 }
 
 // appendRecord appends r's encoding to b. r's times must be storable
-// (encode checked them): they are written as nanos gives them.
+// (the sink's Prepare checked them): they are written as nanos gives them.
 func appendRecord(b []byte, r *ledger.Record) []byte {
 	b = append(b, recordVersion)
 	for _, s := range recordStrings(r) {

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package sqlite
+package spool
 
 import "os"
 

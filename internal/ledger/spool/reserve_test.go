@@ -1,14 +1,12 @@
-package sqlite
+package spool
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 
-	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/testctx"
 )
 
@@ -20,7 +18,7 @@ import (
 // record appended is in the ledger.
 func TestSpoolReserveWhenDiskFull(t *testing.T) {
 	var full atomic.Bool
-	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{Spool: true, Fault: func(op string) error {
+	l := openTest(t, Options{Path: spoolPath(t), Fault: func(op string) error {
 		if op == "grow" && full.Load() {
 			return syscall.ENOSPC
 		}
@@ -59,7 +57,7 @@ func TestSpoolReserveWhenDiskFull(t *testing.T) {
 	}
 	full.Store(false)
 	testctx.Wait(t, "the ledger to leave its degraded state with room on the disk", func() bool { return l.Degraded() == nil })
-	recs, err := l.Records(ctx, ledger.Filter{})
+	recs, err := records(ctx, l)
 	if err != nil || len(recs) != n {
 		t.Fatalf("Records: %d, %v; want %d", len(recs), err, n)
 	}

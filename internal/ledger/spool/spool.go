@@ -1,4 +1,4 @@
-package sqlite
+package spool
 
 import (
 	"bytes"
@@ -11,15 +11,15 @@ import (
 	"path/filepath"
 )
 
-// The spool is the file beside the ledger (its path plus spoolSuffix)
-// that makes a record durable before SQLite has it: the committer writes
+// The spool is the file (Options.Path; the SQLite ledger's file path plus
+// Suffix) that makes a record durable before the sink has it: the committer writes
 // each batch to it as frames, with one write and one fdatasync, and
 // acknowledges the batch's Appends; the ingester then inserts the records
-// into SQLite in larger transactions, off the reply path. Once SQLite
+// into the sink in larger transactions, off the reply path. Once the sink
 // holds every record written since the last rewind and the spool has
 // grown past rewindAt, the committer rewinds it: the header gets the next
 // generation and frames start again at frameStart. At Open, the frames of
-// the header's generation are replayed into SQLite (a RequestID already
+// the header's generation are replayed into the sink (a RequestID already
 // there is skipped, so a frame ingested before a crash is not counted
 // again), and the spool is rewound.
 //
@@ -48,7 +48,7 @@ import (
 // the generation, and the generation's 8 bytes themselves seldom occur in
 // a record (whose strings are ids and names, and whose integers are
 // varints). And a frame found that way is a whole, checksummed record, which
-// SQLite takes once (a RequestID already there is skipped).
+// the sink takes once (a RequestID already there is skipped).
 //
 // A header that does not verify (a flipped bit, or a crash while it was
 // rewritten) no longer hides the frames: the generation is taken from a
@@ -58,7 +58,7 @@ import (
 // verifying frame in the file could be an older generation's, so nothing
 // is replayed; if the file holds anything but zeros, it is kept aside
 // (below) for a person to look at. A crash during a rewind that tore the
-// header finds the previous generation's frames, all already in SQLite:
+// header finds the previous generation's frames, all already in the sink:
 // replaying them skips every one.
 //
 // When replay skipped anything (damage), or the header did not verify, or
@@ -79,7 +79,6 @@ import (
 // so that a full disk still takes the records of requests already
 // answered (spool.low, Ledger.Degraded).
 const (
-	spoolSuffix = "-spool"
 	spoolMagic  = "SLSPOOL\x01"
 	headerSize  = len(spoolMagic) + 8 + 4
 	frameStart  = 512 // the header's sector, alone
@@ -87,17 +86,13 @@ const (
 	growStep    = 1 << 20
 )
 
-// rewindAt is how far the spool grows before it is rewound (a variable
-// for tests).
-var rewindAt int64 = 1 << 20
-
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// spoolFile is what the spool does to its file: *os.File's methods, and
+// File is what the spool does to its file: *os.File's methods, and
 // SyncData, an fdatasync. It is the seam through which tests watch the
-// order of writes and syncs (Options.spoolFile): which bytes a power loss
+// order of writes and syncs (Options.File): which bytes a power loss
 // would keep.
-type spoolFile interface {
+type File interface {
 	io.ReaderAt
 	io.WriterAt
 	Truncate(size int64) error
@@ -106,7 +101,7 @@ type spoolFile interface {
 	Close() error
 }
 
-// osFile is a spoolFile on the disk.
+// osFile is a File on the disk.
 type osFile struct{ *os.File }
 
 func (f osFile) SyncData() error { return syncData(f.File) }
@@ -114,7 +109,7 @@ func (f osFile) SyncData() error { return syncData(f.File) }
 // spool is the open spool file, locked by this process. Only the
 // committer writes it once Open returned.
 type spool struct {
-	f    spoolFile
+	f    File
 	path string
 	gen  uint64
 	off  int64 // where the next frame goes
@@ -124,13 +119,15 @@ type spool struct {
 	// low is why the spool could not grow its reserve (a full disk): it
 	// is writing into the reserve it grew earlier; nil otherwise.
 	low error
+	// rewindAt is Options.RewindAt: see rewind.
+	rewindAt int64
 	// fault, for tests, is called before the spool grows (op "grow"):
 	// an error fails the growth as the disk's would.
 	fault func(op string) error
 }
 
 // spoolReserve is how much space, past the frames written, the spool
-// keeps grown and synced ahead of them (a variable for tests): when the
+// keeps grown and synced ahead of them (a variable, which tests shrink): when the
 // disk fills, the records of requests already answered are still written
 // there, durably, while the ledger refuses new requests
 // (Ledger.Degraded). At a few hundred bytes a record it holds thousands,
@@ -164,7 +161,7 @@ func (e *InUseError) Unwrap() error { return ErrInUse }
 // the lock, and nil, nil where files cannot be locked (lock_other.go):
 // there no Ledger has a spool. wrap, if not nil, is given the file to
 // wrap (tests).
-func openSpool(path string, wrap func(spoolFile) spoolFile) (*spool, error) {
+func openSpool(path string, wrap func(File) File) (*spool, error) {
 	if !canLock {
 		return nil, nil
 	}
@@ -190,11 +187,11 @@ func openSpool(path string, wrap func(spoolFile) spoolFile) (*spool, error) {
 			return nil, errors.Join(err, f.Close())
 		}
 	}
-	var sf spoolFile = osFile{f}
+	var sf File = osFile{f}
 	if wrap != nil {
 		sf = wrap(sf)
 	}
-	return &spool{f: sf, path: path, size: st.Size(), off: frameStart}, nil
+	return &spool{f: sf, path: path, size: st.Size(), off: frameStart, rewindAt: DefaultRewindAt}, nil
 }
 
 func syncDir(dir string) error {
@@ -543,11 +540,11 @@ func (s *spool) regrow() {
 }
 
 // rewind starts the next generation: its header at offset 0, frames from
-// frameStart. It is called only when SQLite holds every frame written, so
+// frameStart. It is called only when the sink holds every frame written, so
 // it needs no sync of its own: until the next batch's fdatasync, a crash
 // leaves either header, and either way no frame that replay must find.
 // With sync, it is made durable now (Open and Run's end use it so that
-// the next Open replays nothing). A spool grown past four times rewindAt (the
+// the next Open replays nothing). A spool grown past four times its rewind point (the
 // ingester fell behind) is cut back.
 func (s *spool) rewind(sync bool) error {
 	if s.size < growStep { // new: allocated before the header is written
@@ -564,7 +561,7 @@ func (s *spool) rewind(sync bool) error {
 		return err
 	}
 	s.off = frameStart
-	if s.size > 4*rewindAt {
+	if s.size > 4*s.rewindAt {
 		if err := s.f.Truncate(growStep); err != nil {
 			return err
 		}

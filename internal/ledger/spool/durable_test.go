@@ -1,4 +1,4 @@
-package sqlite
+package spool
 
 import (
 	"bytes"
@@ -6,28 +6,26 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
-	"github.com/sluicegw/sluice/internal/ledger"
 	"github.com/sluicegw/sluice/internal/testctx"
 )
 
-// powerLossFile is a spoolFile that keeps what a power loss would leave
+// powerLossFile is a File that keeps what a power loss would leave
 // of the file: its content as of the last Sync or SyncData that returned.
 // A killed process keeps the page cache, so only this, not a crash test,
 // sees a missing sync.
 type powerLossFile struct {
-	spoolFile
+	File
 	mu      sync.Mutex
 	durable []byte
 }
 
-func (w *powerLossFile) Sync() error     { return w.synced(w.spoolFile.Sync()) }
-func (w *powerLossFile) SyncData() error { return w.synced(w.spoolFile.SyncData()) }
+func (w *powerLossFile) Sync() error     { return w.synced(w.File.Sync()) }
+func (w *powerLossFile) SyncData() error { return w.synced(w.File.SyncData()) }
 
 // synced takes the file's content as durable once a sync returned nil.
 // Only the committer writes the spool, and it is here: nothing writes
@@ -36,7 +34,7 @@ func (w *powerLossFile) synced(err error) error {
 	if err != nil {
 		return err
 	}
-	f, ok := w.spoolFile.(osFile)
+	f, ok := w.File.(osFile)
 	if !ok {
 		return errors.New("powerLossFile: not over an os file")
 	}
@@ -60,7 +58,7 @@ func (w *powerLossFile) image() []byte {
 // TestAppendAcknowledgedOnlyWhenSynced: an Append returns only once a
 // sync of the spool covered its frame, and the spool as of its syncs —
 // what a power loss leaves — replays every acknowledged record into a
-// ledger that has nothing else (SQLite's own commits held back, so the
+// ledger that has nothing else (the sink's commits held back, so the
 // records are nowhere but in the spool).
 func TestAppendAcknowledgedOnlyWhenSynced(t *testing.T) {
 	if !canLock {
@@ -69,16 +67,16 @@ func TestAppendAcknowledgedOnlyWhenSynced(t *testing.T) {
 	var held atomic.Bool
 	held.Store(true)
 	var w *powerLossFile
-	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{
-		Spool: true,
+	l := openTest(t, Options{
+		Path: spoolPath(t),
 		Fault: func(op string) error {
 			if op == "commit" && held.Load() {
 				return errors.New("commits held back by the test")
 			}
 			return nil
 		},
-		OnError:   func(error) {},
-		spoolFile: func(f spoolFile) spoolFile { w = &powerLossFile{spoolFile: f}; return w },
+		OnError: func(error) {},
+		File:    func(f File) File { w = &powerLossFile{File: f}; return w },
 	})
 	stop := startRun(t, l, false)
 	ctx := testctx.Deadline(t)
@@ -101,13 +99,14 @@ func TestAppendAcknowledgedOnlyWhenSynced(t *testing.T) {
 	}
 	wg.Wait()
 
-	// The power fails now: a new ledger beside the spool's synced bytes.
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "ledger.sqlite"+spoolSuffix), w.image(), 0o600); err != nil {
+	// The power fails now: a new ledger, on a new, empty sink, beside the
+	// spool's synced bytes.
+	path := spoolPath(t)
+	if err := os.WriteFile(path, w.image(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	after := openTest(t, filepath.Join(dir, "ledger.sqlite"), Options{Spool: true})
-	recs, err := after.Records(ctx, ledger.Filter{})
+	after := openTest(t, Options{Path: path})
+	recs, err := records(ctx, after)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,9 +130,9 @@ func TestAppendAcknowledgedOnlyWhenSynced(t *testing.T) {
 	}
 }
 
-// TestSpoolBacklogMetrics: while SQLite takes nothing, the records wait
+// TestSpoolBacklogMetrics: while the sink takes nothing, the records wait
 // in the spool — Backlog counts them and OldestSpooled is how long the
-// first has waited; once SQLite takes them, both are 0 and Ingested
+// first has waited; once the sink takes them, both are 0 and Ingested
 // counts them.
 func TestSpoolBacklogMetrics(t *testing.T) {
 	if !canLock {
@@ -141,8 +140,8 @@ func TestSpoolBacklogMetrics(t *testing.T) {
 	}
 	var held atomic.Bool
 	held.Store(true)
-	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{
-		Spool: true,
+	l := openTest(t, Options{
+		Path: spoolPath(t),
 		Fault: func(op string) error {
 			if op == "commit" && held.Load() {
 				return errors.New("commits held back by the test")
@@ -164,7 +163,7 @@ func TestSpoolBacklogMetrics(t *testing.T) {
 		t.Errorf("held: backlog %d, ingested %d; want 3 and 0", l.Backlog(), l.Ingested())
 	}
 	held.Store(false)
-	testctx.Wait(t, "SQLite to take the spooled records", func() bool { return l.Backlog() == 0 })
+	testctx.Wait(t, "the sink to take the spooled records", func() bool { return l.Backlog() == 0 })
 	if l.OldestSpooled() != 0 || l.Ingested() != 3 {
 		t.Errorf("taken: oldest %v, ingested %d; want 0 and 3", l.OldestSpooled(), l.Ingested())
 	}
@@ -173,10 +172,10 @@ func TestSpoolBacklogMetrics(t *testing.T) {
 	}
 }
 
-// TestSpoolBoundWhileBehind: while SQLite takes nothing, the spool grows;
-// past SpoolMaxBytes the ledger is degraded (it takes the answered
-// requests' records, and serve takes no new requests) — and still takes
-// records — until SQLite has caught up.
+// TestSpoolBoundWhileBehind: while the sink takes nothing, the spool
+// grows; past Options.MaxBytes the ledger is degraded (it takes the
+// answered requests' records, and serve takes no new requests) — and
+// still takes records — until the sink has caught up.
 func TestSpoolBoundWhileBehind(t *testing.T) {
 	if !canLock {
 		t.Skip("no spool where files cannot be locked")
@@ -184,9 +183,9 @@ func TestSpoolBoundWhileBehind(t *testing.T) {
 	var held atomic.Bool
 	held.Store(true)
 	const bound = 8 << 10
-	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{
-		Spool:         true,
-		SpoolMaxBytes: bound,
+	l := openTest(t, Options{
+		Path:     spoolPath(t),
+		MaxBytes: bound,
 		Fault: func(op string) error {
 			if op == "commit" && held.Load() {
 				return errors.New("commits held back by the test")
@@ -206,15 +205,15 @@ func TestSpoolBoundWhileBehind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.Degraded(); err == nil || !strings.Contains(err.Error(), "the database is behind") {
-		t.Fatalf("%d records (%d bytes of frames) past a bound of %d, SQLite behind: Degraded = %v", n, l.spoolEnd.Load(), bound, err)
+	if err := l.Degraded(); err == nil || !strings.Contains(err.Error(), "memSink is behind") {
+		t.Fatalf("%d records (%d bytes of frames) past a bound of %d, the sink behind: Degraded = %v", n, l.spoolEnd.Load(), bound, err)
 	}
 	if err := l.Append(ctx, record("answered")); err != nil {
 		t.Fatalf("an answered request's record while degraded: %v", err)
 	}
 	held.Store(false)
-	testctx.Wait(t, "the ledger to leave its degraded state once SQLite caught up", func() bool { return l.Degraded() == nil })
-	recs, err := l.Records(ctx, ledger.Filter{})
+	testctx.Wait(t, "the ledger to leave its degraded state once the sink caught up", func() bool { return l.Degraded() == nil })
+	recs, err := records(ctx, l)
 	if err != nil || len(recs) != n+1 {
 		t.Errorf("Records: %d, %v; want %d", len(recs), err, n+1)
 	}
@@ -223,17 +222,21 @@ func TestSpoolBoundWhileBehind(t *testing.T) {
 	}
 }
 
-// TestFailedStopKeepsTheSpool: a Run that ends while SQLite takes nothing
-// returns the error that left the acknowledged records in the spool, and
-// leaves them there: it does not rewind it. The next Open replays them.
+// TestFailedStopKeepsTheSpool: a Run that ends while the sink takes
+// nothing returns the error that left the acknowledged records in the
+// spool, and leaves them there: it does not rewind it. The next Open
+// replays them.
 func TestFailedStopKeepsTheSpool(t *testing.T) {
 	if !canLock {
 		t.Skip("no spool where files cannot be locked")
 	}
-	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	l := openTest(t, path, Options{
-		Spool:   true,
-		Fault:   func(op string) error { return map[bool]error{true: errors.New("SQLite takes nothing")}[op == "commit"] },
+	path := spoolPath(t)
+	s := newMemSink(t)
+	l := openOn(t, s, Options{
+		Path: path,
+		Fault: func(op string) error {
+			return map[bool]error{true: errors.New("the sink takes nothing")}[op == "commit"]
+		},
 		OnError: func(error) {},
 	})
 	stop := startRun(t, l, false)
@@ -249,8 +252,11 @@ func TestFailedStopKeepsTheSpool(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	again := openTest(t, path, Options{Spool: true})
-	recs, err := again.Records(ctx, ledger.Filter{})
+	if n := len(s.all()); n != 0 {
+		t.Fatalf("the sink holds %d records; the test wants them in the spool alone", n)
+	}
+	again := openOn(t, s, Options{Path: path})
+	recs, err := records(ctx, again)
 	if err != nil || len(recs) != 5 {
 		t.Fatalf("after the next Open: %d records, %v; want the 5 acknowledged", len(recs), err)
 	}

@@ -1,10 +1,9 @@
-package sqlite
+package spool
 
 import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,15 +13,11 @@ import (
 	"github.com/sluicegw/sluice/internal/testctx"
 )
 
-// failIngestion makes every insert into spend fail with an error that is
-// no record's fault (SQLITE_TOOBIG), so that an ingestion fails as a
-// whole and is retried.
-func failIngestion(t *testing.T, l *Ledger) {
-	t.Helper()
-	if _, err := l.db.ExecContext(t.Context(), `CREATE TRIGGER fail_all BEFORE INSERT ON spend
-		BEGIN SELECT zeroblob(2000000000); END`); err != nil {
-		t.Fatal(err)
-	}
+// failIngestion makes every Write to l's sink fail with an error that is
+// no record's fault (errDown: the database down), so that an ingestion
+// fails as a whole and is retried.
+func failIngestion(l *Ledger) {
+	sinkOf(l).setFail(errDown)
 }
 
 // runLedger runs l's committer until the returned stop is called, which
@@ -52,15 +47,15 @@ func (r *reports) onError(err error) {
 }
 
 // TestStopWithFailingIngestionAnswersDirectAppends: the spool failed, so
-// an Append goes to SQLite directly, queued behind spooled records whose
-// ingestion SQLite keeps failing. When Run ends, the ingester gives up on
+// an Append goes to the sink directly, queued behind spooled records whose
+// ingestion the sink keeps failing. When Run ends, the ingester gives up on
 // the spooled records (they stay in the spool); the direct Append, which
 // is in no spool, must still be told an outcome before Run returns, not
 // be left waiting for a committer that is gone.
 func TestStopWithFailingIngestionAnswersDirectAppends(t *testing.T) {
 	rep := newReports()
-	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{Spool: true, OnError: rep.onError})
-	failIngestion(t, l)
+	l := openTest(t, Options{Path: spoolPath(t), OnError: rep.onError})
+	failIngestion(l)
 	stop := runLedger(t, l)
 	if err := l.Append(testctx.Deadline(t), record("spooled")); err != nil {
 		t.Fatal(err)
@@ -77,9 +72,9 @@ func TestStopWithFailingIngestionAnswersDirectAppends(t *testing.T) {
 	if err := stop(); err == nil || !strings.Contains(err.Error(), "stay in the spool") {
 		t.Errorf("Run = %v; want the ingestion's failure", err)
 	}
-	cancel() // an Append still waiting now returns the context's error
-	if err := testctx.Receive(t, "the direct Append's return", direct); err == nil || errors.Is(err, context.Canceled) {
-		t.Errorf("direct Append = %v; want SQLite's error, told before Run returned", err)
+	cancel()                                                                                       // an Append still waiting now returns the context's error
+	if err := testctx.Receive(t, "the direct Append's return", direct); !errors.Is(err, errDown) { // not nil, nor the context's error
+		t.Errorf("direct Append = %v; want the sink's error, told before Run returned", err)
 	}
 }
 
@@ -96,27 +91,25 @@ func (l *Ledger) directQueued() bool {
 }
 
 // TestReadDuringFailedStopReturns: a read waits for the ingester, whose
-// ingestion SQLite keeps failing; Run ends, and the ingester gives up,
+// ingestion the sink keeps failing; Run ends, and the ingester gives up,
 // leaving the records in the spool. The read must then return an error
-// (the records are not in SQLite), not wait on for an ingester that is
+// (the records are not in the sink), not wait on for an ingester that is
 // gone. Whether the read re-checks before or after Run marks the
 // ingester stopped is up to the scheduler, so the test tries several
 // times.
 func TestReadDuringFailedStopReturns(t *testing.T) {
-	old := ingestDelay
-	ingestDelay = time.Hour // the ingester runs only for the read
-	t.Cleanup(func() { ingestDelay = old })
 	for range 10 {
 		rep := newReports()
-		l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{Spool: true, OnError: rep.onError})
-		failIngestion(t, l)
+		// IngestDelay: the ingester runs only for the read.
+		l := openTest(t, Options{Path: spoolPath(t), IngestDelay: time.Hour, OnError: rep.onError})
+		failIngestion(l)
 		stop := runLedger(t, l)
 		if err := l.Append(testctx.Deadline(t), record("spooled")); err != nil {
 			t.Fatal(err)
 		}
 		read := make(chan error, 1)
 		go func() {
-			_, err := l.Records(testctx.Deadline(t), ledger.Filter{})
+			_, err := records(testctx.Deadline(t), l)
 			read <- err
 		}()
 		testctx.Receive(t, "the ingester's failure, which the read caused", rep.ch) // the read waits
@@ -124,7 +117,7 @@ func TestReadDuringFailedStopReturns(t *testing.T) {
 			t.Fatal("Run = nil; want the ingestion's failure")
 		}
 		if err := testctx.Receive(t, "the read's return", read); err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "in the spool") {
-			t.Fatalf("Records = %v; want the records left in the spool", err)
+			t.Fatalf("read = %v; want the records left in the spool", err)
 		}
 	}
 }
@@ -141,9 +134,9 @@ func bigRecord(id string) ledger.Record {
 // replayed from the spool, and so is every record after it: a frame
 // longer than some bound the writer does not know of is no torn tail.
 func TestReplayKeepsALargeRecord(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	writeSpool(t, path+spoolSuffix, 1, record("before"), bigRecord("big"), record("after"))
-	l := openTest(t, path, Options{Spool: true})
+	path := spoolPath(t)
+	writeSpool(t, path, 1, record("before"), bigRecord("big"), record("after"))
+	l := openTest(t, Options{Path: path})
 	if got := storedIDs(t, l); len(got) != 3 {
 		t.Errorf("replayed %v, want before, big, after", got)
 	}
@@ -153,18 +146,17 @@ func TestReplayKeepsALargeRecord(t *testing.T) {
 // TestReaderSeesPastALargeRecord: a Ledger that does not own the spool
 // sees the owner's acknowledged records past a large one.
 func TestReaderSeesPastALargeRecord(t *testing.T) {
-	old := ingestDelay
-	ingestDelay = time.Hour // the owner ingests nothing on its own
-	t.Cleanup(func() { ingestDelay = old })
-	path := filepath.Join(t.TempDir(), "ledger.sqlite")
-	owner := openTest(t, path, Options{Spool: true})
+	path := spoolPath(t)
+	s := newMemSink(t)
+	// IngestDelay: the owner ingests nothing on its own.
+	owner := openOn(t, s, Options{Path: path, IngestDelay: time.Hour})
 	start(t, owner)
 	for _, r := range []ledger.Record{bigRecord("big"), record("after")} {
 		if err := owner.Append(testctx.Deadline(t), r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	reader := openTest(t, path, Options{Spool: true, Reader: true})
+	reader := openOn(t, s, Options{Path: path, Reader: true})
 	if got := storedIDs(t, reader); len(got) != 2 {
 		t.Errorf("the reader sees %v, want big and after", got)
 	}
