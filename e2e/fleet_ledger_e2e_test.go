@@ -319,7 +319,9 @@ func TestTenReplicasMigrateOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts ten servers; not in -short")
 	}
-	url := pgtest.Database(t)
+	// A password the server (trust authentication) ignores, and no log
+	// may show.
+	url := strings.Replace(pgtest.Database(t), "postgres://postgres@", "postgres://postgres:SECRET-pw@", 1)
 	_, mockAddr := mockProvider(t, mockllm.Options{})
 	cfg := fmt.Sprintf(fleetLedgerPolicy, mockAddr, url, "sluice.fleet.internal:9001", sha256Hex(fleetLedgerSecret))
 	const n = 10
@@ -370,6 +372,16 @@ func TestTenReplicasMigrateOnce(t *testing.T) {
 		}
 		if migrated != 1 {
 			t.Errorf("%d replicas migrated the %s schema; want one", migrated, component)
+		}
+	}
+	for i, r := range replicas {
+		// serve logs that it serves just after it writes the ready file.
+		for !strings.Contains(r.log.String(), `msg="sluice serving"`) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		log := r.log.String()
+		if !strings.Contains(log, "store=postgres ledger=postgres") || strings.Contains(log, "SECRET-pw") {
+			t.Errorf("replica %d's log does not name its backends, or shows the password:\n%s", i, log)
 		}
 	}
 }

@@ -449,6 +449,16 @@ func openLedgerBackend(ctx context.Context, snap *policies.Snapshot, log *slog.L
 	return led, nil
 }
 
+// backendName says, for serve's log, which backend a store or ledger is:
+// "postgres" (never the URL, which may hold a password) or the SQLite
+// file's path.
+func backendName(postgresURL, sqlitePath string) string {
+	if postgresURL != "" {
+		return "postgres"
+	}
+	return "sqlite " + sqlitePath
+}
+
 // spoolName names this replica's spool in the PostgreSQL ledger's
 // reports: the host and the spool's path.
 func spoolName(path string) string {
