@@ -30,6 +30,11 @@
 #                     labelled sluice-mtls, floor-mtls, baseline-mtls. A
 #                     baseline older than security.tls cannot start so.
 #   RESULTS=FILE      where the JSON lines go (default bench/results/latest.jsonl)
+#   LEDGER_POSTGRES=URL  the spend ledger in this PostgreSQL database
+#                     (ledger.postgres, its spool beside the config; serve
+#                     --migrate), not the SQLite file: results labelled
+#                     sluice-pg (baseline-pg); see bench/README.md,
+#                     "The PostgreSQL ledger", for a throwaway database
 #   LEDGER_FROM=FILE  start Sluice on a copy of this ledger file (e.g. one
 #                     `extprocload prefill --ledger FILE --records 10000000`
 #                     filled), to see what the ledger's size costs
@@ -110,6 +115,10 @@ write_config() { # dir
   else
     cp bench/extprocload/bench.yaml "$1/bench.yaml"
   fi
+  if [ -n "${LEDGER_POSTGRES:-}" ]; then
+    sed -i "s|^  sqlite: bench-ledger.db\$|  postgres: \"$LEDGER_POSTGRES\"\\n  spool: bench-ledger-spool|" "$1/bench.yaml"
+    grep -q '^  postgres:' "$1/bench.yaml" || { echo "bench-service: bench.yaml's ledger section moved; update LEDGER_POSTGRES's edit" >&2; exit 2; }
+  fi
   if [ -n "$tls_on" ]; then
     cat >>"$1/bench.yaml" <<EOF
 
@@ -123,7 +132,10 @@ EOF
   fi
 }
 
-tls_driver=() tls_floor=() label_suffix=
+tls_driver=() tls_floor=() label_suffix= serve_flags=()
+if [ -n "${LEDGER_POSTGRES:-}" ]; then
+  serve_flags=(--migrate)
+fi
 if [ -n "$tls_on" ]; then
   certs=$tmp/certs
   "$driver" certs --dir "$certs" >/dev/null
@@ -131,6 +143,8 @@ if [ -n "$tls_on" ]; then
   tls_floor=(--tls-cert "$certs/server.crt" --tls-key "$certs/server.key" --tls-client-ca "$certs/ca.crt")
   label_suffix=-mtls
 fi
+ledger_suffix=
+if [ -n "${LEDGER_POSTGRES:-}" ]; then ledger_suffix=-pg; fi
 
 # Every server is started first, and each scenario runs against each
 # server in turn, so a scenario's runs are minutes closer together than
@@ -149,7 +163,7 @@ for server in $servers; do
       if [ -n "${LEDGER_FROM:-}" ]; then cp "$LEDGER_FROM" "$dir/bench-ledger.db"; sync; fi
       if [ -n "${STORE_FROM:-}" ]; then cp "$STORE_FROM" "$dir/bench.db"; sync; fi
       # shellcheck disable=SC2086 # SERVER_ENV is split into words on purpose
-      env ${SERVER_ENV:-} "${server_pin[@]}" "$bin" serve --config "$dir/bench.yaml" --ready-file "$dir/ready.json" --log-level warn >"$dir/server.log" 2>&1 &
+      env ${SERVER_ENV:-} "${server_pin[@]}" "$bin" serve --config "$dir/bench.yaml" --ready-file "$dir/ready.json" --log-level warn "${serve_flags[@]}" >"$dir/server.log" 2>&1 &
       ;;
     floor)
       # shellcheck disable=SC2086 # as above
@@ -171,7 +185,9 @@ for s in $scenarios; do
   # shellcheck disable=SC2206 # RUN_FLAGS is split into words on purpose
   extra+=(${RUN_FLAGS:-})
   for server in $servers; do
-    "${driver_pin[@]}" "$driver" run --addr "${addrs[$server]}" --pid "${pids[$server]}" --key "$key" --server "$server$label_suffix" --scenario "$s" "${tls_driver[@]}" "${extra[@]}" | tee -a "$results"
+    label=$server$label_suffix
+    case $server in sluice|baseline) label=$server$ledger_suffix$label_suffix ;; esac
+    "${driver_pin[@]}" "$driver" run --addr "${addrs[$server]}" --pid "${pids[$server]}" --key "$key" --server "$label" --scenario "$s" "${tls_driver[@]}" "${extra[@]}" | tee -a "$results"
   done
 done
 "$driver" chart --in "$results" --out "$(dirname "$results")"

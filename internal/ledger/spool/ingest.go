@@ -279,15 +279,23 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 	}
 	s := &l.ing
 	s.mu.Lock()
-	broken, caughtUp := s.broken, s.ingested == s.written
+	broken, behind := s.broken, s.written-s.ingested
 	s.mu.Unlock()
+	caughtUp := behind == 0
 	var err error
 	if !broken {
 		if l.sp.off >= l.opts.RewindAt && !caughtUp {
 			// Under steady load the ingester is never quite caught up when
 			// a batch comes: ask it to catch up now, so that the spool
-			// stays small, but never wait long for it.
-			caughtUp = l.awaitIngested(l.opts.RewindWait)
+			// stays small. Wait for it (never long) only when one of its
+			// transactions catches it up: further behind (the database
+			// slow or down), waiting would hold every Append for nothing,
+			// so the spool grows and a later batch asks again.
+			if behind <= ingestBatch {
+				caughtUp = l.awaitIngested(l.opts.RewindWait)
+			} else {
+				l.urge()
+			}
 		}
 		if caughtUp && l.sp.off >= l.opts.RewindAt {
 			err = l.sp.rewind(false)
@@ -332,6 +340,15 @@ func (l *Ledger) spoolBatch(batch []*pending) {
 		l.nRecords.Add(int64(len(batch)))
 		finish(batch, nil) // after written grew: a read that follows waits for them
 	}
+}
+
+// urge tells the ingester to go at once, without waiting for it.
+func (l *Ledger) urge() {
+	s := &l.ing
+	s.mu.Lock()
+	s.urgent = true
+	s.mu.Unlock()
+	s.poke()
 }
 
 // awaitIngested waits, at most d, until the sink holds every record spooled
