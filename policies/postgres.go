@@ -31,8 +31,9 @@ type Postgres struct {
 // of the config file.
 type PostgresTLS struct {
 	// Mode is sslmode: disable, require, verify-ca or verify-full. Empty:
-	// verify-full when CAFile is set, else what the URL says (libpq's
-	// default, prefer, without it).
+	// verify-full when CAFile is set, require when only a client
+	// certificate is, else what the URL says (libpq's default, prefer,
+	// which falls back to plaintext, without it).
 	Mode     string `yaml:"mode"`
 	CAFile   string `yaml:"ca_file"`
 	CertFile string `yaml:"cert_file"`
@@ -96,8 +97,14 @@ func (p Postgres) connString(file string) (string, error) {
 		return filepath.Join(filepath.Dir(file), name)
 	}
 	mode := p.TLS.Mode
-	if mode == "" && p.TLS.CAFile != "" {
+	switch {
+	case mode != "":
+	case p.TLS.CAFile != "":
 		mode = "verify-full"
+	case p.TLS.CertFile != "":
+		// A client certificate is presented over TLS only: never the
+		// URL's default (prefer), which falls back to plaintext.
+		mode = "require"
 	}
 	for k, v := range map[string]string{"sslmode": mode, "sslrootcert": resolve(p.TLS.CAFile),
 		"sslcert": resolve(p.TLS.CertFile), "sslkey": resolve(p.TLS.KeyFile)} {

@@ -30,6 +30,8 @@ func TestPostgresMapping(t *testing.T) {
     tls: {ca_file: ca.pem, cert_file: /etc/pg/client.pem, key_file: client.key}
 `, url.Values{"sslmode": {"verify-full"}, "application_name": {"sluice"}, "pool_max_conns": {"20"}, "statement_timeout": {"5000"},
 			"sslrootcert": {"/etc/sluice/ca.pem"}, "sslcert": {"/etc/pg/client.pem"}, "sslkey": {"/etc/sluice/client.key"}}},
+		{"a client certificate alone: TLS required", "store: {postgres: {url: '${DB}', tls: {cert_file: c.pem, key_file: c.key}}}\n",
+			url.Values{"sslmode": {"require"}, "application_name": {"sluice"}, "sslcert": {"/etc/sluice/c.pem"}, "sslkey": {"/etc/sluice/c.key"}}},
 		{"a mode of its own", "store: {postgres: {url: '${DB}', tls: {mode: require}}}\n", url.Values{"sslmode": {"require"}, "application_name": {"sluice"}}},
 	}
 	for _, tt := range tests {

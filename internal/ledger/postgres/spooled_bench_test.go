@@ -20,11 +20,12 @@ import (
 // it, while the ingester moves them into PostgreSQL behind. It reports
 // the acknowledged records a second, the Appends' latency, the records a
 // second into PostgreSQL (all of them, counted from the first Append to
-// the spool drained), and checks that every record is there once.
+// the spool drained), and checks that every record is there once. The
+// server syncs its commits (fsync on).
 //
 //	go test -run '^$' -bench BenchmarkSpooled -benchtime 100000x ./internal/ledger/postgres
 func BenchmarkSpooled(b *testing.B) {
-	url := newDatabase(b)
+	url := durableDatabase(b)
 	l, err := Open(context.Background(), url, Options{Spool: spool.Options{Path: filepath.Join(b.TempDir(), "spool"), Linger: time.Millisecond}})
 	if err != nil {
 		b.Fatal(err)

@@ -177,6 +177,10 @@ type Options struct {
 	// TLS only, with a client certificate whose common name is the
 	// role's name (pg_hba.conf "cert"); other roles keep trust.
 	TLS *TLS
+	// Durable keeps PostgreSQL's fsync and full-page writes on (the
+	// tests' servers run without them): for benchmarks whose figure is
+	// what a commit costs on this disk.
+	Durable bool
 }
 
 // TLS is a server's certificate, key and client CA, PEM.
@@ -242,7 +246,11 @@ func StartWith(opts Options) (*Server, error) {
 			return nil, err
 		}
 		s.Port = port
-		s.opts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories='' -c fsync=off -c full_page_writes=off -c max_connections=200%s", port, tlsOpts)
+		durability := " -c fsync=off -c full_page_writes=off"
+		if opts.Durable {
+			durability = ""
+		}
+		s.opts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=''%s -c max_connections=200%s", port, durability, tlsOpts)
 		// pg_ctl -w waits until the server accepts connections (it reads
 		// the server's own readiness from postmaster.pid), at most -t.
 		out, err := s.run(ctx, filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "log"), "-o", s.opts, "-w", "-t", "60", "start")
