@@ -285,16 +285,6 @@ func (l *Ledger) Idles() int64 { return l.nIdle.Load() }
 // Spooled reports whether the Ledger writes a spool.
 func (l *Ledger) Spooled() bool { return l.sp != nil }
 
-// Position is the spool's generation and where its frames end: what a
-// rewind resets (for tests and diagnostics). Only meaningful while Run is
-// not running, or from Run's goroutine.
-func (l *Ledger) Position() (gen uint64, end int64) {
-	if l.sp == nil {
-		return 0, 0
-	}
-	return l.sp.gen, l.sp.off
-}
-
 // Degraded is nil while the ledger takes records as it should, else why
 // it should take no new requests' records: the disk is full and the spool
 // is writing into its reserve, which holds the records of requests
