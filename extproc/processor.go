@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -799,12 +800,20 @@ func (p *Processor) refuse(e *apierr.Error) *extprocsvc.ProcessingResponse {
 	return denial(p.d.Metrics, p.dialect, e)
 }
 
-// clip is s cut to at most n bytes.
+// clip is s cut to at most n bytes, on a UTF-8 character's boundary;
+// bytes that are not UTF-8 there are cut as bytes.
 func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
+	if len(s) <= n {
+		return s
 	}
-	return s
+	cut := n
+	for i := 0; i < utf8.UTFMax && cut > 0 && !utf8.RuneStart(s[cut]); i++ {
+		cut--
+	}
+	if !utf8.RuneStart(s[cut]) {
+		cut = n
+	}
+	return s[:cut]
 }
 
 func pathOnly(p string) string {

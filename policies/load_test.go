@@ -369,13 +369,13 @@ func TestParseProblems(t *testing.T) {
 		want []string
 	}{
 		{"postgres not a URL, not echoed", base + "store: {postgres: '${URL}'}\n", []string{
-			"f.yaml:9:19: store.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database (the value is not shown: it may hold a password)",
+			"f.yaml:9:19: store.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database, its password percent-encoded (the value is not shown: it may hold a password)",
 		}},
 		{"both stores", base + "store:\n  sqlite: x.db\n  postgres: ${DB}\n", []string{
 			"f.yaml:9:1: store: set exactly one of sqlite or postgres",
 		}},
 		{"ledger postgres not a URL, not echoed", base + "ledger: {postgres: '${URL}'}\n", []string{
-			"f.yaml:9:20: ledger.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database (the value is not shown: it may hold a password)",
+			"f.yaml:9:20: ledger.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database, its password percent-encoded (the value is not shown: it may hold a password)",
 		}},
 		{"both ledgers", base + "ledger:\n  postgres: ${DB}\n  sqlite: x.db\n", []string{
 			"f.yaml:9:1: ledger: set exactly one of sqlite (a file path) or postgres (a connection URL)",

@@ -31,8 +31,9 @@ type Postgres struct {
 // of the config file.
 type PostgresTLS struct {
 	// Mode is sslmode: disable, require, verify-ca or verify-full. Empty:
-	// verify-full when CAFile is set, require when only a client
-	// certificate is, else what the URL says (libpq's default, prefer,
+	// verify-full when CAFile is set; with only a client certificate, the
+	// URL's mode if it verifies the server, else require; else what the
+	// URL says (libpq's default, prefer,
 	// which falls back to plaintext, without it).
 	Mode     string `yaml:"mode"`
 	CAFile   string `yaml:"ca_file"`
@@ -51,7 +52,7 @@ const maxPostgresConns = 10_000
 // shows the URL, which may hold a password.
 func (p Postgres) validate(v *validator, path string) {
 	if !postgresURL(p.URL.Reveal()) {
-		v.add(path, "want a PostgreSQL URL, postgres://user:password@host:5432/database (the value is not shown: it may hold a password)")
+		v.add(path, "want a PostgreSQL URL, postgres://user:password@host:5432/database, its password percent-encoded (the value is not shown: it may hold a password)")
 	}
 	if p.MaxConns < 0 || p.MaxConns > maxPostgresConns {
 		v.add(path+".max_conns", "must be between 0 (the driver's default) and %d, got %d", maxPostgresConns, p.MaxConns)
@@ -103,8 +104,12 @@ func (p Postgres) connString(file string) (string, error) {
 		mode = "verify-full"
 	case p.TLS.CertFile != "":
 		// A client certificate is presented over TLS only: never the
-		// URL's default (prefer), which falls back to plaintext.
-		mode = "require"
+		// URL's default (prefer), which falls back to plaintext. What
+		// the URL verifies (verify-ca, verify-full) stays.
+		switch q.Get("sslmode") {
+		case "", "disable", "allow", "prefer":
+			mode = "require"
+		}
 	}
 	for k, v := range map[string]string{"sslmode": mode, "sslrootcert": resolve(p.TLS.CAFile),
 		"sslcert": resolve(p.TLS.CertFile), "sslkey": resolve(p.TLS.KeyFile)} {

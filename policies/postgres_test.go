@@ -79,7 +79,7 @@ func TestPostgresProblems(t *testing.T) {
 			"f.yaml:9:34: store.postgres.tls: mode disable with certificate files: drop the files, or choose verify-full",
 		}},
 		{"not a URL", "store: {postgres: {url: 'host=db password=SECRET'}}\n", []string{
-			"f.yaml:9:9: store.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database (the value is not shown: it may hold a password)",
+			"f.yaml:9:9: store.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database, its password percent-encoded (the value is not shown: it may hold a password)",
 		}},
 	}
 	for _, tt := range tests {

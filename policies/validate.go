@@ -206,9 +206,16 @@ func (v *validator) store(s Store) {
 
 // postgresURL reports whether s is a PostgreSQL connection URL with a
 // host: postgres:// or postgresql://, as libpq and pgx take them.
+//
+// An '@' after the host means a password with an unencoded '/', '?' or
+// '#' cut the URL short (postgres://u:2024/Summer!@db/x): the driver
+// would take the password's tail for the database's name, and show it
+// in its errors. Such a URL is refused; its password must be
+// percent-encoded.
 func postgresURL(s string) bool {
 	u, err := url.Parse(s)
-	return err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") && (u.Host != "" || u.Query().Get("host") != "")
+	return err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") && (u.Host != "" || u.Query().Get("host") != "") &&
+		!strings.Contains(u.EscapedPath(), "@") && !strings.Contains(u.Fragment, "@")
 }
 
 var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)

@@ -91,10 +91,10 @@ func TestValidate(t *testing.T) {
 		{"postgres", func(c *Config) { c.Store = Store{Postgres: Postgres{URL: "postgres://db"}} }, nil},
 		{"postgresql, host as a parameter", func(c *Config) { c.Store = Store{Postgres: Postgres{URL: "postgresql:///sluice?host=/run/postgresql"}} }, nil},
 		{"postgres, not a URL", func(c *Config) { c.Store = Store{Postgres: Postgres{URL: "host=db password=SECRET"}} }, []string{
-			"store.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database (the value is not shown: it may hold a password)",
+			"store.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database, its password percent-encoded (the value is not shown: it may hold a password)",
 		}},
 		{"postgres, no host", func(c *Config) { c.Store = Store{Postgres: Postgres{URL: "postgres:///x"}} }, []string{
-			"store.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database (the value is not shown: it may hold a password)",
+			"store.postgres: want a PostgreSQL URL, postgres://user:password@host:5432/database, its password percent-encoded (the value is not shown: it may hold a password)",
 		}},
 		{"both stores", func(c *Config) { c.Store.Postgres = Postgres{URL: "postgres://db"} }, []string{
 			"store: set exactly one of sqlite or postgres",

@@ -349,6 +349,11 @@ func (c *components) openLedger(ctx context.Context) error {
 				Help: "Spooled records moved into the database (or refused by it); its rate is the ingester's pace."},
 				func() float64 { return float64(o.Ingested()) }))
 	}
+	if pg, ok := led.(*ledgerpg.Ledger); ok {
+		c.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_ledger_late_dropped_total",
+			Help: "Spend records skipped because retention had dropped their month before they reached PostgreSQL (a spool replayed after longer than ledger.retention): their spend is in no total."},
+			func() float64 { return float64(pg.DB().LateDropped()) }))
+	}
 	if d, ok := led.(interface{ DamagedFrames() int64 }); ok {
 		c.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_ledger_spool_damaged_frames_total",
 			Help: "Damaged stretches of the spool (each at least one frame) that the replay at start-up skipped; the spool was kept aside as <spool>-damaged-<unix time>, and the error log says where."},

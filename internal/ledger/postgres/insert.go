@@ -134,12 +134,25 @@ func (l *DB) Insert(ctx context.Context, recs []ledger.Record) (bad int, err err
 		if err = l.ensure(ctx, monthsOf(recs)); err == nil {
 			err = l.insert(ctx, args)
 		}
+		if noPartition(err) {
+			// A month's table exists but is not attached (an operator
+			// detached it to archive it): its records cannot be placed,
+			// and retrying would hold every record behind them.
+			if i, ok := l.unplaceable(ctx, recs); ok {
+				return i, fmt.Errorf("postgres ledger: insert: record %d (%s): %w", i, recs[i].RequestID, errNoPartition)
+			}
+		}
 	}
 	switch {
 	case err == nil:
+		l.noteLate(recs)
 		return -1, nil
 	case refused(err):
-		return l.findBad(ctx, recs)
+		bad, err := l.findBad(ctx, recs)
+		if bad < 0 && err == nil {
+			l.noteLate(recs)
+		}
+		return bad, err
 	}
 	return -1, fmt.Errorf("postgres ledger: insert: %w", err)
 }
@@ -207,6 +220,30 @@ func (l *DB) findBad(ctx context.Context, recs []ledger.Record) (int, error) {
 		return -1, fmt.Errorf("postgres ledger: insert: %w", err)
 	}
 	return -1, nil
+}
+
+// errNoPartition is the fault of a record whose month has a table that is
+// not attached to ledger_records.
+var errNoPartition = errors.New("its month's partition is not attached to ledger_records (detached to be archived?): the record cannot be stored")
+
+// unplaceable is the index of the first record of recs whose month has
+// no attached partition.
+func (l *DB) unplaceable(ctx context.Context, recs []ledger.Record) (int, bool) {
+	rows, err := l.pool.Query(ctx, `SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'ledger_records'::regclass`)
+	if err != nil {
+		return -1, false
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return -1, false
+	}
+	for i, r := range recs {
+		if !slices.Contains(names, monthOf(r.StartedAt).name()) {
+			return i, true
+		}
+	}
+	return -1, false
 }
 
 // noPartition reports PostgreSQL's refusal of a row for which

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sluicegw/sluice/internal/ledger"
 )
 
 // The partitions of ledger_records are UTC months of started_at, named
@@ -231,6 +233,11 @@ const lockNotAvailable = "55P03"
 // again. The lifetime sums stay: they are what lifetime budgets are
 // enforced against.
 func (l *DB) DropBefore(ctx context.Context, cutoff time.Time) (dropped []string, err error) {
+	defer func() {
+		if len(dropped) > 0 {
+			err = errors.Join(err, l.loadDropped(ctx))
+		}
+	}()
 	rows, err := l.pool.Query(ctx, `SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = 'ledger_records'::regclass`)
 	if err != nil {
@@ -300,3 +307,52 @@ func (l *DB) drop(ctx context.Context, m month) error {
 	}
 	return tx.Commit(ctx)
 }
+
+// span is a range of started_at, inclusive: a dropped month's.
+type span struct{ lo, last int64 }
+
+// loadDropped reads ledger_dropped into l.dropped.
+func (l *DB) loadDropped(ctx context.Context) error {
+	rows, err := l.pool.Query(ctx, `SELECT lo, last FROM ledger_dropped ORDER BY lo`)
+	if err != nil {
+		return fmt.Errorf("postgres ledger: dropped months: %w", err)
+	}
+	spans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (span, error) {
+		var s span
+		return s, r.Scan(&s.lo, &s.last)
+	})
+	if err != nil {
+		return fmt.Errorf("postgres ledger: dropped months: %w", err)
+	}
+	l.dropped.Store(&spans)
+	return nil
+}
+
+// noteLate counts and logs the records of recs whose months retention
+// dropped before they arrived: Insert skips them (their request ids went
+// with the month, so a record counted before cannot be told from one
+// never counted), and their spend is in no total.
+func (l *DB) noteLate(recs []ledger.Record) {
+	spans := l.dropped.Load()
+	if spans == nil || len(*spans) == 0 {
+		return
+	}
+	n := 0
+	for _, r := range recs {
+		at := r.StartedAt.UnixNano()
+		for _, s := range *spans {
+			if at >= s.lo && at <= s.last {
+				n++
+				break
+			}
+		}
+	}
+	if n > 0 {
+		l.lateDropped.Add(int64(n))
+		l.log.Warn("spend records of months retention dropped arrived late and were skipped: their spend is in no total (a replica's spool replayed after longer than ledger.retention?)", "records", n)
+	}
+}
+
+// LateDropped counts the records Insert skipped because retention had
+// dropped their month before they arrived.
+func (l *DB) LateDropped() int64 { return l.lateDropped.Load() }

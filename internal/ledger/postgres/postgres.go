@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -125,14 +128,31 @@ func (sink) Prepare(r ledger.Record) (any, error) {
 	if err := validate(r); err != nil {
 		return nil, err
 	}
-	return r, nil
+	return storable(r), nil
+}
+
+// storable is r with every text field as PostgreSQL stores text: valid
+// UTF-8 without NUL. A byte sequence that is not UTF-8 (a client's
+// x-request-id in Latin-1) and a NUL each become U+FFFD, so that the
+// record — its cost above all — is stored rather than refused for a
+// label. The SQLite ledger keeps such bytes as they are.
+func storable(r ledger.Record) ledger.Record {
+	for _, f := range []*string{&r.RequestID, &r.KeyID, &r.Team, &r.Org, &r.Endpoint, &r.Model, &r.Provider,
+		&r.UpstreamModel, &r.Outcome, &r.ClientRequestID, &r.ErrorType} {
+		if !utf8.ValidString(*f) || strings.IndexByte(*f, 0) >= 0 {
+			*f = strings.ReplaceAll(strings.ToValidUTF8(*f, "\uFFFD"), "\x00", "\uFFFD")
+		}
+	}
+	return r
 }
 
 func (s sink) Open(context.Context) (spool.Writer, error) { return writer(s), nil }
 
-// RecordFault: Insert blames a record it finds invalid or PostgreSQL
-// refuses for its values.
-func (sink) RecordFault(err error) bool { return errors.Is(err, ledger.ErrInvalid) || refused(err) }
+// RecordFault: Insert blames a record it finds invalid, that PostgreSQL
+// refuses for its values, or whose month's partition is detached.
+func (sink) RecordFault(err error) bool {
+	return errors.Is(err, ledger.ErrInvalid) || errors.Is(err, errNoPartition) || refused(err)
+}
 
 // writer writes through the pool: each Write is a transaction of its own
 // on any of the pool's connections.
@@ -164,6 +184,12 @@ type DB struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 
+	// dropped are the ranges of started_at whose months retention dropped
+	// (ledger_dropped), as last read: Insert counts the records it skips
+	// for them (lateDropped).
+	dropped     atomic.Pointer[[]span]
+	lateDropped atomic.Int64
+
 	// inTx, for tests, runs inside each Insert transaction just before
 	// its commit: the seam through which they see the transaction's
 	// settings.
@@ -189,6 +215,10 @@ func OpenDB(ctx context.Context, url string, opts Options) (*DB, error) {
 	}
 	l := &DB{pool: pool, log: log.With("component", "ledger")}
 	if err := l.EnsurePartitions(ctx, time.Now()); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := l.loadDropped(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}

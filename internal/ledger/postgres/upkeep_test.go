@@ -11,32 +11,36 @@ import (
 	"github.com/sluicegw/sluice/internal/testenv"
 )
 
-// TestUpkeep: one round at a given now makes the partitions ahead of it
-// and drops the months that end before now minus the retention, and
-// nothing more; with retention 0 it drops nothing. Upkeep returns nil
+// TestUpkeep: one round makes the partitions ahead of its now and drops
+// the months that end before the database's now minus the retention, and
+// nothing more, whatever the replica's clock says; with retention 0 it
+// drops nothing. Upkeep returns nil
 // when its context ends.
 func TestUpkeep(t *testing.T) {
 	url := newDatabase(t)
 	l := openTest(t, url)
 	l.log = testenv.Quiet()
-	jan, feb, mar := time.Date(2025, 1, 10, 0, 0, 0, 0, time.UTC), time.Date(2025, 2, 10, 0, 0, 0, 0, time.UTC), time.Date(2025, 3, 10, 0, 0, 0, 0, time.UTC)
-	insert(t, l, record("req_jan", 1, jan, 100), record("req_feb", 1, feb, 200), record("req_mar", 1, mar, 300))
-	now := time.Date(2025, 4, 15, 0, 0, 0, 0, time.UTC)
+	// Retention goes by the database's clock (here the machine's).
+	now := time.Now().UTC()
+	old, recent := now.AddDate(-2, 0, 0), now.Add(-time.Minute)
+	insert(t, l, record("req_old", 1, old, 100), record("req_recent", 1, recent, 300))
+	oldName, aheadName := monthOf(old).name(), monthOf(now).next().next().next().name()
 
+	// Without retention: partitions made ahead, nothing dropped.
 	l.upkeep(testctx.Deadline(t), 0, now)
-	if got := partitions(t, url); !slices.Contains(got, "ledger_records_2025_01") || !slices.Contains(got, "ledger_records_2025_07") {
-		t.Fatalf("partitions after a round without retention: %v; want January kept and up to July made (April and three ahead)", got)
+	if got := partitions(t, url); !slices.Contains(got, oldName) || !slices.Contains(got, aheadName) {
+		t.Fatalf("partitions after a round without retention: %v; want %s kept and up to %s made (this month and three ahead)", got, oldName, aheadName)
 	}
-	// 45 days before April 15 is March 1: January and February end by
-	// then, March does not.
-	l.upkeep(testctx.Deadline(t), 45*24*time.Hour, now)
+	// 400 days: the month two years ago ended before the cutoff, this one
+	// did not. The replica's own clock, two months fast, is not asked.
+	l.upkeep(testctx.Deadline(t), 400*24*time.Hour, now.AddDate(0, 2, 0))
 	got := partitions(t, url)
-	if slices.Contains(got, "ledger_records_2025_01") || slices.Contains(got, "ledger_records_2025_02") || !slices.Contains(got, "ledger_records_2025_03") {
-		t.Errorf("partitions after a round with 45 days' retention at April 15: %v; want January and February dropped, March kept", got)
+	if slices.Contains(got, oldName) || !slices.Contains(got, monthOf(now).name()) {
+		t.Errorf("partitions after a round with 400 days' retention: %v; want %s dropped, this month's kept", got, oldName)
 	}
 	recs, err := l.Records(testctx.Deadline(t), ledger.Filter{})
-	if err != nil || len(recs) != 1 || recs[0].RequestID != "req_mar" {
-		t.Errorf("records after retention: %v, %v; want March's alone", recs, err)
+	if err != nil || len(recs) != 1 || recs[0].RequestID != "req_recent" {
+		t.Errorf("records after retention: %v, %v; want the recent one alone", recs, err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
