@@ -344,11 +344,14 @@ func (l *Ledger) commit(ctx context.Context, c Writer, batch []*pending) error {
 	return l.commitCounted(ctx, c, batch, l.sp == nil)
 }
 
+// noRecord is a Writer's bad when no one record is to blame.
+const noRecord = -1
+
 // commitCounted is commit; count says whether Stats counts the commit
 // (with a spool, Stats counts what is spooled: see spoolBatch).
 func (l *Ledger) commitCounted(ctx context.Context, c Writer, batch []*pending, count bool) error {
 	for len(batch) > 0 {
-		bad, err := -1, l.injected("commit")
+		bad, err := noRecord, l.injected("commit")
 		if err == nil {
 			preps := make([]any, len(batch))
 			for i, p := range batch {

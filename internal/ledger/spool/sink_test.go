@@ -61,6 +61,9 @@ type memSink struct {
 	closes int                             // Writers closed
 	misuse []error                         // the Writer's contract broken
 	idles  atomic.Int64                    // Writer.Idle calls
+	// writes counts the Write calls, failed ones included; largest is
+	// the largest batch one was given.
+	writes, largest int
 }
 
 var (
@@ -204,6 +207,8 @@ func (w *memWriter) Write(ctx context.Context, batch []any) (int, error) {
 	s := w.s
 	s.mu.Lock()
 	before := s.before
+	s.writes++
+	s.largest = max(s.largest, len(batch))
 	s.mu.Unlock()
 	if before != nil {
 		if err := before(ctx); err != nil {

@@ -116,7 +116,7 @@ func TestReadDuringFailedStopReturns(t *testing.T) {
 		if err := stop(); err == nil {
 			t.Fatal("Run = nil; want the ingestion's failure")
 		}
-		if err := testctx.Receive(t, "the read's return", read); err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "in the spool") {
+		if err := testctx.Receive(t, "the read's return", read); err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "1 acknowledged records are in the spool") {
 			t.Fatalf("read = %v; want the records left in the spool", err)
 		}
 	}

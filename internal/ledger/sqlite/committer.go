@@ -144,6 +144,9 @@ func (c *committer) close() error {
 	return errors.Join(append(errs, c.conn.Close())...)
 }
 
+// noRecord is write's bad when no one record is to blame.
+const noRecord = -1
+
 // errChunk is what writeTx returns, once it rolled back, when SQLite
 // refused a multi-row insert for a constraint: one of its records is to
 // blame, and the statement does not say which.
@@ -157,7 +160,7 @@ var errChunk = errors.New("a multi-row insert was refused")
 // per record. If a record is refused (a constraint), or its sums would
 // overflow the batch's, it rolls back and returns the index of that
 // record with the error; if anything else fails (BEGIN, an insert, an
-// aggregate, COMMIT), it returns -1.
+// aggregate, COMMIT), it returns noRecord (-1).
 //
 // The records are inserted insertRows to a statement, the rest one by
 // one. When SQLite refuses a multi-row insert for a constraint, write
@@ -176,7 +179,7 @@ func (c *committer) Write(ctx context.Context, preps []any) (bad int, err error)
 	for i, p := range preps {
 		batch[i] = p.(*prepared)
 	}
-	bad = -1
+	bad = noRecord
 	rawErr := c.conn.Raw(func(dc any) error {
 		c.dc = dc.(driverConn) // newCommitter checked it
 		defer func() { c.dc = nil }()
@@ -187,7 +190,7 @@ func (c *committer) Write(ctx context.Context, preps []any) (bad int, err error)
 		return nil
 	})
 	if rawErr != nil {
-		return -1, rawErr
+		return noRecord, rawErr
 	}
 	return bad, err
 }
@@ -195,10 +198,10 @@ func (c *committer) Write(ctx context.Context, preps []any) (bad int, err error)
 // writeTx is write, with up to rows records per insert.
 func (c *committer) writeTx(ctx context.Context, batch []*prepared, rows int) (int, error) {
 	if _, err := c.dc.ExecContext(ctx, "BEGIN IMMEDIATE", nil); err != nil {
-		return -1, errors.Join(fmt.Errorf("begin: %w", err), c.rollback(ctx))
+		return noRecord, errors.Join(fmt.Errorf("begin: %w", err), c.rollback(ctx))
 	}
 	if err := c.checkVersion(ctx); err != nil {
-		return -1, errors.Join(err, c.rollback(ctx))
+		return noRecord, errors.Join(err, c.rollback(ctx))
 	}
 	clear(c.rows)
 	clear(c.life)
@@ -221,16 +224,16 @@ func (c *committer) writeTx(ctx context.Context, batch []*prepared, rows int) (i
 			case n == 1:
 				return i, errors.Join(err, c.rollback(ctx))
 			case !recordFault(err):
-				return -1, errors.Join(err, c.rollback(ctx))
+				return noRecord, errors.Join(err, c.rollback(ctx))
 			}
 			if rerr := c.rollback(ctx); rerr != nil {
-				return -1, errors.Join(err, rerr)
+				return noRecord, errors.Join(err, rerr)
 			}
-			return -1, errChunk
+			return noRecord, errChunk
 		}
 		stored, err := c.stored(ctx, chunk, res)
 		if err != nil {
-			return -1, errors.Join(fmt.Errorf("insert: %w", err), c.rollback(ctx))
+			return noRecord, errors.Join(fmt.Errorf("insert: %w", err), c.rollback(ctx))
 		}
 		for j, p := range chunk {
 			if stored != nil && !stored[j] {
@@ -244,20 +247,20 @@ func (c *committer) writeTx(ctx context.Context, batch []*prepared, rows int) (i
 	}
 	for k, s := range c.rows {
 		if err := c.add(ctx, c.addAgg, c.newAgg, k, true, s); err != nil {
-			return -1, errors.Join(fmt.Errorf("aggregate %s %q model %q bucket %d: %w", k.scope, k.id, k.model, k.bucket, err),
+			return noRecord, errors.Join(fmt.Errorf("aggregate %s %q model %q bucket %d: %w", k.scope, k.id, k.model, k.bucket, err),
 				c.rollback(ctx))
 		}
 	}
 	for k, s := range c.life {
 		if err := c.add(ctx, c.addLife, c.newLife, k, false, s); err != nil {
-			return -1, errors.Join(fmt.Errorf("lifetime aggregate %s %q model %q: %w", k.scope, k.id, k.model, err),
+			return noRecord, errors.Join(fmt.Errorf("lifetime aggregate %s %q model %q: %w", k.scope, k.id, k.model, err),
 				c.rollback(ctx))
 		}
 	}
 	if _, err := c.dc.ExecContext(ctx, "COMMIT", nil); err != nil {
-		return -1, errors.Join(fmt.Errorf("commit: %w", err), c.rollback(ctx))
+		return noRecord, errors.Join(fmt.Errorf("commit: %w", err), c.rollback(ctx))
 	}
-	return -1, nil
+	return noRecord, nil
 }
 
 // checkVersion refuses to write to a schema other than the one this code

@@ -1,0 +1,184 @@
+package spool
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/ledger"
+	"github.com/sluicegw/sluice/internal/testctx"
+)
+
+// TestQueueHoldsFourBatches: the queue holds four batches' worth of
+// Appends, or 1,024, whichever is more: 1,100 Appends with MaxBatch 300
+// all queue before Run starts.
+func TestQueueHoldsFourBatches(t *testing.T) {
+	const maxBatch, n = 300, 1100 // 1024 < n <= 4*maxBatch
+	l := openTest(t, Options{MaxBatch: maxBatch})
+	wait := appendAsync(testctx.Deadline(t), l, numbered(n)...)
+	testctx.Wait(t, fmt.Sprintf("%d Appends queued", n), func() bool { return l.Queued() == n })
+	start(t, l)
+	for id, err := range wait() {
+		if err != nil {
+			t.Errorf("Append(%s): %v", id, err)
+		}
+	}
+	if records, _ := l.Stats(); records != n {
+		t.Errorf("Stats = %d records; want %d", records, n)
+	}
+}
+
+// TestIngestTransactionsBounded: the ingester and the replay write at
+// most 1,024 records a transaction, and fill them: 2,500 records replayed
+// are three transactions; 3,000 spooled while the ingester waits are
+// written in transactions of at most 1,024.
+func TestIngestTransactionsBounded(t *testing.T) {
+	path := spoolPath(t)
+	writeSpool(t, path, 1, numbered(2500)...)
+	sink := newMemSink(t)
+	l := openOn(t, sink, Options{Path: path, IngestDelay: time.Hour, MaxBatch: 1000})
+	sink.mu.Lock()
+	writes, largest := sink.writes, sink.largest
+	sink.writes, sink.largest = 0, 0
+	sink.mu.Unlock()
+	if writes != 3 || largest != ingestBatch {
+		t.Errorf("replaying 2,500 records took %d transactions, the largest of %d; want 3, of %d", writes, largest, ingestBatch)
+	}
+	start(t, l)
+	var recs []ledger.Record
+	for i := range 3000 {
+		recs = append(recs, record(fmt.Sprintf("new_%04d", i)))
+	}
+	for id, err := range appendAsync(testctx.Deadline(t), l, recs...)() {
+		if err != nil {
+			t.Fatalf("Append(%s): %v", id, err)
+		}
+	}
+	if got, err := records(testctx.Deadline(t), l); err != nil || len(got) != 5500 {
+		t.Fatalf("records = %d, %v; want 5,500", len(got), err)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if sink.largest > ingestBatch || sink.writes < 3000/ingestBatch+1 {
+		t.Errorf("3,000 records ingested in %d transactions, the largest of %d; want at most %d each", sink.writes, sink.largest, ingestBatch)
+	}
+}
+
+// TestStopTriesThreeTimes: at Run's end, records the sink keeps failing
+// are tried three times (stopAttempts), then left in the spool, and Run
+// says so.
+func TestStopTriesThreeTimes(t *testing.T) {
+	sink := newMemSink(t)
+	l := openOn(t, sink, Options{Path: spoolPath(t), IngestDelay: time.Hour})
+	stop := runLedger(t, l)
+	if err := l.Append(testctx.Deadline(t), record("spooled")); err != nil {
+		t.Fatal(err)
+	}
+	failIngestion(l)
+	if err := stop(); err == nil || !strings.Contains(err.Error(), "1 acknowledged records stay in the spool") {
+		t.Errorf("Run = %v; want the record left in the spool", err)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if sink.writes != stopAttempts {
+		t.Errorf("the failing sink was tried %d times at the stop; want %d", sink.writes, stopAttempts)
+	}
+}
+
+// TestDefaultName: a Ledger opened without a Name says "ledger" in its
+// errors.
+func TestDefaultName(t *testing.T) {
+	l := openTest(t, Options{})
+	l.Close()
+	if err := l.Append(testctx.Deadline(t), record("late")); err == nil || !strings.HasPrefix(err.Error(), "ledger: append late: ") {
+		t.Errorf("Append after Close = %v; want it to start with %q", err, "ledger: append late: ")
+	}
+}
+
+// TestFailedCheckReleasesTheSpool: Open whose check fails (the database
+// cannot be opened) lets go of the spool's lock, so that the next Open
+// takes it.
+func TestFailedCheckReleasesTheSpool(t *testing.T) {
+	path := spoolPath(t)
+	if _, err := Open(t.Context(), newMemSink(t), Options{Path: path}, func() error { return errDown }); !errors.Is(err, errDown) {
+		t.Fatalf("Open with a failing check = %v; want its error", err)
+	}
+	l, err := Open(t.Context(), newMemSink(t), Options{Path: path}, nil)
+	if err != nil {
+		t.Fatalf("Open after a failed one: %v; want the spool free", err)
+	}
+	l.Close()
+}
+
+// TestTornTailLogged: a spool whose last frame is cut short (a crash
+// during its write) is kept aside and the torn tail logged at warn level;
+// one damaged in its middle (a flipped bit) is kept aside without that
+// warning; one without damage is neither.
+func TestTornTailLogged(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		damage        func(path string, data []byte) error
+		aside, warned bool
+	}{
+		{"intact", func(string, []byte) error { return nil }, false, false},
+		{"torn", func(path string, data []byte) error { return os.Truncate(path, int64(len(data))-3) }, true, true},
+		{"bit flipped", func(path string, data []byte) error {
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			_, err = f.WriteAt([]byte{data[frameStart+frameHeader+2] ^ 1}, frameStart+frameHeader+2)
+			return errors.Join(err, f.Close())
+		}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := spoolPath(t)
+			data := writeSpool(t, path, 1, record("a"), record("b"), record("c"))
+			if err := tc.damage(path, data); err != nil {
+				t.Fatal(err)
+			}
+			var log bytes.Buffer
+			openTest(t, Options{Path: path, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			aside, _ := filepath.Glob(path + "-damaged-*")
+			warned := strings.Contains(log.String(), "level=WARN") && strings.Contains(log.String(), "last frame does not verify")
+			if warned != tc.warned || (len(aside) == 1) != tc.aside {
+				t.Errorf("warned %v (want %v), kept aside %v (want %v); log:\n%s", warned, tc.warned, aside, tc.aside, log.String())
+			}
+		})
+	}
+}
+
+// TestKeptAsideNamesDiffer: two damaged spools kept aside in the same
+// second get names of their own.
+func TestKeptAsideNamesDiffer(t *testing.T) {
+	path := spoolPath(t)
+	sp := &spool{path: path}
+	now := time.Unix(1_700_000_000, 0)
+	var names []string
+	for i := range 3 {
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("spool %d", i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp.f, sp.size = osFile{f}, 7
+		name, err := copyAside(sp, now)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, filepath.Base(name))
+	}
+	want := []string{"ledger-spool-damaged-1700000000", "ledger-spool-damaged-1700000000-2", "ledger-spool-damaged-1700000000-3"}
+	if fmt.Sprint(names) != fmt.Sprint(want) {
+		t.Errorf("names %v; want %v", names, want)
+	}
+}
