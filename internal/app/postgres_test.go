@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	ledgerpg "github.com/sluicegw/sluice/internal/ledger/postgres"
 	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/internal/testenv/pgtest"
 )
@@ -153,5 +154,32 @@ func TestServeWaitsForMigrate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), component+" schema version 99 is newer than this sluice knows") {
 			t.Errorf("serve against a %s schema 99: %v; want it refused as newer", component, err)
 		}
+	}
+}
+
+// TestSpendSaysWhatSpoolsHold: with the ledger in PostgreSQL, sluice
+// spend reads the database and says, on stderr, how many acknowledged
+// records replicas' spools hold that it cannot see yet.
+func TestSpendSaysWhatSpoolsHold(t *testing.T) {
+	url := pgtest.Database(t)
+	config := pgQuickstart(t, url)
+	if _, _, err := run(t, "migrate", "--config", config); err != nil {
+		t.Fatal(err)
+	}
+	db, err := ledgerpg.OpenDB(t.Context(), url, ledgerpg.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, stderr, err := run(t, "spend", "--config", config); err != nil || strings.Contains(stderr, "spools") {
+		t.Fatalf("spend with no backlog: %q, %v; want no note", stderr, err)
+	}
+	if err := db.Report(t.Context(), "replica-b:/var/lib/sluice/spool", 5, time.Now().Add(-time.Minute), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err := run(t, "spend", "--config", config)
+	if err != nil || !strings.Contains(stderr, "sluice spend: note: 5 acknowledged spend records are in 1 replicas' spools and not yet in PostgreSQL") ||
+		!strings.Contains(stderr, "replica-b:/var/lib/sluice/spool") {
+		t.Errorf("spend with a replica's backlog: stderr %q, %v; want the note naming it", stderr, err)
 	}
 }
