@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -314,5 +315,30 @@ func TestNumColumns(t *testing.T) {
 	}
 	if n := strings.Count(columns, ",") + 1; n != numColumns || len(args) != numColumns {
 		t.Errorf("columns names %d, encode fills %d; numColumns is %d", n, len(args), numColumns)
+	}
+}
+
+// TestBatchSumOverflowBlamesItsRecord: a record whose tokens would take its
+// aggregate row past what it holds, within a batch (the row's sum of the
+// records before it in the same transaction), is the one blamed — also
+// in a later multi-row statement, at an offset within it — and the rest
+// of the batch is stored.
+func TestBatchSumOverflowBlamesItsRecord(t *testing.T) {
+	l := openTest(t, filepath.Join(t.TempDir(), "ledger.sqlite"), Options{})
+	recs := numbered(3*insertRows + 3)
+	big, over := insertRows+2, insertRows+5 // both in the second statement
+	for i := range recs {
+		recs[i].Tokens[tokens.Input] = 0
+	}
+	recs[big].Tokens[tokens.Input] = math.MaxInt64 - 10
+	recs[over].Tokens[tokens.Input] = 100
+	errs := commitBatch(t, l, recs, nil)
+	for i, err := range errs {
+		if (err != nil) != (i == over) {
+			t.Errorf("record %d: %v; want only record %d refused", i, err, over)
+		}
+	}
+	if got := checkAggregates(t, l); len(got) != len(recs)-1 {
+		t.Errorf("%d records stored; want %d", len(got), len(recs)-1)
 	}
 }
