@@ -125,9 +125,10 @@ func TestTornTailLogged(t *testing.T) {
 		name          string
 		damage        func(path string, data []byte) error
 		aside, warned bool
+		damaged       int64 // DamagedFrames
 	}{
-		{"intact", func(string, []byte) error { return nil }, false, false},
-		{"torn", func(path string, data []byte) error { return os.Truncate(path, int64(len(data))-3) }, true, true},
+		{"intact", func(string, []byte) error { return nil }, false, false, 0},
+		{"torn", func(path string, data []byte) error { return os.Truncate(path, int64(len(data))-3) }, true, true, 0},
 		{"bit flipped", func(path string, data []byte) error {
 			f, err := os.OpenFile(path, os.O_WRONLY, 0)
 			if err != nil {
@@ -135,7 +136,18 @@ func TestTornTailLogged(t *testing.T) {
 			}
 			_, err = f.WriteAt([]byte{data[frameStart+frameHeader+2] ^ 1}, frameStart+frameHeader+2)
 			return errors.Join(err, f.Close())
-		}, true, false},
+		}, true, false, 1},
+		{"header and first frame", func(path string, data []byte) error {
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			_, err = f.WriteAt([]byte{data[len(spoolMagic)] ^ 1}, int64(len(spoolMagic)))
+			if err == nil {
+				_, err = f.WriteAt([]byte{data[frameStart+frameHeader+2] ^ 1}, frameStart+frameHeader+2)
+			}
+			return errors.Join(err, f.Close())
+		}, true, false, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := spoolPath(t)
@@ -144,7 +156,10 @@ func TestTornTailLogged(t *testing.T) {
 				t.Fatal(err)
 			}
 			var log bytes.Buffer
-			openTest(t, Options{Path: path, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			l := openTest(t, Options{Path: path, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			if got := l.DamagedFrames(); got != tc.damaged {
+				t.Errorf("DamagedFrames = %d; want %d", got, tc.damaged)
+			}
 			aside, _ := filepath.Glob(path + "-damaged-*")
 			warned := strings.Contains(log.String(), "level=WARN") && strings.Contains(log.String(), "last frame does not verify")
 			if warned != tc.warned || (len(aside) == 1) != tc.aside {

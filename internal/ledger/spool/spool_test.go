@@ -444,8 +444,8 @@ func TestSecondWriterRefused(t *testing.T) {
 	if checked {
 		t.Error("the second writer's Open ran its check (it would have opened the database) before it was refused")
 	}
-	if _, err := os.Stat("/proc/locks"); err == nil && inUse.PID != os.Getpid() {
-		t.Errorf("the holder's pid is %d, want %d (this process)", inUse.PID, os.Getpid())
+	if _, serr := os.Stat("/proc/locks"); serr == nil && (inUse.PID != os.Getpid() || !strings.Contains(err.Error(), fmt.Sprintf("is locked by process %d", os.Getpid()))) {
+		t.Errorf("the holder's pid is %d, want %d (this process), and named in %q", inUse.PID, os.Getpid(), err)
 	}
 	r := openOn(t, s, Options{Path: path, Reader: true})
 	if got := storedIDs(t, r); len(got) != 1 || got[0] != "from-a" {
