@@ -67,7 +67,7 @@ func TestSecondServeOfALedgerRefused(t *testing.T) {
 	for _, want := range []string{
 		fmt.Sprintf("ledger.sqlite %s is in use by another sluice process (pid %d)", ledgerPath, first.Process.Pid),
 		"each replica needs its own ledger file",
-		"PostgreSQL ledger and Redis admission",
+		"replicas sharing a ledger need ledger.postgres",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the second serve's output lacks %q:\n%s", want, out.String())
