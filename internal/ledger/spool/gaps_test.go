@@ -2,11 +2,13 @@ package spool
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,5 +197,53 @@ func TestKeptAsideNamesDiffer(t *testing.T) {
 	want := []string{"ledger-spool-damaged-1700000000", "ledger-spool-damaged-1700000000-2", "ledger-spool-damaged-1700000000-3"}
 	if fmt.Sprint(names) != fmt.Sprint(want) {
 		t.Errorf("names %v; want %v", names, want)
+	}
+}
+
+// TestReplayAcrossWindows: replay reads the spool through a 64 KiB window;
+// with frames of 1 to 40 KiB, frames straddle the window's edges, a
+// damaged frame's resynchronization scans across them, and the scan's
+// search for the generation's bytes straddles them too. A bit flipped at
+// any of hundreds of places across five windows loses the one frame it
+// hit, and every other frame is replayed, once, in order.
+func TestReplayAcrossWindows(t *testing.T) {
+	var recs []ledger.Record
+	var ids []string
+	for i := range 24 {
+		r := record(fmt.Sprintf("w%02d", i))
+		r.ErrorType = strings.Repeat(string(rune('a'+i%26)), 1000+(i*7919)%40000)
+		recs, ids = append(recs, r), append(ids, r.RequestID)
+	}
+	good := writeSpool(t, filepath.Join(t.TempDir(), "spool"), 9, recs...)
+	var offs []int64
+	for off := int64(frameStart); len(offs) < len(recs); {
+		offs = append(offs, off)
+		off += frameHeader + int64(binary.LittleEndian.Uint32(good[off:]))
+	}
+	end := offs[len(offs)-1] + frameHeader + int64(binary.LittleEndian.Uint32(good[offs[len(offs)-1]:]))
+	if end < 5*windowSize {
+		t.Fatalf("the frames end at %d; want past five windows", end)
+	}
+	if got, rep := replayed(t, good); !slices.Equal(got, ids) || len(rep.skips) != 0 || rep.end != end {
+		t.Fatalf("intact: replayed %d records, %d skips, ending at %d; want %d, none, %d", len(got), len(rep.skips), rep.end, len(ids), end)
+	}
+	b := make([]byte, len(good))
+	for at := int64(frameStart); at < offs[len(offs)-1]; at += 4099 {
+		frame := 0
+		for frame+1 < len(offs) && offs[frame+1] <= at {
+			frame++
+		}
+		copy(b, good)
+		b[at] ^= 1 << (at % 8)
+		got, rep := replayed(t, b)
+		want := slices.Delete(slices.Clone(ids), frame, frame+1)
+		if !slices.Equal(got, want) {
+			t.Fatalf("byte %d (frame %d) flipped: replayed %v, want %v", at, frame, got, want)
+		}
+		if len(rep.skips) != 1 || rep.skips[0].at != offs[frame] || rep.skips[0].n != offs[frame+1]-offs[frame] ||
+			rep.skips[0].frames != len(ids)-frame-1 || rep.end != end {
+			t.Fatalf("byte %d (frame %d) flipped: skips %+v, end %d; want one skip of frame %d (%d bytes at %d), %d frames after it, end %d",
+				at, frame, rep.skips, rep.end, frame, offs[frame+1]-offs[frame], offs[frame], len(ids)-frame-1, end)
+		}
 	}
 }
