@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/ledger"
 	ledgerpg "github.com/sluicegw/sluice/internal/ledger/postgres"
+	"github.com/sluicegw/sluice/internal/testctx"
 	"github.com/sluicegw/sluice/internal/testenv"
 	"github.com/sluicegw/sluice/internal/testenv/pgtest"
 )
@@ -36,6 +38,7 @@ providers: [{name: p, kind: openai-compatible, base_url: "http://%[1]s"}]
 models: [{name: m, provider: p}]
 teams: [{name: t}]
 keys: [{name: k, team: t, sha256: "%[4]s"}]
+admin: {token: ` + fleetAdminToken + `}
 security: {principal_keys: [{value: "` + attackPrincipalKey + `"}]}
 xds:
   sluice_addresses: [%[3]s]
@@ -74,8 +77,11 @@ func TestFleetLedger(t *testing.T) {
 	bConfig, cConfig := childConfig(), childConfig()
 	_, b := startChildArgs(t, bConfig, nil)
 	cCmd, c := startChildArgs(t, cConfig, nil)
-	if err := os.WriteFile(a.config, []byte(policy(a.grpcAddr, b.grpcAddr, c.grpcAddr)), 0o600); err != nil {
-		t.Fatal(err)
+	// One configuration for the three: each reloads it.
+	for _, config := range []string{a.config, bConfig, cConfig} {
+		if err := os.WriteFile(config, []byte(policy(a.grpcAddr, b.grpcAddr, c.grpcAddr)), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	envoy := emulatorFor(t, a, "e2e-fleet-ledger")
 	db, err := ledgerpg.OpenDB(t.Context(), url, ledgerpg.Options{Log: testenv.Quiet()})
@@ -248,6 +254,55 @@ func TestFleetLedger(t *testing.T) {
 		stream(2000 + i)
 	}
 	checkLedger("three replicas")
+
+	// The same xDS version from each (an Envoy that switches control
+	// planes is sent nothing new: xds/reconnect.go).
+	testctx.Wait(t, "the three replicas serving one xDS version", func() bool {
+		va := xdsVersion(t, a)
+		return va != "" && va == xdsVersion(t, b) && va == xdsVersion(t, c)
+	})
+	// A key made through a's admin API is honoured by b and c, and once
+	// revoked by the CLI refused by all three, each within a second.
+	body := strings.NewReader(`{"team":"t","name":"fleet3"}`)
+	req, _ := http.NewRequest("POST", "http://"+a.adminAddr+"/v1/keys", body)
+	req.Header.Set("authorization", "Bearer "+fleetAdminToken)
+	req.Header.Set("content-type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct{ ID, Secret string }
+	err = json.NewDecoder(resp.Body).Decode(&created)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /v1/keys on a: %d %v", resp.StatusCode, err)
+	}
+	for _, r := range []*sluiceProcess{b, c} {
+		if took := awaitCheck(t, r.grpcAddr, created.Secret, true); took > time.Second {
+			t.Errorf("a key made on a was honoured by %s after %v; want within 1 s", r.grpcAddr, took)
+		}
+	}
+	var out, errb bytes.Buffer
+	if err := app.Run(t.Context(), []string{"keys", "revoke", "--config", bConfig, created.ID}, &out, &errb, noEnv); err != nil {
+		t.Fatalf("keys revoke: %v %s", err, errb.String())
+	}
+	for _, r := range replicas {
+		if took := awaitCheck(t, r.grpcAddr, created.Secret, false); took > time.Second {
+			t.Errorf("the revoked key was refused by %s after %v; want within 1 s", r.grpcAddr, took)
+		}
+	}
+	// The same spend seen from each replica's configuration.
+	var spends []string
+	for _, config := range []string{a.config, bConfig, cConfig} {
+		var out, errb bytes.Buffer
+		if err := app.Run(t.Context(), []string{"spend", "--config", config, "--by", "key", "--format", "json"}, &out, &errb, noEnv); err != nil {
+			t.Fatalf("spend --config %s: %v %s", config, err, errb.String())
+		}
+		spends = append(spends, out.String())
+	}
+	if spends[0] == "" || spends[0] != spends[1] || spends[0] != spends[2] {
+		t.Errorf("spend differs between the replicas' configurations:\n%s", strings.Join(spends, "\n"))
+	}
 
 	// PostgreSQL crashes under load, and returns.
 	stop := load()
