@@ -2,6 +2,7 @@ package spool
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -245,5 +246,45 @@ func TestReplayAcrossWindows(t *testing.T) {
 			t.Fatalf("byte %d (frame %d) flipped: skips %+v, end %d; want one skip of frame %d (%d bytes at %d), %d frames after it, end %d",
 				at, frame, rep.skips, rep.end, frame, offs[frame+1]-offs[frame], offs[frame], len(ids)-frame-1, end)
 		}
+	}
+}
+
+// TestGrownSpoolCutBack: a spool that grew past four times its rewind
+// point while the sink was behind is cut back to one growth step at the
+// rewind that follows the sink's catching up, not left at its largest.
+func TestGrownSpoolCutBack(t *testing.T) {
+	sink := newMemSink(t)
+	release := make(chan struct{})
+	sink.setBefore(func(ctx context.Context) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	path := spoolPath(t)
+	l := openOn(t, sink, Options{Path: path, RewindAt: 4096, RewindWait: time.Millisecond})
+	start(t, l)
+	for i := range 3 { // 1.5 MiB of frames: the file grows to 3 MiB, under 4 MiB
+		r := record(fmt.Sprintf("half_%d", i))
+		r.ErrorType = strings.Repeat("x", 512<<10)
+		if err := l.Append(testctx.Deadline(t), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grown, err := os.Stat(path)
+	if err != nil || grown.Size() <= growStep+spoolReserve {
+		t.Fatalf("the spool is %v bytes (%v) with the sink behind; want it grown past %d", grown.Size(), err, growStep+spoolReserve)
+	}
+	close(release)
+	if _, err := records(testctx.Deadline(t), l); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(testctx.Deadline(t), record("after")); err != nil { // rewinds: the sink holds all
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() > growStep+spoolReserve {
+		t.Errorf("the spool is %d bytes (%v) after the rewind; want it cut back to at most %d (was %d)", st.Size(), err, growStep+spoolReserve, grown.Size())
 	}
 }
