@@ -282,30 +282,15 @@ func validate(r ledger.Record) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	if _, err := nanos("started_at", r.StartedAt); err != nil {
+	if _, err := ledger.Nanos("started_at", r.StartedAt); err != nil {
 		return err
 	}
-	_, err := nanos("finished_at", r.FinishedAt)
+	_, err := ledger.Nanos("finished_at", r.FinishedAt)
 	return err
 }
 
-// nanos is t in Unix nanoseconds, 0 for the zero time; a time outside what
-// an int64 of nanoseconds holds, or the epoch itself (0 is "unset"), is
-// invalid.
-func nanos(field string, t time.Time) (int64, error) {
-	if t.IsZero() {
-		return 0, nil
-	}
-	n := unixNanos(t)
-	if n == 0 || !time.Unix(0, n).Equal(t) {
-		return 0, fmt.Errorf("%s: %s cannot be stored (Unix nanoseconds, 1678 to 2262, not the epoch): %w",
-			field, t.Format(time.RFC3339Nano), ledger.ErrInvalid)
-	}
-	return n, nil
-}
-
 // unixNanos is t as a ledger stores it: Unix nanoseconds, 0 for the zero
-// time. Only nanos tells whether it is storable.
+// time. Only ledger.Nanos tells whether it is storable.
 func unixNanos(t time.Time) int64 {
 	if t.IsZero() {
 		return 0

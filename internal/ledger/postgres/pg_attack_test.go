@@ -241,7 +241,7 @@ func TestAttackEdgesOfTime(t *testing.T) {
 	}
 	want := slices.Clone(recs)
 	for i := range want {
-		want[i].StartedAt, want[i].FinishedAt = utc(want[i].StartedAt.UnixNano()), utcOrZero(want[i].FinishedAt)
+		want[i].StartedAt, want[i].FinishedAt = ledger.FromNanos(want[i].StartedAt.UnixNano()), utcOrZero(want[i].FinishedAt)
 	}
 	byID := func(rs []ledger.Record) map[string]ledger.Record {
 		m := map[string]ledger.Record{}

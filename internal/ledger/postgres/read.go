@@ -55,7 +55,7 @@ func (l *DB) records(ctx context.Context, f ledger.Filter) ([]ledger.Record, err
 			return r, err
 		}
 		r.Status, r.TTFT = int(status), time.Duration(tt)
-		r.StartedAt, r.FinishedAt = utc(started), utc(finished)
+		r.StartedAt, r.FinishedAt = ledger.FromNanos(started), ledger.FromNanos(finished)
 		return r, nil
 	})
 }
@@ -216,14 +216,6 @@ func limit(f ledger.Filter) *int64 {
 	}
 	n := int64(f.Limit)
 	return &n
-}
-
-// utc is the inverse of unixNanos.
-func utc(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
 }
 
 // aggColumns are what Buckets and Lifetime read of an aggregate row, a

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicegw/sluice/internal/ledger"
 )
 
 // ReportInterval is how often a serving replica reports its spool.
@@ -53,7 +55,7 @@ func (l *DB) Behind(ctx context.Context) ([]SpoolState, error) {
 		var s SpoolState
 		var oldest, updated int64
 		err := r.Scan(&s.Spool, &s.Backlog, &oldest, &updated)
-		s.OldestAt, s.UpdatedAt = utc(oldest), utc(updated)
+		s.OldestAt, s.UpdatedAt = ledger.FromNanos(oldest), ledger.FromNanos(updated)
 		return s, err
 	})
 	if err != nil {

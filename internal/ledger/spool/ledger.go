@@ -330,28 +330,6 @@ func (l *Ledger) report(err error) {
 	}
 }
 
-// nanos is t as the spool stores it: Unix nanoseconds, 0 for the zero
-// time.
-func nanos(field string, t time.Time) (int64, error) {
-	if t.IsZero() {
-		return 0, nil
-	}
-	n := t.UnixNano()
-	if n == 0 || !time.Unix(0, n).Equal(t) {
-		return 0, fmt.Errorf("%s: %s cannot be stored (Unix nanoseconds, 1678 to 2262, not the epoch): %w",
-			field, t.Format(time.RFC3339Nano), ledger.ErrInvalid)
-	}
-	return n, nil
-}
-
-// utc is the inverse of nanos.
-func utc(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
 // Queued counts the Appends waiting for the committer.
 func (l *Ledger) Queued() int {
 	l.mu.Lock()

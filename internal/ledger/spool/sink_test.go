@@ -152,15 +152,15 @@ func prepare(r ledger.Record) (ledger.Record, error) {
 	if err := r.Validate(); err != nil {
 		return ledger.Record{}, err
 	}
-	started, err := nanos("started_at", r.StartedAt)
+	started, err := ledger.Nanos("started_at", r.StartedAt)
 	if err != nil {
 		return ledger.Record{}, fmt.Errorf("request %s: %w", r.RequestID, err)
 	}
-	finished, err := nanos("finished_at", r.FinishedAt)
+	finished, err := ledger.Nanos("finished_at", r.FinishedAt)
 	if err != nil {
 		return ledger.Record{}, fmt.Errorf("request %s: %w", r.RequestID, err)
 	}
-	r.StartedAt, r.FinishedAt = utc(started), utc(finished)
+	r.StartedAt, r.FinishedAt = ledger.FromNanos(started), ledger.FromNanos(finished)
 	return r, nil
 }
 

@@ -45,7 +45,7 @@ func recordStrings(r *ledger.Record) [11]*string {
 }
 
 // appendRecord appends r's encoding to b. r's times must be storable
-// (the sink's Prepare checked them): they are written as nanos gives them.
+// (the sink's Prepare checked them): they are written as ledger.Nanos gives them.
 func appendRecord(b []byte, r *ledger.Record) []byte {
 	b = append(b, recordVersion)
 	for _, s := range recordStrings(r) {
@@ -54,8 +54,8 @@ func appendRecord(b []byte, r *ledger.Record) []byte {
 	for _, n := range r.Tokens {
 		b = protowire.AppendVarint(b, protowire.EncodeZigZag(n))
 	}
-	started, _ := nanos("started_at", r.StartedAt)
-	finished, _ := nanos("finished_at", r.FinishedAt)
+	started, _ := ledger.Nanos("started_at", r.StartedAt)
+	finished, _ := ledger.Nanos("finished_at", r.FinishedAt)
 	for _, n := range [...]int64{r.CostPico, int64(r.Status), started, finished, int64(r.TTFT)} {
 		b = protowire.AppendVarint(b, protowire.EncodeZigZag(n))
 	}
@@ -103,7 +103,7 @@ func decodeRecord(b []byte) (ledger.Record, error) {
 	if int64(int(status)) != status {
 		return r, fmt.Errorf("%w: status %d", errRecordEncoding, status)
 	}
-	r.Status, r.StartedAt, r.FinishedAt, r.TTFT = int(status), utc(started), utc(finished), time.Duration(ttft)
+	r.Status, r.StartedAt, r.FinishedAt, r.TTFT = int(status), ledger.FromNanos(started), ledger.FromNanos(finished), time.Duration(ttft)
 	if len(b) != 1 || b[0]&^(flagPriced|flagEstimated|flagStream) != 0 {
 		return r, fmt.Errorf("%w: %d bytes after the integers", errRecordEncoding, len(b))
 	}

@@ -56,7 +56,7 @@ func (l *Ledger) records(ctx context.Context, f ledger.Filter) ([]ledger.Record,
 			return nil, err
 		}
 		r.Priced, r.Estimated, r.Stream = priced, estimated, stream
-		r.StartedAt, r.FinishedAt, r.TTFT = utc(started), utc(finished), time.Duration(ttft)
+		r.StartedAt, r.FinishedAt, r.TTFT = ledger.FromNanos(started), ledger.FromNanos(finished), time.Duration(ttft)
 		recs = append(recs, r)
 	}
 	return recs, rows.Err()

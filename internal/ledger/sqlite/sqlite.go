@@ -224,11 +224,11 @@ func encode(r ledger.Record) ([]any, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	started, err := nanos("started_at", r.StartedAt)
+	started, err := ledger.Nanos("started_at", r.StartedAt)
 	if err != nil {
 		return nil, fmt.Errorf("request %s: %w", r.RequestID, err)
 	}
-	finished, err := nanos("finished_at", r.FinishedAt)
+	finished, err := ledger.Nanos("finished_at", r.FinishedAt)
 	if err != nil {
 		return nil, fmt.Errorf("request %s: %w", r.RequestID, err)
 	}
@@ -257,24 +257,3 @@ func tokenColumns(format string) string {
 }
 
 func sqliteCode(err error) int { return sqlitedb.Code(err) }
-
-// nanos is t as stored: Unix nanoseconds, 0 for the zero time.
-func nanos(field string, t time.Time) (int64, error) {
-	if t.IsZero() {
-		return 0, nil
-	}
-	n := t.UnixNano()
-	if n == 0 || !time.Unix(0, n).Equal(t) {
-		return 0, fmt.Errorf("%s: %s cannot be stored (Unix nanoseconds, 1678 to 2262, not the epoch): %w",
-			field, t.Format(time.RFC3339Nano), ledger.ErrInvalid)
-	}
-	return n, nil
-}
-
-// utc is the inverse of nanos.
-func utc(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
