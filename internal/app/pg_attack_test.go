@@ -3,7 +3,6 @@ package app
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"fmt"
 	"net/url"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/testenv/pgtest"
-	"github.com/sluicegw/sluice/internal/testtls"
 )
 
 // pgAttackConfig is the quickstart's config with its store and ledger at
@@ -132,26 +130,8 @@ func TestAttackPasswordTailNeverShown(t *testing.T) {
 // a client certificate: migrate refuses the server ("failed to verify
 // certificate") rather than connect with the verification dropped.
 func TestAttackClientCertificateKeepsServerVerification(t *testing.T) {
-	ca := testtls.NewCA(t, "postgres CA")
-	server := ca.Issue(t, "db.impostor.example") // not the host the URL names
-	client := ca.IssueWith(t, func(c *x509.Certificate) {
-		c.Subject.CommonName = pgtest.TLSRole
-		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	})
-	srv := pgtest.OwnWith(t, pgtest.Options{TLS: &pgtest.TLS{Cert: testtls.CertPEM(server), Key: testtls.KeyPEM(t, server), ClientCA: ca.PEM()}})
-	srv.Exec(t, "CREATE ROLE "+pgtest.TLSRole+" LOGIN")
-	db := srv.NewDatabase(t, pgtest.TLSRole)
-	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	trusted := write("ca.pem", ca.PEM())
-	write("client.pem", testtls.CertPEM(client))
-	write("client.key", testtls.KeyPEM(t, client))
+	srv, db, dir := tlsPostgres(t, "db.impostor.example") // not the host the URL names
+	trusted := filepath.Join(dir, "ca.pem")
 	for _, tt := range []struct{ name, params, want string }{
 		// The CA is the right one, the name in the server's certificate
 		// is not the URL's host: verify-full refuses, verify-ca would not.

@@ -19,27 +19,8 @@ import (
 // commands work. Another CA, no client certificate, or no TLS are each
 // refused, and no error shows the URL's password.
 func TestPostgresTLS(t *testing.T) {
-	ca := testtls.NewCA(t, "postgres CA")
-	server := ca.Issue(t, "127.0.0.1")
-	client := ca.IssueWith(t, func(c *x509.Certificate) {
-		c.Subject.CommonName = pgtest.TLSRole
-		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	})
-	srv := pgtest.OwnWith(t, pgtest.Options{TLS: &pgtest.TLS{Cert: testtls.CertPEM(server), Key: testtls.KeyPEM(t, server), ClientCA: ca.PEM()}})
-	srv.Exec(t, "CREATE ROLE "+pgtest.TLSRole+" LOGIN")
-	db := srv.NewDatabase(t, pgtest.TLSRole)
-
-	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	write("ca.pem", ca.PEM())
-	write("client.pem", testtls.CertPEM(client))
-	write("client.key", testtls.KeyPEM(t, client))
+	srv, db, dir := tlsPostgres(t, "127.0.0.1")
+	write := func(name string, data []byte) string { return writeIn(t, dir, name, data) }
 	write("other-ca.pem", testtls.NewCA(t, "another CA").PEM())
 	url := fmt.Sprintf("postgres://%s:SECRET-pw@127.0.0.1:%d/%s", pgtest.TLSRole, srv.Port, db)
 	config := func(tls string) string {
@@ -76,4 +57,38 @@ func TestPostgresTLS(t *testing.T) {
 			t.Errorf("%s: the password leaked: %v %s", bad.name, err, stderr)
 		}
 	}
+}
+
+// tlsPostgres starts a PostgreSQL of t's own that holds pgtest.TLSRole to
+// TLS with a client certificate, its certificate issued for serverName
+// by a CA of the test's, and a database that role owns. It writes into a
+// directory of t's the CA (ca.pem) and the role's certificate and key
+// (client.pem, client.key), and returns the server, the database's name
+// and the directory.
+func tlsPostgres(t *testing.T, serverName string) (*pgtest.Server, string, string) {
+	t.Helper()
+	ca := testtls.NewCA(t, "postgres CA")
+	server := ca.Issue(t, serverName)
+	client := ca.IssueWith(t, func(c *x509.Certificate) {
+		c.Subject.CommonName = pgtest.TLSRole
+		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	})
+	srv := pgtest.OwnWith(t, pgtest.Options{TLS: &pgtest.TLS{Cert: testtls.CertPEM(server), Key: testtls.KeyPEM(t, server), ClientCA: ca.PEM()}})
+	srv.Exec(t, "CREATE ROLE "+pgtest.TLSRole+" LOGIN")
+	db := srv.NewDatabase(t, pgtest.TLSRole)
+	dir := t.TempDir()
+	writeIn(t, dir, "ca.pem", ca.PEM())
+	writeIn(t, dir, "client.pem", testtls.CertPEM(client))
+	writeIn(t, dir, "client.key", testtls.KeyPEM(t, client))
+	return srv, db, dir
+}
+
+// writeIn writes data to name in dir, mode 0600, and returns its path.
+func writeIn(t *testing.T, dir, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
