@@ -310,22 +310,18 @@ func (c *components) openLedger(ctx context.Context) error {
 	c.reg.MustRegister(asyncErrors)
 	log := c.log.With("component", "ledger")
 	var upgradeStart time.Time
-	if err := c.waitForSchema(ctx, "ledger", c.snap.LedgerPostgres(), ledgerpg.Migrate, func() error {
-		db, err := ledgerpg.OpenDB(ctx, c.snap.LedgerPostgres(), ledgerpg.Options{MaxConns: 1})
-		if err == nil {
-			db.Close()
-		}
+	var led ledgerBackend
+	err := c.waitForSchema(ctx, "ledger", c.snap.LedgerPostgres(), ledgerpg.Migrate, func() error {
+		var err error
+		led, err = openLedgerBackend(ctx, c.snap, log, false, func(err error) {
+			asyncErrors.Inc()
+			log.Error("spend ledger", "err", err)
+		}, func(from, to int) {
+			upgradeStart = time.Now()
+			log.Info("upgrading the spend ledger's schema; on a large ledger this takes minutes, and serving starts after it",
+				"path", c.snap.LedgerPath(), "from_version", from, "to_version", to)
+		})
 		return err
-	}); err != nil {
-		return err
-	}
-	led, err := openLedgerBackend(ctx, c.snap, log, false, func(err error) {
-		asyncErrors.Inc()
-		log.Error("spend ledger", "err", err)
-	}, func(from, to int) {
-		upgradeStart = time.Now()
-		log.Info("upgrading the spend ledger's schema; on a large ledger this takes minutes, and serving starts after it",
-			"path", c.snap.LedgerPath(), "from_version", from, "to_version", to)
 	})
 	if err != nil {
 		return err

@@ -21,32 +21,28 @@ const schemaPoll = time.Second
 // openStore opens the key store for serve, once its schema is the one
 // this build needs (waitForSchema).
 func (c *components) openStore(ctx context.Context) (store.Store, error) {
-	if err := c.waitForSchema(ctx, "store", c.snap.StorePostgres(), postgres.Migrate, func() error {
-		st, err := postgres.Open(ctx, c.snap.StorePostgres(), postgres.Options{MaxConns: 1})
-		if err == nil {
-			st.Close()
-		}
+	var st store.Store
+	err := c.waitForSchema(ctx, "store", c.snap.StorePostgres(), postgres.Migrate, func() error {
+		var err error
+		st, err = openStoreBackend(ctx, c.snap, c.log)
 		return err
-	}); err != nil {
-		return nil, err
-	}
-	return openStoreBackend(ctx, c.snap, c.log)
+	})
+	return st, err
 }
 
-// waitForSchema returns once the PostgreSQL schema of component at url
-// is the one this build needs (at once without url: SQLite files are
-// upgraded when opened). With --migrate, it migrates first (under the
+// waitForSchema opens a component with open, once its PostgreSQL schema
+// at url is the one this build needs (without url, at once: SQLite files
+// are upgraded when opened). With --migrate, it migrates first (under the
 // migration lock, so that replicas started together migrate once). A
 // schema newer than this build knows refuses the start. A schema older
 // than it needs keeps serve waiting, not ready, until `sluice migrate`
 // has run — a rollout's migration job may finish after the new replicas
 // start: meanwhile the admin listener answers /healthz, and /readyz with
-// why, and check, which opens the component and fails with a
-// *pgmigrate.VersionError while the schema is not the one needed, is
-// tried again every schemaPoll.
-func (c *components) waitForSchema(ctx context.Context, component, url string, migrate func(context.Context, string, *slog.Logger) (int, int, error), check func() error) error {
+// why, and open, which fails with a *pgmigrate.VersionError while the
+// schema is not the one needed, is tried again every schemaPoll.
+func (c *components) waitForSchema(ctx context.Context, component, url string, migrate func(context.Context, string, *slog.Logger) (int, int, error), open func() error) error {
 	if url == "" {
-		return nil
+		return open()
 	}
 	if c.flags.migrate {
 		from, to, err := migrate(ctx, url, c.log)
@@ -57,7 +53,7 @@ func (c *components) waitForSchema(ctx context.Context, component, url string, m
 			c.log.Info(component+" schema migrated", "from_version", from, "to_version", to)
 		}
 	}
-	err := check()
+	err := open()
 	if !errors.Is(err, pgmigrate.ErrTooOld) {
 		return err
 	}
@@ -74,7 +70,7 @@ func (c *components) waitForSchema(ctx context.Context, component, url string, m
 			return ctx.Err()
 		case <-t.C:
 		}
-		switch err = check(); {
+		switch err = open(); {
 		case err == nil:
 			c.log.Info("the database schema is the one this sluice needs; starting", "component", component)
 			return nil
