@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,8 +69,9 @@ func TestAppendAcknowledgedOnlyWhenSynced(t *testing.T) {
 	var held atomic.Bool
 	held.Store(true)
 	var w *powerLossFile
+	path := spoolPath(t)
 	l := openTest(t, Options{
-		Path: spoolPath(t),
+		Path: path,
 		Fault: func(op string) error {
 			if op == "commit" && held.Load() {
 				return errors.New("commits held back by the test")
@@ -76,7 +79,13 @@ func TestAppendAcknowledgedOnlyWhenSynced(t *testing.T) {
 			return nil
 		},
 		OnError: func(error) {},
-		File:    func(f File) File { w = &powerLossFile{File: f}; return w },
+		File: func(f File) File {
+			if f.(osFile).Name() != path { // the spool's directory, synced
+				return f
+			}
+			w = &powerLossFile{File: f}
+			return w
+		},
 	})
 	stop := startRun(t, l, false)
 	ctx := testctx.Deadline(t)
@@ -101,11 +110,11 @@ func TestAppendAcknowledgedOnlyWhenSynced(t *testing.T) {
 
 	// The power fails now: a new ledger, on a new, empty sink, beside the
 	// spool's synced bytes.
-	path := spoolPath(t)
-	if err := os.WriteFile(path, w.image(), 0o600); err != nil {
+	again := spoolPath(t)
+	if err := os.WriteFile(again, w.image(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	after := openTest(t, Options{Path: path})
+	after := openTest(t, Options{Path: again})
 	recs, err := records(ctx, after)
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +217,13 @@ func TestSpoolBoundWhileBehind(t *testing.T) {
 	if err := l.Degraded(); err == nil || !strings.Contains(err.Error(), "memSink is behind") {
 		t.Fatalf("%d records (%d bytes of frames) past a bound of %d, the sink behind: Degraded = %v", n, l.spoolEnd.Load(), bound, err)
 	}
+	// The bound itself is within it. (Nothing else reads MaxBytes, and
+	// no frame is written meanwhile.)
+	l.opts.MaxBytes = l.spoolEnd.Load()
+	if err := l.Degraded(); err != nil {
+		t.Fatalf("frames ending exactly at the bound: Degraded = %v; want nil", err)
+	}
+	l.opts.MaxBytes = bound
 	if err := l.Append(ctx, record("answered")); err != nil {
 		t.Fatalf("an answered request's record while degraded: %v", err)
 	}
@@ -261,4 +277,103 @@ func TestFailedStopKeepsTheSpool(t *testing.T) {
 		t.Fatalf("after the next Open: %d records, %v; want the 5 acknowledged", len(recs), err)
 	}
 	checkAggregates(t, again)
+}
+
+// fileLog is a File wrapper (Options.File) that logs, in order, the
+// writes and syncs made to every file the spool opens, by base name.
+type fileLog struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (l *fileLog) wrap(f File) File {
+	return &loggedFile{File: f, name: filepath.Base(f.(osFile).Name()), log: l}
+}
+
+func (l *fileLog) add(op string) {
+	l.mu.Lock()
+	l.ops = append(l.ops, op)
+	l.mu.Unlock()
+}
+
+func (l *fileLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ops := l.ops
+	l.ops = nil
+	return ops
+}
+
+type loggedFile struct {
+	File
+	name string
+	log  *fileLog
+}
+
+func (f *loggedFile) WriteAt(p []byte, off int64) (int, error) {
+	f.log.add("write " + f.name)
+	return f.File.WriteAt(p, off)
+}
+func (f *loggedFile) Sync() error     { f.log.add("sync " + f.name); return f.File.Sync() }
+func (f *loggedFile) SyncData() error { f.log.add("syncdata " + f.name); return f.File.SyncData() }
+
+// TestNewFilesSyncedWithTheirDirectory: a new spool's directory entry is
+// synced before anything is written to it, and only a new one's; a
+// damaged spool's copy is written, synced, and its directory entry
+// synced, all before the spool is rewound — so a power loss right after
+// Open loses neither the spool nor the copy.
+func TestNewFilesSyncedWithTheirDirectory(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Base(dir)
+	path := filepath.Join(dir, "ledger"+Suffix)
+	var log fileLog
+	l := openTest(t, Options{Path: path, File: log.wrap})
+	if ops := log.take(); len(ops) == 0 || ops[0] != "sync "+base || slices.Index(ops[1:], "sync "+base) >= 0 {
+		t.Fatalf("opening a new spool: %q; want its directory synced first, once", ops)
+	}
+	stop := start(t, l)
+	if err := l.Append(testctx.Deadline(t), record("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+
+	l = openTest(t, Options{Path: path, File: log.wrap})
+	if ops := log.take(); slices.Contains(ops, "sync "+base) {
+		t.Fatalf("opening a spool that exists: %q; want no directory sync", ops)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A damaged spool: its copy first, then the rewind.
+	b, offs, _ := spoolImage(t, 5, 4, 0)
+	b[offs[1]+frameHeader+3] ^= 0x20
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l = openTest(t, Options{Path: path, File: log.wrap})
+	defer l.Close()
+	kept, err := filepath.Glob(path + "-damaged-*")
+	if err != nil || len(kept) != 1 {
+		t.Fatalf("kept aside: %v %v; want one copy", kept, err)
+	}
+	copyName := filepath.Base(kept[0])
+	ops := log.take()
+	at := func(op string) int {
+		i := slices.Index(ops, op)
+		if i < 0 {
+			t.Fatalf("opening a damaged spool: %q; want %q", ops, op)
+		}
+		return i
+	}
+	w, s, d, r := at("write "+copyName), at("sync "+copyName), at("sync "+base), at("write ledger"+Suffix)
+	if !(w < s && s < d && d < r) {
+		t.Fatalf("opening a damaged spool: %q; want the copy written, synced, its directory synced, then the spool rewound", ops)
+	}
 }

@@ -150,12 +150,13 @@ func copyAside(sp *spool, now time.Time) (string, error) {
 		}
 		name = fmt.Sprintf("%s-%d", base, i)
 	}
-	_, err := io.Copy(f, io.NewSectionReader(sp.f, 0, sp.size))
+	cf := wrapFile(f, sp.wrap)
+	_, err := io.Copy(io.NewOffsetWriter(cf, 0), io.NewSectionReader(sp.f, 0, sp.size))
 	if err == nil {
-		err = f.Sync()
+		err = cf.Sync()
 	}
-	if err = errors.Join(err, f.Close()); err == nil {
-		err = syncDir(filepath.Dir(name))
+	if err = errors.Join(err, cf.Close()); err == nil {
+		err = syncDir(filepath.Dir(name), sp.wrap)
 	}
 	if err != nil {
 		return "", errors.Join(err, os.Remove(name))

@@ -119,8 +119,9 @@ type Options struct {
 	// growth of the spool (op "grow"); an error it returns fails that
 	// operation as the disk's or the database's would. Nil: none.
 	Fault func(op string) error
-	// File, for tests, wraps the spool's file when Open opens it: the
-	// seam through which they watch its writes and syncs.
+	// File, for tests, wraps each file the spool opens — the spool, its
+	// directory when it is synced, a damaged spool's copy: the seam
+	// through which they watch writes and syncs.
 	File func(File) File
 }
 

@@ -124,6 +124,8 @@ type spool struct {
 	// fault, for tests, is called before the spool grows (op "grow"):
 	// an error fails the growth as the disk's would.
 	fault func(op string) error
+	// wrap, for tests (Options.File), wraps each file the spool opens.
+	wrap func(File) File
 }
 
 // spoolReserve is how much space, past the frames written, the spool
@@ -183,23 +185,30 @@ func openSpool(path string, wrap func(File) File) (*spool, error) {
 	if st.Size() == 0 {
 		// New (or never written): make its directory entry durable before
 		// any frame in it is acknowledged.
-		if err := syncDir(filepath.Dir(path)); err != nil {
+		if err := syncDir(filepath.Dir(path), wrap); err != nil {
 			return nil, errors.Join(err, f.Close())
 		}
 	}
+	return &spool{f: wrapFile(f, wrap), path: path, size: st.Size(), off: frameStart, rewindAt: DefaultRewindAt, wrap: wrap}, nil
+}
+
+// wrapFile is f as a File, wrapped by wrap if it is not nil.
+func wrapFile(f *os.File, wrap func(File) File) File {
 	var sf File = osFile{f}
 	if wrap != nil {
 		sf = wrap(sf)
 	}
-	return &spool{f: sf, path: path, size: st.Size(), off: frameStart, rewindAt: DefaultRewindAt}, nil
+	return sf
 }
 
-func syncDir(dir string) error {
+// syncDir makes the entries of directory dir durable (an fsync of it).
+func syncDir(dir string, wrap func(File) File) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
-	return errors.Join(d.Sync(), d.Close())
+	f := wrapFile(d, wrap)
+	return errors.Join(f.Sync(), f.Close())
 }
 
 // replay calls fn with the payload of every frame of the generation, in

@@ -232,6 +232,9 @@ func replayed(t testing.TB, b []byte) ([]string, replayReport) {
 	if err != nil {
 		t.Fatalf("replay: %v", err)
 	}
+	if rep.frames != len(got) {
+		t.Fatalf("replay reports %d frames replayed; it gave %d", rep.frames, len(got))
+	}
 	return got, rep
 }
 
