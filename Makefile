@@ -56,7 +56,7 @@ RACE_FREE_TESTS := ^(TestBodyLimitAtEverySize|TestOpenStreamsKeepSmallStacks)$$
 # random), checked once more without it.
 ALLOC_TESTS := ^TestNoAllocationWhenNothingIsHeld$$
 test: check-go lint jsclients servers
-	SLUICE_REQUIRE_POSTGRES=1 $(GO) test $(GOTAGS) -race -count=1 $(PKGS)
+	SLUICE_REQUIRE_POSTGRES=1 SLUICE_REQUIRE_REDIS=1 $(GO) test $(GOTAGS) -race -count=1 $(PKGS)
 	$(GO) test $(GOTAGS) -count=1 -run='$(RACE_FREE_TESTS)' ./e2e/
 	$(GO) test $(GOTAGS) -count=1 -run='^TestHandlingFitsTheFirstStack$$' ./extproc/
 	$(GO) test $(GOTAGS) -count=1 -run='$(ALLOC_TESTS)' ./internal/ssefilter/
@@ -70,7 +70,7 @@ lint: vet fmt-check
 # pins: npm ci when node_modules is missing or older than the lock file.
 # Without Node.js the test skips, saying so.
 # The servers the fleet tests start for themselves (internal/testenv/
-# pgtest): PostgreSQL, PgBouncer and Redis from Debian's packages. make test installs what is
+# pgtest, internal/testenv/redistest): PostgreSQL, PgBouncer and Redis from Debian's packages. make test installs what is
 # missing when it runs as root (CI does), and otherwise says what to
 # install; the tests then fail rather than skip without them.
 servers:
