@@ -170,7 +170,9 @@ func (r *Remaining) AddBudget(limit, leftMicros int64) { r.budget(limit, leftMic
 
 // NewGrant is the grant of c by a backend other than Local, with its own
 // id (what its Settle finds the reservation by).
-func NewGrant(c Claim, rem Remaining, id uint64) Grant { return Grant{Claim: c, Remaining: rem, id: id} }
+func NewGrant(c Claim, rem Remaining, id uint64) Grant {
+	return Grant{Claim: c, Remaining: rem, id: id}
+}
 
 // ID is the id NewGrant gave g.
 func (g Grant) ID() uint64 { return g.id }
