@@ -15,6 +15,7 @@ type Config struct {
 	Listen    Listen           `yaml:"listen"`
 	Store     Store            `yaml:"store"`
 	Ledger    Ledger           `yaml:"ledger"`
+	Admission Admission        `yaml:"admission"`
 	Gateway   Gateway          `yaml:"gateway"`
 	Providers []Provider       `yaml:"providers"`
 	Models    []Model          `yaml:"models"`
@@ -529,6 +530,11 @@ type Limits struct {
 	// Models holds limits that apply only to requests for one model (by
 	// its name), on top of the ones above. They cannot nest further.
 	Models map[string]Limits `yaml:"models" json:"models,omitempty"`
+	// FailureMode is what this key's, team's or org's requests meet when
+	// the shared counters (admission.redis) cannot answer: "closed" or
+	// "open" (see Admission.FailureMode); "" leaves it to the team, the
+	// org, then admission.failure_mode. Not per model.
+	FailureMode string `yaml:"failure_mode" json:"failure_mode,omitempty"`
 }
 
 // TokenLimits count tokens per sliding window: the prompt (input), the

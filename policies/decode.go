@@ -202,7 +202,7 @@ func (d *decoder) decodeValue(at *yaml.Node, n *yaml.Node, v reflect.Value) {
 	case durationType:
 		d.decodeDuration(at, n, v)
 		return
-	case postgresType:
+	case postgresType, redisType:
 		// A URL alone is the mapping's url.
 		if n != nil && n.Kind == yaml.ScalarNode && !isNull(n) {
 			d.decodeValue(at, n, v.FieldByName("URL"))
@@ -911,7 +911,10 @@ func (d *decoder) decodeBool(at, n *yaml.Node, v reflect.Value) {
 	v.SetBool(b)
 }
 
-var postgresType = reflect.TypeFor[Postgres]()
+var (
+	postgresType = reflect.TypeFor[Postgres]()
+	redisType    = reflect.TypeFor[Redis]()
+)
 
 // mappingHas reports whether the mapping n has the key name.
 func mappingHas(n *yaml.Node, name string) bool {

@@ -419,7 +419,7 @@ models:
 			`f.yaml:5:25: models[0].provider: unknown provider "opnai" (did you mean "openai"?)`,
 		}},
 		{"unknown top-level field without suggestion", base + "routes: []\n", []string{
-			"f.yaml:9:1: routes: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys, xds, admin, security, runtime)",
+			"f.yaml:9:1: routes: unknown field (expected one of: listen, store, ledger, admission, gateway, providers, models, pricing, orgs, teams, keys, xds, admin, security, runtime)",
 		}},
 		{"non-string key", base + "listen:\n  [a]: b\n", []string{
 			"f.yaml:10:3: listen: mapping keys must be strings, got a list",
@@ -428,7 +428,7 @@ models:
 			"f.yaml:10:5: orgs[0].<<: a merge key must refer to a mapping or a list of mappings, none of which merges the mapping that holds it",
 		}},
 		{"alias position is the alias", "x: &n 5\n" + base, []string{
-			"f.yaml:1:1: x: unknown field (expected one of: listen, store, ledger, gateway, providers, models, pricing, orgs, teams, keys, xds, admin, security, runtime)",
+			"f.yaml:1:1: x: unknown field (expected one of: listen, store, ledger, admission, gateway, providers, models, pricing, orgs, teams, keys, xds, admin, security, runtime)",
 		}},
 	}
 	for _, tt := range tests {

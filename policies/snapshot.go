@@ -31,6 +31,7 @@ type Snapshot struct {
 	sqlitePath string
 	ledgerPath string
 	spoolPath  string // the PostgreSQL ledger's spool
+	redis      Redis  // admission.redis, resolved (resolveRedis)
 	// storeURL and ledgerURL are the PostgreSQL connection strings, with
 	// the settings beside the URL folded in ("" with SQLite).
 	storeURL, ledgerURL string
@@ -228,6 +229,7 @@ func newSnapshot(c *Config, file string) (*Snapshot, error) {
 	s := &Snapshot{
 		version:    sync.OnceValue(func() string { return <-version }),
 		cfg:        c,
+		redis:      resolveRedis(c.Admission.Redis, file),
 		sqlitePath: sqlitePath,
 		ledgerPath: ledgerPath,
 		spoolPath:  spoolPath,
@@ -366,6 +368,32 @@ func (s *Snapshot) LedgerSpool() string { return s.spoolPath }
 
 // LedgerRetention is ledger.retention: 0 keeps every record.
 func (s *Snapshot) LedgerRetention() time.Duration { return s.cfg.Ledger.Retention }
+
+// AdmissionRedis is admission.redis with its defaults applied (Timeout)
+// and its TLS files resolved against the config file's directory; URL ""
+// when counters are per replica. The URL may hold a password: never log
+// it.
+func (s *Snapshot) AdmissionRedis() Redis { return s.redis }
+
+// resolveRedis is r with its defaults applied and its files resolved
+// against the directory of the config file.
+func resolveRedis(r Redis, file string) Redis {
+	if r.URL == "" {
+		return Redis{}
+	}
+	if r.Timeout == 0 {
+		r.Timeout = DefaultRedisTimeout
+	}
+	for _, f := range []*string{&r.TLS.CAFile, &r.TLS.CertFile, &r.TLS.KeyFile} {
+		if *f != "" && !filepath.IsAbs(*f) {
+			*f = filepath.Join(filepath.Dir(file), *f)
+		}
+	}
+	return r
+}
+
+// FailureMode is admission.failure_mode, FailClosed when unset.
+func (s *Snapshot) FailureMode() string { return cmp.Or(s.cfg.Admission.FailureMode, FailClosed) }
 
 // XDS returns the control-plane settings, with defaults applied: the
 // Sluice addresses are never empty.

@@ -49,6 +49,7 @@ func (c *Config) check() []issue {
 	v.listen(c.Listen)
 	v.store(c.Store)
 	v.ledgerAndGateway(c.Ledger, c.Gateway)
+	c.Admission.validate(v)
 	v.runtime(c.Runtime)
 	providers := v.providers(c.Providers)
 	_, passIssues := passTargets(c)
@@ -658,6 +659,13 @@ func (v *validator) limitsAt(path string, l Limits, nested bool) {
 		v.nonNegative(p+".per_minute", r.PerMinute)
 		v.nonNegative(p+".per_hour", r.PerHour)
 		v.nonNegative(p+".per_day", r.PerDay)
+	}
+	switch {
+	case l.FailureMode == "" || (!nested && (l.FailureMode == FailClosed || l.FailureMode == FailOpen)):
+	case nested:
+		v.add(path+".failure_mode", "not per model: a key's, team's or org's limits declare it")
+	default:
+		v.add(path+".failure_mode", "must be closed or open, got %q", l.FailureMode)
 	}
 	rate(".requests", l.Requests)
 	rate(".tokens.input", l.Tokens.Input)

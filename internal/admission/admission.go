@@ -55,6 +55,9 @@ type Grant struct {
 	// reservation, for the x-ratelimit-* response headers.
 	Remaining Remaining
 	id        uint64
+	// fallback: admitted by a Failover's own Local while the shared
+	// backend could not answer.
+	fallback bool
 }
 
 // Actual is what an admitted request used, and when it ended.

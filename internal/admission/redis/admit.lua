@@ -353,7 +353,7 @@ if mode == 'admit' then
   for i = 1, nb do
     local st = states[i]
     if st.new then
-      redis.call('HSET', st.key, 's', st.s, 'e', st.e, 'sp', str(st.sp), 'rs', '0')
+      redis.call('HSET', st.key, 's', st.s, 'e', st.e, 'sp', str(st.sp), 'rs', '0', 'c', now[1])
     end
     local budget = num(ARGV[bp + (i - 1) * 4])
     local left = floor0(sub(floor0(sub(budget, st.sp)), st.rs))
@@ -494,6 +494,48 @@ if mode == 'budgets' then
   end
   save()
   return out
+end
+
+if mode == 'reconcile' then
+  -- What a request a replica admitted on its own (Redis not answering)
+  -- used, counted once by id. ARGV: 5 id, 6 the request's start
+  -- (seconds; the replica's clock), 7 when it settled (seconds), 8 cost
+  -- (pico-dollars), 9 windows (nw), 10 budget states (nb); then 4 per
+  -- window (KEYS from 2; amount what it used), then the states (KEYS
+  -- after them). A window counts the use in the bucket of its start
+  -- while that is in the window; a budget period counts it if it holds
+  -- the start and Redis had it when the request settled (one made later
+  -- started from the ledger, which holds the request).
+  local applied = holds .. ':applied:' .. ARGV[5]
+  if not redis.call('SET', applied, '1', 'NX', 'PX', 2 * DAY_MS) then
+    return {'dup', now[1], now[2]}
+  end
+  local atS, settled, cost = tonumber(ARGV[6]), tonumber(ARGV[7]), num(ARGV[8])
+  local nw, nb = tonumber(ARGV[9]), tonumber(ARGV[10])
+  local ds = demands(11, nw, 2)
+  for _, d in ipairs(ds) do
+    local c = load(d.key, d.ws, math.floor(s / d.ws))
+    local head = advance(c, math.floor(s / d.ws))
+    local j = math.min(math.floor(atS / d.ws), head)
+    if j >= head - B and not iszero(d.amount) then
+      put(c, j, satadd(c.b[j] or ZERO, d.amount))
+    end
+  end
+  if not iszero(cost) then
+    for i = 1, nb do
+      local key = KEYS[1 + nw + i]
+      local st = redis.call('HMGET', key, 's', 'e', 'sp', 'c')
+      if st[1] and atS >= tonumber(st[1]) and (st[2] == '' or atS < tonumber(st[2])) and (not st[4] or tonumber(st[4]) <= settled) then
+        redis.call('HSET', key, 'sp', str(sumadd(num(st[3]), cost)))
+      end
+    end
+  end
+  save()
+  return {'ok', now[1], now[2]}
+end
+
+if mode == 'ping' then
+  return {'ok', now[1], now[2]}
 end
 
 return redis.error_reply('sluice admission: unknown mode ' .. tostring(mode))

@@ -63,6 +63,10 @@ type Options struct {
 	Record func(kind, id, model string, at time.Time, cost int64)
 	// Logger is told what Settle cannot return (an error). Nil: discarded.
 	Logger *slog.Logger
+	// Observe, when set, is told of every call to Redis: its phase
+	// (count, admit, settle, budgets, reconcile, ping), how long the round
+	// trip took, and its error.
+	Observe func(phase string, d time.Duration, err error)
 }
 
 // Backend is an admission.Backend counting in Redis, shared by every
@@ -75,7 +79,7 @@ type Backend struct {
 	ttl     atomic.Int64
 }
 
-var _ admission.Backend = (*Backend)(nil)
+var _ admission.Shared = (*Backend)(nil)
 
 // New returns a Backend on c, a client of one Redis or of a cluster.
 func New(c goredis.UniversalClient, opts Options) *Backend {
@@ -149,8 +153,12 @@ func windowArgs(args []any, d limits.Demand, kind string) ([]any, error) {
 
 // run runs the script and returns its reply's strings and the server's
 // time it counted at.
-func (b *Backend) run(ctx context.Context, keys []string, args []any) ([]string, time.Time, error) {
+func (b *Backend) run(ctx context.Context, phase string, keys []string, args []any) ([]string, time.Time, error) {
+	start := time.Now()
 	v, err := script.Run(ctx, b.c, keys, args...).StringSlice()
+	if b.opts.Observe != nil {
+		b.opts.Observe(phase, time.Since(start), err)
+	}
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("admission/redis: %w", err)
 	}
@@ -184,7 +192,7 @@ func (b *Backend) CountRequest(ctx context.Context, p *keyring.Principal, at tim
 			return err
 		}
 	}
-	v, _, err := b.run(ctx, keys, args)
+	v, _, err := b.run(ctx, "count", keys, args)
 	if err != nil {
 		return err
 	}
@@ -259,7 +267,7 @@ func (b *Backend) Admit(ctx context.Context, c admission.Claim) (admission.Grant
 			start, end := admission.PeriodOf(bu.Period, at, b.opts.TimeZone)
 			args = append(args, money.FromMicros(bu.MicroUSD).PicoString(), start.Unix(), endArg(end), seeds[i])
 		}
-		v, now, err := b.run(ctx, keys, args)
+		v, now, err := b.run(ctx, "admit", keys, args)
 		if err != nil {
 			return admission.Grant{}, err
 		}
@@ -382,11 +390,19 @@ func period(s, e string, tz *time.Location) (start, end time.Time, err error) {
 
 // Settle replaces g's reservation by what the request used, in one round
 // trip. A grant settled twice, or whose hold Redis no longer has, changes
-// nothing.
+// nothing. A Settle Redis does not take is logged; its reservation is
+// released when it expires (admission.Failover keeps it to retry).
 func (b *Backend) Settle(ctx context.Context, g admission.Grant, a admission.Actual) {
+	if err := b.TrySettle(ctx, g, a); err != nil {
+		b.opts.Logger.Error("settling a reservation in Redis failed; it is released when it expires", "err", err)
+	}
+}
+
+// TrySettle is Settle, saying whether Redis took it.
+func (b *Backend) TrySettle(ctx context.Context, g admission.Grant, a admission.Actual) error {
 	c := g.Claim
 	if c.Principal == nil {
-		return
+		return nil
 	}
 	t := tag(c.Principal)
 	hold := b.replica + "-" + strconv.FormatUint(g.ID(), 10)
@@ -396,7 +412,36 @@ func (b *Backend) Settle(ctx context.Context, g admission.Grant, a admission.Act
 	}
 	in, out := max(a.InputTokens, 0), max(a.OutputTokens, 0)
 	cost := max(a.CostPico, 0)
-	keys := []string{t + "holds"}
+	keys := append([]string{t + "holds"}, stateKeys(t, c)...)
+	args := append([]any{"settle"}, b.clockArgs(now)...)
+	args = append(args, hold, in, out, satAdd(in, out), cost, len(keys)-1)
+	v, _, err := b.run(ctx, "settle", keys, args)
+	if err != nil {
+		return err
+	}
+	if v[0] == "ok" && cost > 0 {
+		b.record(c, cost)
+	}
+	return nil
+}
+
+func (b *Backend) record(c admission.Claim, cost int64) {
+	if b.opts.Record == nil {
+		return
+	}
+	p := c.Principal
+	for _, s := range [...][2]string{{"key", p.KeyID}, {"team", p.Team}, {"org", p.Org}} {
+		if s[1] != "" {
+			b.opts.Record(s[0], s[1], c.Model, c.At, cost)
+		}
+	}
+}
+
+// stateKeys are the keys of every budget period state c's cost may count
+// in: every period kind of its key, team and org, for all models and for
+// c's.
+func stateKeys(t string, c admission.Claim) []string {
+	var keys []string
 	p := c.Principal
 	for _, s := range [...][2]string{{"key", p.KeyID}, {"team", p.Team}, {"org", p.Org}} {
 		if s[1] == "" {
@@ -412,21 +457,49 @@ func (b *Backend) Settle(ctx context.Context, g admission.Grant, a admission.Act
 			}
 		}
 	}
-	args := append([]any{"settle"}, b.clockArgs(now)...)
-	args = append(args, hold, in, out, satAdd(in, out), cost, len(keys)-1)
-	v, _, err := b.run(ctx, keys, args)
-	if err != nil {
-		b.opts.Logger.Error("settling a reservation in Redis failed; it is released when it expires", "err", err, "key", p.KeyID)
-		return
+	return keys
+}
+
+// Reconcile counts, once for id, what a request admitted without Redis
+// used (admission.Shared): its request, tokens and cost in its windows
+// at its start, its cost in the budget periods that hold its start and
+// that Redis had when it settled.
+func (b *Backend) Reconcile(ctx context.Context, id string, c admission.Claim, a admission.Actual, settled time.Time) error {
+	if c.Principal == nil {
+		return nil
 	}
-	if v[0] != "ok" || cost == 0 || b.opts.Record == nil {
-		return
-	}
-	for _, s := range [...][2]string{{"key", p.KeyID}, {"team", p.Team}, {"org", p.Org}} {
-		if s[1] != "" {
-			b.opts.Record(s[0], s[1], c.Model, c.At, cost)
+	t := tag(c.Principal)
+	in, out := max(a.InputTokens, 0), max(a.OutputTokens, 0)
+	used := [4]int64{in, out, satAdd(in, out), max(a.CostPico, 0)}
+	p := admission.PlanClaim(c)
+	keys := []string{t + "holds"}
+	args := append([]any{"reconcile"}, b.clockArgs(a.At)...)
+	args = append(args, id, c.At.Unix(), settled.Unix(), used[admission.CostPico])
+	states := stateKeys(t, c)
+	args = append(args, len(p.Windows), len(states))
+	var err error
+	for _, w := range p.Windows {
+		d := w.Demand
+		d.Amount = 1
+		if !w.Request {
+			d.Amount = used[w.Kind]
+		}
+		keys = append(keys, t+"w:"+d.Key)
+		if args, err = windowArgs(args, d, "u"); err != nil {
+			return err
 		}
 	}
+	keys = append(keys, states...)
+	// The request was settled, and recorded (Options.Record), by the
+	// backend that admitted it.
+	_, _, err = b.run(ctx, "reconcile", keys, args)
+	return err
+}
+
+// Ping runs the script once (loading it if the server lacks it).
+func (b *Backend) Ping(ctx context.Context) error {
+	_, _, err := b.run(ctx, "ping", []string{Prefix + "{ping}:holds"}, append([]any{"ping"}, b.clockArgs(time.Now())...))
+	return err
 }
 
 // Budgets reports every budget that covers p's requests at at.
@@ -459,7 +532,7 @@ func (b *Backend) Budgets(p *keyring.Principal, at time.Time) []admission.Budget
 		bu := bs[i]
 		keys = append(keys, stateKey(t, bu.Scope, bu.ID, bu.Model, bu.Period))
 	}
-	v, now, err := b.run(ctx, keys, args)
+	v, now, err := b.run(ctx, "budgets", keys, args)
 	if err != nil || len(v) != 3+len(rolling)+4*len(calendar) {
 		b.opts.Logger.Error("reading budgets from Redis", "err", err, "values", len(v))
 		return nil

@@ -285,3 +285,84 @@ func freePort() (int, error) {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Monitor is a MONITOR of a server: every command its clients send, as
+// the server logs it, scripts' own commands left out.
+type Monitor struct {
+	s      *Server
+	c      net.Conn
+	mu     sync.Mutex
+	lines  []string
+	marked chan struct{} // closed when the end marker is seen
+	done   chan struct{}
+	once   sync.Once
+}
+
+// monitorEnd is the command Stop sends to know the monitor has seen
+// everything sent before it.
+const monitorEnd = "sluice-redistest-monitor-end"
+
+
+// Monitor starts watching s's commands; Stop ends it and returns them.
+// It returns once the server has begun to report, so that every command
+// sent after it is seen.
+func (s *Server) Monitor(t testing.TB) *Monitor {
+	t.Helper()
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatalf("redistest: monitor: %v", err)
+	}
+	if _, err := io.WriteString(c, "*1\r\n$7\r\nMONITOR\r\n"); err != nil {
+		t.Fatalf("redistest: monitor: %v", err)
+	}
+	r := bufio.NewReader(c)
+	if line, err := r.ReadString('\n'); err != nil || line != "+OK\r\n" {
+		t.Fatalf("redistest: monitor: %q, %v", line, err)
+	}
+	m := &Monitor{s: s, c: c, marked: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			// +1733600000.123456 [0 127.0.0.1:50000] "evalsha" "…" …;
+			// a script's own commands say [0 lua].
+			line = strings.TrimSuffix(strings.TrimPrefix(line, "+"), "\r\n")
+			_, rest, ok := strings.Cut(line, "] ")
+			if !ok || strings.Contains(line, " lua] ") {
+				continue
+			}
+			if strings.Contains(rest, monitorEnd) {
+				close(m.marked)
+				continue
+			}
+			m.mu.Lock()
+			m.lines = append(m.lines, rest)
+			m.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { m.Stop() })
+	return m
+}
+
+// Stop ends the monitor and returns the commands it saw, each as the
+// server quoted it ("evalsha" "…" …), in order.
+func (m *Monitor) Stop() []string {
+	m.once.Do(func() {
+		// A command sent now is reported after every one sent before it:
+		// once the monitor sees it, it has seen them all.
+		if _, err := m.s.Do("ECHO", monitorEnd); err == nil {
+			select {
+			case <-m.marked:
+			case <-time.After(30 * time.Second):
+			}
+		}
+		m.c.Close()
+		<-m.done
+	})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lines
+}

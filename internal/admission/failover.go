@@ -1,0 +1,325 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/apierr"
+	"github.com/sluicegw/sluice/internal/keyring"
+	"github.com/sluicegw/sluice/policies"
+)
+
+// Shared is a backend a fleet shares (internal/admission/redis), which
+// can fail to answer: Failover puts each request's failure mode in front
+// of it.
+type Shared interface {
+	Backend
+	// TrySettle is Settle that says whether the backend took it.
+	TrySettle(ctx context.Context, g Grant, a Actual) error
+	// Reconcile counts, once for id whatever is retried, what a request
+	// this replica admitted on its own (while the shared backend could not
+	// answer) used: in its windows, and in the budget periods that hold
+	// its start and that the shared backend already had when it settled
+	// (a period made later started from the ledger, which holds it).
+	Reconcile(ctx context.Context, id string, c Claim, a Actual, settled time.Time) error
+	// Ping reports whether the backend answers.
+	Ping(ctx context.Context) error
+}
+
+// FailoverOptions configure a Failover.
+type FailoverOptions struct {
+	// Timeout bounds each call to the shared backend (admission.redis.
+	// timeout); past it the call has failed.
+	Timeout time.Duration
+	// Mode is admission.failure_mode: policies.FailClosed or FailOpen, for
+	// principals whose limits declare none.
+	Mode string
+	// Logger is told when the shared backend fails and recovers.
+	Logger *slog.Logger
+	// MaxPending bounds the settles kept for the shared backend while it
+	// is down (what Run reconciles once it answers); 0 means 100,000.
+	MaxPending int
+}
+
+// Failover admits through a shared backend and, when it fails (an error
+// that is not a refusal, or no answer within the timeout), follows the
+// request's failure mode: closed refuses it with 503
+// admission_unavailable and retry-after; open admits it against this
+// replica's own Local. While the shared backend is down, calls go
+// straight to the failure mode (no timeout waited per request) and Run
+// probes it; once it answers, Run reconciles into it what was settled
+// meanwhile, each once.
+type Failover struct {
+	shared Shared
+	local  *Local
+	opts   FailoverOptions
+
+	down      atomic.Bool
+	fallbacks [3]atomic.Int64 // by phase: count, admit, refused (closed)
+	failures  atomic.Int64
+	dropped   atomic.Int64
+
+	mu      sync.Mutex
+	pending []pendingSettle
+	seq     uint64
+}
+
+// pendingSettle is a settle the shared backend has not taken: a shared
+// grant's (retried as a settle) or a fallback one's (reconciled).
+type pendingSettle struct {
+	g       Grant
+	a       Actual
+	settled time.Time
+	id      string
+}
+
+// NewFailover returns a Failover of shared, falling back on local.
+func NewFailover(shared Shared, local *Local, opts FailoverOptions) *Failover {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = 100_000
+	}
+	if opts.Mode == "" {
+		opts.Mode = policies.FailClosed
+	}
+	return &Failover{shared: shared, local: local, opts: opts}
+}
+
+var _ Backend = (*Failover)(nil)
+
+// Phases, for FallbackCount.
+const (
+	PhaseCount  = 0 // a request counted by the fallback
+	PhaseAdmit  = 1 // a request admitted by the fallback
+	PhaseRefuse = 2 // a request refused because the shared backend failed (closed)
+)
+
+// FallbackCount reports how many requests the failure modes admitted
+// (PhaseCount, PhaseAdmit) or refused (PhaseRefuse) since the start.
+func (f *Failover) FallbackCount(phase int) int64 { return f.fallbacks[phase].Load() }
+
+// Failures reports how many calls to the shared backend failed.
+func (f *Failover) Failures() int64 { return f.failures.Load() }
+
+// Pending reports the settles waiting for the shared backend, and how
+// many were dropped past MaxPending.
+func (f *Failover) Pending() (waiting int, dropped int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.pending), f.dropped.Load()
+}
+
+// Down reports whether the shared backend failed and has not answered
+// since.
+func (f *Failover) Down() bool { return f.down.Load() }
+
+// mode is p's failure mode: its key's limits', else its team's, else its
+// org's, else the default.
+func (f *Failover) mode(p *keyring.Principal) string {
+	for _, m := range []string{p.KeyLimits.FailureMode, p.TeamLimits.FailureMode, p.OrgLimits.FailureMode} {
+		if m != "" {
+			return m
+		}
+	}
+	return f.opts.Mode
+}
+
+// failed reports whether err, from the shared backend, is a failure (not
+// a refusal), and marks the backend down if it is.
+func (f *Failover) failed(err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, ok := apierr.As(err); ok {
+		return false
+	}
+	f.failures.Add(1)
+	if !f.down.Swap(true) {
+		f.opts.Logger.Error("admission: the shared counters (Redis) do not answer; requests follow their failure mode until they do", "err", err)
+	}
+	return true
+}
+
+func (f *Failover) unavailable() error {
+	f.fallbacks[PhaseRefuse].Add(1)
+	return &apierr.Error{Status: http.StatusServiceUnavailable, Code: apierr.CodeAdmissionUnavailable, RetryAfter: time.Second,
+		Message: "limits cannot be checked right now (the shared counters do not answer); retry"}
+}
+
+func (f *Failover) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	if f.opts.Timeout > 0 {
+		return context.WithTimeout(ctx, f.opts.Timeout)
+	}
+	return ctx, func() {}
+}
+
+// CountRequest counts p's request in the shared backend, or as p's
+// failure mode says.
+func (f *Failover) CountRequest(ctx context.Context, p *keyring.Principal, at time.Time) error {
+	if !f.down.Load() {
+		cctx, cancel := f.call(ctx)
+		err := f.shared.CountRequest(cctx, p, at)
+		cancel()
+		if !f.failed(err) {
+			return err
+		}
+	}
+	if f.mode(p) != policies.FailOpen {
+		return f.unavailable()
+	}
+	err := f.local.CountRequest(ctx, p, at)
+	if err == nil {
+		f.fallbacks[PhaseCount].Add(1)
+	}
+	return err
+}
+
+// Admit admits c through the shared backend, or as its failure mode says.
+func (f *Failover) Admit(ctx context.Context, c Claim) (Grant, error) {
+	if !f.down.Load() {
+		cctx, cancel := f.call(ctx)
+		g, err := f.shared.Admit(cctx, c)
+		cancel()
+		if !f.failed(err) {
+			return g, err
+		}
+	}
+	if c.Principal == nil {
+		return Grant{}, fmt.Errorf("admission: claim without a principal")
+	}
+	if f.mode(c.Principal) != policies.FailOpen {
+		return Grant{}, f.unavailable()
+	}
+	// Where ext_authz counted the request (c.CountRequest false), it
+	// counted it in whichever backend answered it: the request windows
+	// are checked here, not counted again.
+	g, err := f.local.Admit(ctx, c)
+	if err != nil {
+		return g, err
+	}
+	f.fallbacks[PhaseAdmit].Add(1)
+	g.fallback = true
+	return g, nil
+}
+
+// Settle settles g where it was admitted; what the shared backend cannot
+// take now is kept for Run to reconcile once it answers.
+func (f *Failover) Settle(ctx context.Context, g Grant, a Actual) {
+	if a.At.IsZero() {
+		a.At = g.Claim.At
+	}
+	if g.fallback {
+		f.local.Settle(ctx, g, a)
+		f.keep(pendingSettle{g: g, a: a, settled: time.Now()})
+		return
+	}
+	if !f.down.Load() {
+		cctx, cancel := f.call(ctx)
+		err := f.shared.TrySettle(cctx, g, a)
+		cancel()
+		if !f.failed(err) {
+			return
+		}
+	}
+	f.keep(pendingSettle{g: g, a: a, settled: time.Now()})
+}
+
+func (f *Failover) keep(p pendingSettle) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p.g.fallback {
+		f.seq++
+		p.id = fmt.Sprintf("%d-%d", time.Now().UnixNano(), f.seq)
+	}
+	if len(f.pending) >= f.opts.MaxPending {
+		f.pending = f.pending[1:]
+		f.dropped.Add(1)
+	}
+	f.pending = append(f.pending, p)
+}
+
+// Budgets reports p's budgets from the shared backend, or from this
+// replica's own counters while it is down.
+func (f *Failover) Budgets(p *keyring.Principal, at time.Time) []BudgetStatus {
+	if !f.down.Load() {
+		if bs := f.shared.Budgets(p, at); bs != nil || len(BudgetsOf(p)) == 0 {
+			return bs
+		}
+	}
+	return f.local.Budgets(p, at)
+}
+
+// Run releases the fallback's expired reservations, and probes the
+// shared backend while it is down: once it answers, the settles kept
+// meanwhile are reconciled into it, oldest first, and calls go to it
+// again.
+func (f *Failover) Run(ctx context.Context, ttl time.Duration, now func() time.Time) error {
+	go f.local.Run(ctx, ttl, now)
+	go f.shared.Run(ctx, ttl, now)
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if !f.down.Load() && !f.hasPending() {
+			continue
+		}
+		pctx, cancel := f.call(ctx)
+		err := f.shared.Ping(pctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if err := f.reconcile(ctx); err != nil {
+			continue
+		}
+		if f.down.Swap(false) {
+			f.opts.Logger.Info("admission: the shared counters (Redis) answer again; what was settled meanwhile is reconciled")
+		}
+	}
+}
+
+func (f *Failover) hasPending() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.pending) > 0
+}
+
+// reconcile hands the kept settles to the shared backend, oldest first;
+// it stops at the first that fails, to be tried again.
+func (f *Failover) reconcile(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		if len(f.pending) == 0 {
+			f.mu.Unlock()
+			return nil
+		}
+		p := f.pending[0]
+		f.mu.Unlock()
+		cctx, cancel := context.WithTimeout(ctx, max(f.opts.Timeout, time.Second))
+		var err error
+		if p.g.fallback {
+			err = f.shared.Reconcile(cctx, p.id, p.g.Claim, p.a, p.settled)
+		} else {
+			err = f.shared.TrySettle(cctx, p.g, p.a)
+		}
+		cancel()
+		if err != nil {
+			return errors.Join(errors.New("admission: reconciling into the shared counters"), err)
+		}
+		f.mu.Lock()
+		f.pending = f.pending[1:]
+		f.mu.Unlock()
+	}
+}
