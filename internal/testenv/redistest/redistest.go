@@ -302,7 +302,6 @@ type Monitor struct {
 // everything sent before it.
 const monitorEnd = "sluice-redistest-monitor-end"
 
-
 // Monitor starts watching s's commands; Stop ends it and returns them.
 // It returns once the server has begun to report, so that every command
 // sent after it is seen.
