@@ -34,8 +34,8 @@ type Shared interface {
 
 // FailoverOptions configure a Failover.
 type FailoverOptions struct {
-	// Timeout bounds each call to the shared backend (admission.redis.
-	// timeout); past it the call has failed.
+	// Timeout bounds Run's probes of the shared backend; the backend
+	// bounds its own calls (admission/redis.Options.Timeout).
 	Timeout time.Duration
 	// Mode is admission.failure_mode: policies.FailClosed or FailOpen, for
 	// principals whose limits declare none.
@@ -51,16 +51,17 @@ type FailoverOptions struct {
 // that is not a refusal, or no answer within the timeout), follows the
 // request's failure mode: closed refuses it with 503
 // admission_unavailable and retry-after; open admits it against this
-// replica's own Local. While the shared backend is down, calls go
-// straight to the failure mode (no timeout waited per request) and Run
-// probes it; once it answers, Run reconciles into it what was settled
-// meanwhile, each once.
+// replica's own Local. Once calls fail three times in a row the shared
+// backend is taken for down: calls go straight to the failure mode (no
+// timeout waited per request) and Run probes it; once it answers, Run
+// reconciles into it what was settled meanwhile, each once.
 type Failover struct {
 	shared Shared
 	local  *Local
 	opts   FailoverOptions
 
 	down      atomic.Bool
+	streak    atomic.Int64    // calls in a row that failed
 	fallbacks [3]atomic.Int64 // by phase: count, admit, refused (closed)
 	failures  atomic.Int64
 	dropped   atomic.Int64
@@ -136,17 +137,26 @@ func (f *Failover) mode(p *keyring.Principal) string {
 // a refusal), and marks the backend down if it is.
 func (f *Failover) failed(err error) bool {
 	if err == nil {
+		f.streak.Store(0)
 		return false
 	}
 	if _, ok := apierr.As(err); ok {
+		f.streak.Store(0)
 		return false
 	}
 	f.failures.Add(1)
-	if !f.down.Swap(true) {
+	// One slow answer under load is not an outage: the backend is taken
+	// for down after downAfter failures in a row, and only a probe (Run)
+	// brings it back.
+	if f.streak.Add(1) >= downAfter && !f.down.Swap(true) {
 		f.opts.Logger.Error("admission: the shared counters (Redis) do not answer; requests follow their failure mode until they do", "err", err)
 	}
 	return true
 }
+
+// downAfter is how many calls in a row must fail before the shared
+// backend is taken for down.
+const downAfter = 3
 
 func (f *Failover) unavailable() error {
 	f.fallbacks[PhaseRefuse].Add(1)
@@ -165,9 +175,7 @@ func (f *Failover) call(ctx context.Context) (context.Context, context.CancelFun
 // failure mode says.
 func (f *Failover) CountRequest(ctx context.Context, p *keyring.Principal, at time.Time) error {
 	if !f.down.Load() {
-		cctx, cancel := f.call(ctx)
-		err := f.shared.CountRequest(cctx, p, at)
-		cancel()
+		err := f.shared.CountRequest(ctx, p, at)
 		if !f.failed(err) {
 			return err
 		}
@@ -185,9 +193,7 @@ func (f *Failover) CountRequest(ctx context.Context, p *keyring.Principal, at ti
 // Admit admits c through the shared backend, or as its failure mode says.
 func (f *Failover) Admit(ctx context.Context, c Claim) (Grant, error) {
 	if !f.down.Load() {
-		cctx, cancel := f.call(ctx)
-		g, err := f.shared.Admit(cctx, c)
-		cancel()
+		g, err := f.shared.Admit(ctx, c)
 		if !f.failed(err) {
 			return g, err
 		}
@@ -222,9 +228,7 @@ func (f *Failover) Settle(ctx context.Context, g Grant, a Actual) {
 		return
 	}
 	if !f.down.Load() {
-		cctx, cancel := f.call(ctx)
-		err := f.shared.TrySettle(cctx, g, a)
-		cancel()
+		err := f.shared.TrySettle(ctx, g, a)
 		if !f.failed(err) {
 			return
 		}
@@ -284,6 +288,7 @@ func (f *Failover) Run(ctx context.Context, ttl time.Duration, now func() time.T
 		if err := f.reconcile(ctx); err != nil {
 			continue
 		}
+		f.streak.Store(0)
 		if f.down.Swap(false) {
 			f.opts.Logger.Info("admission: the shared counters (Redis) answer again; what was settled meanwhile is reconciled")
 		}

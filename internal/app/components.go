@@ -71,7 +71,10 @@ type admissionBackend interface {
 	admin.Budgets
 }
 
-var _ admissionBackend = (*admission.Local)(nil)
+var (
+	_ admissionBackend = (*admission.Local)(nil)
+	_ admissionBackend = (*admission.Failover)(nil)
+)
 
 // serveMetrics are the process-level series the app owns.
 type serveMetrics struct {
@@ -179,7 +182,7 @@ func (c *components) openStores(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	var err error
-	c.counters, c.admitter, err = newAdmission(ctx, c.snap, c.ledger, c.reg)
+	c.counters, c.admitter, err = newAdmission(ctx, c.snap, c.ledger, c.reg, c.log, c.onClose)
 	if pg, ok := c.ledger.(*ledgerpg.Ledger); ok && err == nil {
 		// Other replicas' spools may hold records the budgets miss until
 		// those replicas drain them (a stopped one: until it restarts).
@@ -460,6 +463,19 @@ func backendName(postgresURL, sqlitePath string) string {
 	return "sqlite " + sqlitePath
 }
 
+// admissionName names where admission counts, never the Redis URL (it
+// may hold a password).
+func admissionName(snap *policies.Snapshot) string {
+	r := snap.AdmissionRedis()
+	switch {
+	case r.URL == "":
+		return "in-process"
+	case r.Cluster:
+		return "redis cluster, failure_mode " + snap.FailureMode()
+	}
+	return "redis, failure_mode " + snap.FailureMode()
+}
+
 // spoolName names this replica's spool in the PostgreSQL ledger's
 // reports: the host and the spool's path.
 func spoolName(path string) string {
@@ -481,11 +497,11 @@ func holder(e *spool.InUseError) string {
 // newAdmission builds the admission backend ext_authz and ext_proc share
 // — its budgets start from what the ledger holds for their current
 // periods, so a restart forgets nothing that was charged — and the
-// sliding-window counters it counts in, which serve sweeps. Only the
-// in-process backend exists; another backend is chosen here, from the
-// config. The in-process one holds nothing to close; a backend that does
-// (a Redis client) adds its closer here.
-func newAdmission(ctx context.Context, snap *policies.Snapshot, led ledgerBackend, reg prometheus.Registerer) (*limits.Counters, admissionBackend, error) {
+// sliding-window counters it counts in, which serve sweeps: in process,
+// or, with admission.redis, in Redis, the in-process backend then the
+// fallback of failure_mode open (sharedAdmission). A backend that holds
+// something to close (the Redis client) registers it with onClose.
+func newAdmission(ctx context.Context, snap *policies.Snapshot, led ledgerBackend, reg prometheus.Registerer, log *slog.Logger, onClose func(func() error)) (*limits.Counters, admissionBackend, error) {
 	counters := limits.New(limits.Options{})
 	tz, err := time.LoadLocation(snap.Gateway().BudgetTimeZone)
 	if err != nil {
@@ -510,7 +526,15 @@ func newAdmission(ctx context.Context, snap *policies.Snapshot, led ledgerBacken
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_reservations_expired_total", Help: "Reservations released unsettled after gateway.reservation_ttl."},
 			func() float64 { return float64(local.Expired()) }),
 	)
-	return counters, local, nil
+	if snap.AdmissionRedis().URL == "" {
+		return counters, local, nil
+	}
+	shared, closeClient, err := sharedAdmission(ctx, snap, led, local, tz, spent.Add, reg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	onClose(closeClient)
+	return counters, shared, nil
 }
 
 // listen binds the gRPC, admin and xDS addresses (the flags override the

@@ -226,7 +226,7 @@ func (c *components) run(ctx context.Context) error {
 		c.log.Info("sluice serving",
 			"grpc", c.grpcLn.Addr().String(), "admin", c.adminLn.Addr().String(), "xds", c.xdsLn.Addr().String(), "xds_version", c.control.Version(),
 			"config", c.flags.config, "config_version", c.snap.Version(), "keys", c.ring.Len(), "version", Version(),
-			"store", backendName(c.snap.StorePostgres(), c.snap.SQLitePath()), "ledger", backendName(c.snap.LedgerPostgres(), c.snap.LedgerPath()))
+			"store", backendName(c.snap.StorePostgres(), c.snap.SQLitePath()), "ledger", backendName(c.snap.LedgerPostgres(), c.snap.LedgerPath()), "admission", admissionName(c.snap))
 	}
 	err := errors.Join(readyErr, g.Wait())
 	c.log.Info("sluice stopped")

@@ -132,6 +132,7 @@ func TestDeadReplicasReservationsExpire(t *testing.T) {
 func failover(t *testing.T, c goredis.UniversalClient, mode string) (*admission.Failover, *redis.Backend) {
 	idx := admission.NewSpendIndex(nil, nil)
 	b := redis.New(c, redis.Options{
+		Timeout: 50 * time.Millisecond,
 		Spent: func(_ context.Context, kind, id, model string, since time.Time) (money.Sum, error) {
 			return idx.Spent(kind, id, model, since), nil
 		},
@@ -155,20 +156,26 @@ func TestFailureModes(t *testing.T) {
 	f, _ := failover(t, client(t, s), policies.FailClosed)
 	ctx := testctx.Deadline(t)
 	closed, open := budgetPrincipal(1000, ""), budgetPrincipal(1000, policies.FailOpen)
+	closed.KeyLimits.Requests.PerMinute = 100
 	open.OrgLimits.FailureMode, open.Org = policies.FailOpen, "o2"
 	if _, err := f.Admit(ctx, admission.Claim{Principal: closed, CostPico: micro, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	s.Halt()
-	for i := range 3 {
+	for i := range 6 {
 		start := time.Now()
 		_, err := f.Admit(ctx, admission.Claim{Principal: closed, CostPico: micro, At: time.Now()})
 		e, _ := apierr.As(err)
 		if e == nil || e.Status != 503 || e.Code != apierr.CodeAdmissionUnavailable || e.RetryAfter <= 0 {
 			t.Fatalf("closed, Redis down, call %d: %v; want 503 admission_unavailable with retry-after", i, err)
 		}
-		if i > 0 && time.Since(start) > 40*time.Millisecond {
+		// Three failures in a row take Redis for down; from then on no
+		// call tries it.
+		if i >= 3 && time.Since(start) > 40*time.Millisecond {
 			t.Errorf("call %d took %v: Redis is known down, no timeout should be waited", i, time.Since(start))
+		}
+		if i == 2 && !f.Down() {
+			t.Fatal("three calls in a row failed, and Redis is not taken for down")
 		}
 		if err := f.CountRequest(ctx, closed, time.Now()); err == nil {
 			t.Fatal("CountRequest closed, Redis down: admitted")
@@ -227,7 +234,8 @@ func TestReconcileAfterOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	admitSettle(30)
-	admitSettle(20)
+	admitSettle(15)
+	admitSettle(5)
 	if !f.Down() {
 		t.Fatal("Redis paused, but the failover does not know it")
 	}

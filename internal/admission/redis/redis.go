@@ -63,6 +63,10 @@ type Options struct {
 	Record func(kind, id, model string, at time.Time, cost int64)
 	// Logger is told what Settle cannot return (an error). Nil: discarded.
 	Logger *slog.Logger
+	// Timeout bounds each round trip to Redis (admission.redis.timeout);
+	// 0: the caller's context alone. A budget period's start read from the
+	// ledger is not bounded by it.
+	Timeout time.Duration
 	// Observe, when set, is told of every call to Redis: its phase
 	// (count, admit, settle, budgets, reconcile, ping), how long the round
 	// trip took, and its error.
@@ -154,6 +158,11 @@ func windowArgs(args []any, d limits.Demand, kind string) ([]any, error) {
 // run runs the script and returns its reply's strings and the server's
 // time it counted at.
 func (b *Backend) run(ctx context.Context, phase string, keys []string, args []any) ([]string, time.Time, error) {
+	if b.opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.opts.Timeout)
+		defer cancel()
+	}
 	start := time.Now()
 	v, err := script.Run(ctx, b.c, keys, args...).StringSlice()
 	if b.opts.Observe != nil {

@@ -266,6 +266,30 @@ func (l *DB) Lifetime(ctx context.Context) ([]ledger.Aggregate, error) {
 	return as, nil
 }
 
+// Spent is what scope (key, team or org) id spent on model ("" for every
+// model) from the 15-minute bucket that holds since on, or over its
+// lifetime for a zero since, exact, as committed: one scope's buckets,
+// read through ledger_buckets_scope. Admission over Redis starts a budget
+// period Redis lacks from it.
+func (l *DB) Spent(ctx context.Context, scope, id, model string, since time.Time) (money.Sum, error) {
+	q, args := spentBucketsQuery, []any{scope, id, model, ledger.BucketOf(since).Unix()}
+	if since.IsZero() {
+		q, args = spentLifeQuery, args[:3]
+	}
+	var micros, pico int64
+	if err := l.pool.QueryRow(ctx, q, args...).Scan(&micros, &pico); err != nil {
+		return money.Sum{}, fmt.Errorf("postgres ledger: what %s %s spent: %w", scope, id, err)
+	}
+	return money.FromParts(micros, pico), nil
+}
+
+var (
+	spentBucketsQuery = `SELECT ` + costParts("coalesce(sum(cost_pico), 0)") + ` FROM ledger_buckets
+		WHERE scope = $1 AND id = $2 AND ($3 = '' OR model = $3) AND bucket >= $4`
+	spentLifeQuery = `SELECT ` + costParts("coalesce(sum(cost_pico), 0)") + ` FROM ledger_life
+		WHERE scope = $1 AND id = $2 AND ($3 = '' OR model = $3)`
+)
+
 // aggregates runs one of the queries above.
 func (l *DB) aggregates(ctx context.Context, query string, args ...any) ([]ledger.Aggregate, error) {
 	if err := ctx.Err(); err != nil {

@@ -118,6 +118,9 @@ CREATE TABLE ledger_spools (
 	updated_at bigint NOT NULL
 );
 `},
+	{Version: 3, Name: "a scope's buckets", Concurrently: []string{
+		`CREATE INDEX CONCURRENTLY IF NOT EXISTS ledger_buckets_scope ON ledger_buckets (scope, id, bucket)`,
+	}},
 }
 
 // recordColumns are ledger_records' columns in the order Insert binds

@@ -218,7 +218,8 @@ func TestRewindCutsBackOnlyPastFourTimes(t *testing.T) {
 
 // TestOpenAllocatedSpool: a crash after a new spool was allocated and
 // before its first header was written leaves a file of zeros; opening it
-// finds nothing, no damage, and keeps no copy.
+// finds nothing, no damage, and keeps no copy. One byte more than zeros,
+// and it is kept.
 func TestOpenAllocatedSpool(t *testing.T) {
 	path := spoolPath(t)
 	if err := os.WriteFile(path, make([]byte, growStep), 0o600); err != nil {
@@ -227,6 +228,22 @@ func TestOpenAllocatedSpool(t *testing.T) {
 	l := openTest(t, Options{Path: path})
 	if kept, _ := filepath.Glob(path + "-damaged-*"); len(kept) != 0 || l.DamagedFrames() != 0 {
 		t.Errorf("a spool of zeros: kept %v, %d damaged; want no copy and no damage", kept, l.DamagedFrames())
+	}
+
+	// Zeros but for one byte, anywhere past the header's sector — its
+	// last byte too: something was written whose generation is lost, and
+	// the file is kept aside.
+	for _, at := range []int{frameStart, windowSize + 7, growStep - 1} {
+		path := spoolPath(t)
+		b := make([]byte, growStep)
+		b[at] = 0x5a
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l := openTest(t, Options{Path: path})
+		if kept, _ := filepath.Glob(path + "-damaged-*"); len(kept) != 1 || l.DamagedFrames() != 1 {
+			t.Errorf("zeros but a byte at %d: kept %v, %d damaged; want the file kept aside, one damage", at, kept, l.DamagedFrames())
+		}
 	}
 }
 

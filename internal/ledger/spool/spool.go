@@ -346,7 +346,7 @@ type window struct {
 // the file ends before them. A file that shrank meanwhile (another
 // Ledger's spool, rewound and cut back) ends where it ends now.
 func (w *window) bytes(off int64, n int) ([]byte, error) {
-	if off < 0 || n < 0 || off+int64(n) > w.size {
+	if off < 0 || off+int64(n) > w.size {
 		return nil, nil
 	}
 	if off >= w.at && off+int64(n) <= w.at+int64(len(w.buf)) {
