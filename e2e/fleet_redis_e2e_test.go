@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -193,4 +196,251 @@ func TestFleetRedisExactLimits(t *testing.T) {
 	if got[200] != 60 || got[429] != 90 {
 		t.Fatalf("150 requests at once against 60 a minute: %v; want 60 × 200 and 90 × 429", got)
 	}
+}
+
+// child is a replica in a process of its own, restartable on its ports.
+type child struct {
+	cmd  *exec.Cmd
+	proc *sluiceProcess
+}
+
+// stopChild signals c and waits until its process is gone.
+func stopChild(t *testing.T, c *child, sig syscall.Signal) {
+	t.Helper()
+	pid := c.cmd.Process.Pid
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	testctx.Wait(t, fmt.Sprintf("process %d to exit after %v", pid, sig), func() bool {
+		return syscall.Kill(pid, 0) == syscall.ESRCH
+	})
+}
+
+// restartChild starts c again on the ports it had, its config and spool
+// as they were.
+func restartChild(t *testing.T, c *child) {
+	t.Helper()
+	p := c.proc
+	c.cmd, c.proc = startChildArgs(t, p.config, []string{"--grpc-addr", p.grpcAddr, "--admin-addr", p.adminAddr, "--xds-addr", p.xdsAddr})
+}
+
+// TestFleetRedisRestarts: three replicas, one Redis, one PostgreSQL,
+// under streaming load. A rolling restart of all three (SIGTERM, each
+// back on its ports before the next goes) breaks no stream: each replica
+// turns NOT_SERVING, takes no new stream, lets its open ones finish. A
+// replica SIGKILLed mid-stream leaves reservations in Redis that expire
+// after reservation_ttl, and the others keep serving. Through all of it
+// every stream that completed is recorded once, and Redis's budget
+// counter equals the ledger's spend.
+func TestFleetRedisRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL, Redis and sluice subprocesses; not in -short")
+	}
+	rs := redistest.Own(t)
+	dbURL := pgtest.Database(t)
+	_, mockAddr := mockProvider(t, mockllm.Options{Words: 100})
+	dir := t.TempDir()
+	policy := func(addrs ...string) string {
+		p := fmt.Sprintf(fleetRedisPolicy, mockAddr, dbURL, strings.Join(addrs, ", "), rs.Addr(),
+			sha256Hex(fleetRedisWarm), sha256Hex(fleetRedisBudget), sha256Hex(fleetRedisRate))
+		// A budget the load never exhausts, and reservations that expire
+		// within the test.
+		p = strings.Replace(p, "micro_usd: 1000000}", "micro_usd: 1000000000}", 1)
+		return p + "gateway: {reservation_ttl: 1m}\n"
+	}
+	configs := make([]string, 3)
+	for i := range configs {
+		configs[i] = filepath.Join(dir, fmt.Sprintf("r%d", i), "sluice.yaml")
+		if err := os.MkdirAll(filepath.Dir(configs[i]), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(configs[i], []byte(policy("127.0.0.1:9")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replicas := make([]*child, 3)
+	for i := range replicas {
+		var flags []string
+		if i == 0 {
+			flags = []string{"--migrate"}
+		}
+		cmd, p := startChildArgs(t, configs[i], flags)
+		replicas[i] = &child{cmd, p}
+	}
+	addrs := []string{replicas[0].proc.grpcAddr, replicas[1].proc.grpcAddr, replicas[2].proc.grpcAddr}
+	for _, config := range configs {
+		if err := os.WriteFile(config, []byte(policy(addrs...)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var envoy string
+	var (
+		mu     sync.Mutex
+		done   []string // request ids of the streams received whole
+		broken []string // how the others ended
+		sent   = map[string]bool{}
+	)
+	stream := func() {
+		req, _ := http.NewRequest("POST", envoy+"/v1/chat/completions",
+			strings.NewReader(`{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"go"}]}`))
+		req.Header.Set("authorization", "Bearer "+fleetRedisBudget)
+		req.Header.Set("x-mock-chunks", "20")
+		req.Header.Set("x-mock-interval", "25ms")
+		resp, err := burstClient.Do(req)
+		if err != nil {
+			mu.Lock()
+			broken = append(broken, err.Error())
+			mu.Unlock()
+			return
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		id := resp.Header.Get("x-sluice-request-id")
+		mu.Lock()
+		defer mu.Unlock()
+		if id != "" {
+			sent[id] = true
+		}
+		if resp.StatusCode == 200 && err == nil && strings.Contains(string(body), "data: [DONE]") {
+			done = append(done, id)
+			return
+		}
+		broken = append(broken, fmt.Sprintf("status %d, %v, %q", resp.StatusCode, err, tail(string(body))))
+	}
+	completed := func() int { mu.Lock(); defer mu.Unlock(); return len(done) }
+	envoy = emulatorFor(t, replicas[0].proc, "e2e-fleet-redis-restarts")
+	testctx.Wait(t, "the three replicas to take requests", func() bool {
+		if stream(); completed() == 0 {
+			return false
+		}
+		for _, r := range replicas {
+			if authzChecks(t, r.proc.adminAddr) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	mu.Lock()
+	broken = nil // the streams before the configuration reached Envoy
+	mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				stream()
+			}
+		})
+	}
+	waitMore := func(what string, n int) {
+		t.Helper()
+		want := completed() + n
+		testctx.Wait(t, what, func() bool { return completed() >= want })
+	}
+
+	// A rolling restart of all three, the xDS server's last.
+	waitMore("streams before the restarts", 12)
+	for _, i := range []int{1, 2, 0} {
+		r := replicas[i]
+		checks := authzChecks(t, r.proc.adminAddr)
+		stopChild(t, r, syscall.SIGTERM)
+		restartChild(t, r)
+		testctx.Wait(t, fmt.Sprintf("replica %d to take requests again", i), func() bool {
+			return authzChecks(t, r.proc.adminAddr) > 0 || checks < 0
+		})
+		waitMore(fmt.Sprintf("streams after replica %d restarted", i), 12)
+	}
+	mu.Lock()
+	if len(broken) > 0 {
+		t.Errorf("a rolling restart broke %d streams; want none:\n%s", len(broken), strings.Join(broken, "\n"))
+	}
+	broken = nil
+	mu.Unlock()
+
+	// A replica killed mid-stream: the others keep serving.
+	stopChild(t, replicas[2], syscall.SIGKILL)
+	waitMore("streams after a replica was killed", 24)
+	cancel()
+	wg.Wait()
+	t.Logf("%d streams completed; %d broken when a replica was killed", completed(), len(broken))
+
+	// Every completed stream is recorded once, and nothing else is.
+	db, err := ledgerpg.OpenDB(t.Context(), dbURL, ledgerpg.Options{Log: testenv.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	restartChild(t, replicas[2]) // replays its spool
+	mu.Lock()
+	want := append([]string(nil), done...)
+	mu.Unlock()
+	var recs []ledger.Record
+	testctx.Wait(t, "the ledger to hold every completed stream", func() bool {
+		recs, err = db.Records(t.Context(), ledger.Filter{Team: "budget"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, r := range recs {
+			have[r.ClientRequestID] = true
+		}
+		for _, id := range want {
+			if !have[id] {
+				return false
+			}
+		}
+		return true
+	})
+	count := map[string]int{}
+	for _, r := range recs {
+		count[r.ClientRequestID]++
+		if !sent[r.ClientRequestID] {
+			t.Errorf("a record of %q, a request no client sent", r.ClientRequestID)
+		}
+	}
+	for _, id := range want {
+		if count[id] != 1 {
+			t.Errorf("completed stream %s has %d records; want 1", id, count[id])
+		}
+	}
+
+	// Redis's counter: exactly what the ledger holds — every settled
+	// stream, from whichever replica — and what the killed replica had
+	// reserved for its streams in flight is held until reservation_ttl
+	// after each was admitted, when the next call for the team releases
+	// it (internal/admission/redis TestDeadReplicasReservationsExpire).
+	c := goredis.NewClient(&goredis.Options{Addr: rs.Addr()})
+	defer c.Close()
+	p := &keyring.Principal{KeyID: "kb", Team: "budget",
+		TeamLimits: policies.Limits{Budgets: []policies.Budget{{Period: policies.PeriodLifetime, MicroUSD: 1_000_000_000}}}}
+	bs := admredis.New(c, admredis.Options{}).Budgets(p, time.Now())
+	var total money.Sum
+	for _, r := range recs {
+		total = total.AddPico(r.CostPico)
+	}
+	if len(bs) != 1 || bs[0].Spent != total {
+		t.Errorf("Redis's budget: %+v; want spent exactly the ledger's %v", bs, total)
+	}
+	holds, err := c.Keys(t.Context(), admredis.Prefix+"*}:holds").Result()
+	if err != nil || len(holds) != 1 {
+		t.Fatalf("hold sets %v, %v; want the team's one", holds, err)
+	}
+	due, err := c.ZRangeWithScores(t.Context(), holds[0], 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, z := range due {
+		if at := time.UnixMilli(int64(z.Score)); at.After(time.Now().Add(time.Minute)) {
+			t.Errorf("a reservation held until %v, past reservation_ttl (1m) from now", at)
+		}
+	}
+	t.Logf("ledger: %d records, %v; Redis: spent %v, reserved %v by %d holds", len(recs), total, bs[0].Spent, bs[0].Reserved, len(due))
+}
+
+func tail(s string) string {
+	if len(s) > 120 {
+		return "…" + s[len(s)-120:]
+	}
+	return s
 }

@@ -135,6 +135,12 @@ type Gateway struct {
 	// ReservationTTL releases a reservation that was never settled (a
 	// stream Sluice lost track of) after this long. Default 15m.
 	ReservationTTL time.Duration `yaml:"reservation_ttl"`
+	// DrainTimeout is how long a replica told to stop (SIGTERM) lets its
+	// open streams finish after it stopped taking new ones: long enough
+	// for a long generation. Streams still open then are settled as
+	// cancelled — charged what they delivered, recorded — and the process
+	// exits. Default 10m; read when serve starts.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// Background says what happens to work Sluice cannot meter — a
 	// responses request with "background": true, which the provider
 	// answers at once without usage and runs later: "deny" (the default,

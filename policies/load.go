@@ -30,7 +30,7 @@ func Default() *Config {
 		Store:  Store{SQLite: "sluice.db"},
 		Ledger: Ledger{SQLite: "sluice-ledger.db", SpoolMaxBytes: 1 << 30},
 		Gateway: Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC",
-			DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute, RequestTimeout: 5 * time.Minute, StreamIdleTimeout: 5 * time.Minute},
+			DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute, DrainTimeout: 10 * time.Minute, RequestTimeout: 5 * time.Minute, StreamIdleTimeout: 5 * time.Minute},
 		XDS: XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: DefaultUpstreamCAFile, Proxyless: ProxylessOff,
 			ExtensionHealthCheck: HealthCheck{Interval: 2 * time.Second, Timeout: time.Second, UnhealthyThreshold: 2, HealthyThreshold: 2}},
 		Security: Security{PrincipalMaxAge: 30 * time.Second},

@@ -116,7 +116,7 @@ func TestDefault(t *testing.T) {
 		Listen:   Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "127.0.0.1:10000"},
 		Store:    Store{SQLite: "sluice.db"},
 		Ledger:   Ledger{SQLite: "sluice-ledger.db", SpoolMaxBytes: 1 << 30},
-		Gateway:  Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute, RequestTimeout: 5 * time.Minute, StreamIdleTimeout: 5 * time.Minute},
+		Gateway:  Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute, DrainTimeout: 10 * time.Minute, RequestTimeout: 5 * time.Minute, StreamIdleTimeout: 5 * time.Minute},
 		XDS:      XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt", Proxyless: "off", ExtensionHealthCheck: HealthCheck{Interval: 2 * time.Second, Timeout: time.Second, UnhealthyThreshold: 2, HealthyThreshold: 2}},
 		Security: Security{PrincipalMaxAge: 30 * time.Second},
 	}
@@ -146,7 +146,7 @@ func TestLoadFull(t *testing.T) {
 		Listen:   Listen{GRPC: "127.0.0.1:9001", XDS: "127.0.0.1:18000", Admin: "127.0.0.1:9090", Envoy: "0.0.0.0:10000"},
 		Store:    Store{SQLite: "data/sluice.db"},
 		Ledger:   Ledger{SQLite: "sluice-ledger.db", SpoolMaxBytes: 1 << 30},
-		Gateway:  Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute, RequestTimeout: 5 * time.Minute, StreamIdleTimeout: 5 * time.Minute},
+		Gateway:  Gateway{MaxRequestBodyBytes: 4 << 20, UnknownPaths: "deny", UnpricedModels: "allow", BudgetTimeZone: "UTC", DefaultMaxOutputTokens: 4096, ReservationTTL: 15 * time.Minute, DrainTimeout: 10 * time.Minute, RequestTimeout: 5 * time.Minute, StreamIdleTimeout: 5 * time.Minute},
 		XDS:      XDS{AccessLog: "/dev/stdout", GRPCListener: "sluice-grpc", UpstreamCAFile: "/etc/ssl/certs/ca-certificates.crt", Proxyless: "off", ExtensionHealthCheck: HealthCheck{Interval: 2 * time.Second, Timeout: time.Second, UnhealthyThreshold: 2, HealthyThreshold: 2}},
 		Security: Security{PrincipalMaxAge: 30 * time.Second},
 		Providers: []Provider{

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -97,6 +98,8 @@ type components struct {
 	startedUp func()
 	// started: gRPC health has been reported once (reportHealth).
 	started bool
+	// draining: told to stop; not ready while open streams finish.
+	draining atomic.Bool
 
 	reg     *prometheus.Registry
 	metrics serveMetrics
@@ -613,7 +616,11 @@ func (c *components) servers() error {
 	}
 	c.grpc = grpc.NewServer(append(append(append(guard.ServerOptions(), grpcOpts...), keepaliveOptions()...), grpc.MaxRecvMsgSize(c.grpcRecv),
 		grpc.ForceServerCodecV2(extproc.Codec{}), grpc.NumStreamWorkers(grpcStreamWorkers),
-		grpc.StaticStreamWindowSize(grpcStreamWindow), grpc.StaticConnWindowSize(grpcConnWindow))...)
+		grpc.StaticStreamWindowSize(grpcStreamWindow), grpc.StaticConnWindowSize(grpcConnWindow),
+		// Stop, at the drain timeout, returns once every handler did: each
+		// cancelled stream has settled and handed its record to the
+		// ledger before the ledger stops.
+		grpc.WaitForHandlers(true))...)
 	authv3.RegisterAuthorizationServer(c.grpc, authz.NewServer(checker, authz.NewMetrics(c.reg), c.log))
 	extprocsvc.RegisterExternalProcessorServer(c.grpc, extprocServer)
 	c.health = health.NewServer()
@@ -697,6 +704,9 @@ const noPrincipalKeys = "security.principal_keys is not set: this process signs 
 // the store, and while the spend ledger takes records (/readyz, gRPC
 // health).
 func (c *components) ready() error {
+	if c.draining.Load() {
+		return errors.New("shutting down: open streams are draining")
+	}
 	if c.watcher.Current() == nil {
 		return errors.New("config not loaded")
 	}

@@ -31,7 +31,6 @@ const (
 	configPoll    = 250 * time.Millisecond
 	storePoll     = 250 * time.Millisecond
 	counterSweep  = time.Minute
-	shutdownGrace = 10 * time.Second
 	// holdFlush bounds the last attempt, at shutdown, to write the records
 	// held while the ledger could not take them (internal/ledger/hold).
 	holdFlush = 5 * time.Second
@@ -109,16 +108,20 @@ func serve(ctx context.Context, f serveFlags, stdout io.Writer, log *slog.Logger
 }
 
 // run serves every component under one errgroup until ctx ends or one of
-// them fails, then shuts down gracefully within shutdownGrace.
+// them fails, then shuts down gracefully.
 //
-// Shutdown order: health stops reporting SERVING, and the gRPC server
-// goes on answering for the drain (drainFor), so that each Envoy's next
-// health check takes this replica out before it refuses a connection;
-// then the xDS server stops, and the gRPC server drains its in-flight
-// ext_authz and ext_proc streams (forced after shutdownGrace); only then is the ledger's
-// committer stopped, so every stream that settled has its spend record
-// committed before run returns. The ledger therefore runs on a context of
-// its own, which that last step cancels, not on the group's.
+// Shutdown order: health stops reporting SERVING and /readyz says the
+// replica is draining, and the gRPC server goes on answering for the
+// drain (drainFor), so that each Envoy's next health check takes this
+// replica out before it refuses a connection; then the xDS server stops,
+// and the gRPC server sends GOAWAY and lets its open ext_authz and
+// ext_proc streams finish, up to gateway.drain_timeout, past which it
+// cancels them and waits for their handlers (each settles what it
+// delivered); only then are the admin server and the ledger's committer
+// stopped, so every stream that settled has its spend record committed
+// before run returns. The ledger and the admin server therefore run on
+// contexts of their own, which those last steps cancel, not on the
+// group's.
 func (c *components) run(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -150,7 +153,11 @@ func (c *components) run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return c.hold.Run(gctx) })
-	g.Go(func() error { return c.admin.Serve(gctx, c.adminLn) })
+	// The admin server answers until the gRPC streams are drained:
+	// /readyz says the replica is draining.
+	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAdmin()
+	g.Go(func() error { return c.admin.Serve(adminCtx, c.adminLn) })
 	g.Go(func() error { return c.watcher.Run(gctx) })
 	for _, r := range c.tlsReloaders {
 		g.Go(func() error { return r.Run(gctx) })
@@ -175,6 +182,7 @@ func (c *components) run(ctx context.Context) error {
 	g.Go(func() error { return c.admitter.Run(gctx, c.snap.Gateway().ReservationTTL, time.Now) })
 	g.Go(func() error {
 		<-gctx.Done()
+		c.draining.Store(true)
 		c.health.Shutdown()
 		if d := c.drainFor(); d > 0 {
 			c.log.Info("draining: gRPC health says NOT_SERVING; still serving", "for", d)
@@ -182,7 +190,13 @@ func (c *components) run(ctx context.Context) error {
 		}
 		// xDS streams end with gctx; only the Envoys' reconnects remain.
 		stopGRPC(c.xdsGRPC, time.Second)
-		stopGRPC(c.grpc, shutdownGrace)
+		// GOAWAY: no new stream; the open ones finish, up to the drain
+		// timeout, past which they are cancelled, and each settles what
+		// it delivered (the server waits for its handlers).
+		drain := c.snap.Gateway().DrainTimeout
+		c.log.Info("draining: no new streams; open ones may finish", "within", drain)
+		stopGRPC(c.grpc, drain)
+		stopAdmin()
 		// No stream is left to settle: the records held while the ledger
 		// could not take them get a last chance (the rest are logged as
 		// lost, by id), then the ledger may commit what is queued and
