@@ -8,7 +8,8 @@ import (
 )
 
 // TestDrainTimeout: gateway.drain_timeout defaults to ten minutes, takes
-// 0 (cancel open streams at once), and refuses a negative value.
+// 0 (cancel open streams at once), and refuses a negative value as no
+// duration.
 func TestDrainTimeout(t *testing.T) {
 	for yaml, want := range map[string]time.Duration{"": 10 * time.Minute, "gateway: {drain_timeout: 0s}\n": 0, "gateway: {drain_timeout: 30m}\n": 30 * time.Minute} {
 		cfg, err := Parse([]byte(base+yaml), "f.yaml", func(string) (string, bool) { return "", false })
@@ -18,7 +19,7 @@ func TestDrainTimeout(t *testing.T) {
 	}
 	_, err := Parse([]byte(base+"gateway: {drain_timeout: -1s}\n"), "f.yaml", func(string) (string, bool) { return "", false })
 	var ps Problems
-	if !errors.As(err, &ps) || len(ps) != 1 || !strings.Contains(ps[0].String(), "gateway.drain_timeout: must not be negative") {
+	if !errors.As(err, &ps) || len(ps) != 1 || !strings.Contains(ps[0].String(), "gateway.drain_timeout: must be a duration") {
 		t.Errorf("a negative drain_timeout: %v; want it refused", err)
 	}
 }

@@ -154,9 +154,6 @@ func (v *validator) ledgerAndGateway(l Ledger, g Gateway) {
 	if g.Background != "" && g.Background != BackgroundDeny && g.Background != BackgroundChargeReservation {
 		v.add("gateway.background", "must be deny or charge_reservation, got %q", g.Background)
 	}
-	if g.DrainTimeout < 0 {
-		v.add("gateway.drain_timeout", "must not be negative (0: open streams are cancelled at once), got %v", g.DrainTimeout)
-	}
 	if g.ReservationTTL < time.Minute {
 		v.add("gateway.reservation_ttl", "must be at least 1m (longer than your longest stream), got %v", g.ReservationTTL)
 	}
