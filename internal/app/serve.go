@@ -28,9 +28,9 @@ import (
 // Intervals of the background loops. The store poll bounds how long a key
 // revoked by another process keeps working (<= 1 s promised).
 const (
-	configPoll    = 250 * time.Millisecond
-	storePoll     = 250 * time.Millisecond
-	counterSweep  = time.Minute
+	configPoll   = 250 * time.Millisecond
+	storePoll    = 250 * time.Millisecond
+	counterSweep = time.Minute
 	// holdFlush bounds the last attempt, at shutdown, to write the records
 	// held while the ledger could not take them (internal/ledger/hold).
 	holdFlush = 5 * time.Second
