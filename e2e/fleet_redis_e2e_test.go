@@ -32,12 +32,14 @@ import (
 // fleetRedisPolicy: a replica of a fleet whose keys and ledger are in one
 // PostgreSQL and whose counters are in one Redis. Team "budget" may spend
 // $1 over its lifetime at $0.01 a request (a per-request fee, the only
-// price): 100 requests; team "rate" may make 60 requests a minute. Redis
+// price): 100 requests; team "rate" may make 60 requests a minute; team
+// "open" is admitted by each replica's own counters when Redis does not
+// answer (the others are refused: failure_mode closed, the default). Redis
 // is given 150 ms a call, not 50: the tests' bursts put 500 requests on
 // three replicas, Redis, PostgreSQL and the emulator sharing two cores.
 // Arguments: the mock provider's address, the database URL, the
 // replicas' gRPC addresses, Redis's address, then the keys' hashes
-// (warm-up, budget, rate).
+// (warm-up, budget, rate, open).
 const fleetRedisPolicy = `
 listen: {envoy: "127.0.0.1:0"}
 store: {postgres: "%[2]s"}
@@ -50,10 +52,12 @@ teams:
   - {name: warm}
   - {name: budget, limits: {budgets: [{period: lifetime, micro_usd: 1000000}]}}
   - {name: rate, limits: {requests: {per_minute: 60}}}
+  - {name: open, limits: {failure_mode: open, budgets: [{period: lifetime, micro_usd: 1000000000}]}}
 keys:
   - {name: kw, team: warm, sha256: "%[5]s"}
   - {name: kb, team: budget, sha256: "%[6]s"}
   - {name: kr, team: rate, sha256: "%[7]s"}
+  - {name: ko, team: open, sha256: "%[8]s"}
 admin: {token: ` + fleetAdminToken + `}
 security: {principal_keys: [{value: "` + attackPrincipalKey + `"}]}
 xds:
@@ -65,6 +69,7 @@ const (
 	fleetRedisWarm   = "sk-sluice-REDISwarm0123456789abcdefghijklmnopqrstuvw"
 	fleetRedisBudget = "sk-sluice-REDISbudget0123456789abcdefghijklmnopqrstu"
 	fleetRedisRate   = "sk-sluice-REDISrate0123456789abcdefghijklmnopqrstuvw"
+	fleetRedisOpen   = "sk-sluice-REDISopen0123456789abcdefghijklmnopqrstuvw"
 )
 
 // redisFleet starts three replicas sharing one PostgreSQL and one Redis
@@ -75,7 +80,7 @@ func redisFleet(t *testing.T, rs *redistest.Server, dbURL string) (envoy string,
 	_, mockAddr := mockProvider(t, mockllm.Options{Words: 5})
 	policy := func(addrs ...string) string {
 		return fmt.Sprintf(fleetRedisPolicy, mockAddr, dbURL, strings.Join(addrs, ", "), rs.Addr(),
-			sha256Hex(fleetRedisWarm), sha256Hex(fleetRedisBudget), sha256Hex(fleetRedisRate))
+			sha256Hex(fleetRedisWarm), sha256Hex(fleetRedisBudget), sha256Hex(fleetRedisRate), sha256Hex(fleetRedisOpen))
 	}
 	childConfig := func() string {
 		p := filepath.Join(t.TempDir(), "sluice.yaml")
@@ -242,7 +247,7 @@ func TestFleetRedisRestarts(t *testing.T) {
 	dir := t.TempDir()
 	policy := func(addrs ...string) string {
 		p := fmt.Sprintf(fleetRedisPolicy, mockAddr, dbURL, strings.Join(addrs, ", "), rs.Addr(),
-			sha256Hex(fleetRedisWarm), sha256Hex(fleetRedisBudget), sha256Hex(fleetRedisRate))
+			sha256Hex(fleetRedisWarm), sha256Hex(fleetRedisBudget), sha256Hex(fleetRedisRate), sha256Hex(fleetRedisOpen))
 		// A budget the load never exhausts, and reservations that expire
 		// within the test.
 		p = strings.Replace(p, "micro_usd: 1000000}", "micro_usd: 1000000000}", 1)
@@ -443,4 +448,91 @@ func tail(s string) string {
 		return "…" + s[len(s)-120:]
 	}
 	return s
+}
+
+// TestFleetRedisOutage: Redis stops under load. Each team follows its
+// failure mode: the closed one is refused with 503 admission_unavailable
+// and a retry-after, the open one is served by each replica's own
+// counters. Redis comes back empty: the budgets start again from the
+// ledger, which holds what was served meanwhile, and nothing is counted
+// twice — Redis's budget equals the ledger's spend.
+func TestFleetRedisOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL, Redis and sluice subprocesses; not in -short")
+	}
+	rs := redistest.Own(t)
+	dbURL := pgtest.Database(t)
+	envoy, replicas := redisFleet(t, rs, dbURL)
+	for _, secret := range []string{fleetRedisBudget, fleetRedisOpen} {
+		if got := burst(t, envoy, secret, 10); got[200] != 10 {
+			t.Fatalf("before the outage: %v", got)
+		}
+	}
+	rs.Halt()
+	closed := burst(t, envoy, fleetRedisBudget, 20)
+	open := burst(t, envoy, fleetRedisOpen, 20)
+	if closed[503] != 20 {
+		t.Errorf("a closed team with Redis down: %v; want 20 × 503", closed)
+	}
+	if open[200] != 20 {
+		t.Errorf("an open team with Redis down: %v; want 20 × 200", open)
+	}
+	code, body := chat(t, envoy, fleetRedisBudget)
+	if code != 503 || !strings.Contains(body, "admission_unavailable") {
+		t.Errorf("closed, Redis down: %d %s; want 503 admission_unavailable", code, body)
+	}
+	var fallbacks float64
+	for _, r := range replicas {
+		fallbacks += metricSum(t, r.adminAddr, "sluice_admission_fallback_total")
+	}
+	if fallbacks < 20 {
+		t.Errorf("sluice_admission_fallback_total %v across the replicas; want the 20 open requests at least", fallbacks)
+	}
+
+	if err := rs.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Once every replica finds Redis again and its spool has reached
+	// PostgreSQL, the next requests start the budget from the ledger.
+	testctx.Wait(t, "the replicas to find Redis again, their spools drained", func() bool {
+		for _, r := range replicas {
+			if metricSum(t, r.adminAddr, "sluice_admission_redis_down") != 0 || metricSum(t, r.adminAddr, "sluice_ledger_spool_backlog") != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, secret := range []string{fleetRedisBudget, fleetRedisOpen} {
+		if got := burst(t, envoy, secret, 10); got[200] != 10 {
+			t.Fatalf("after the outage: %v", got)
+		}
+	}
+	db, err := ledgerpg.OpenDB(t.Context(), dbURL, ledgerpg.Options{Log: testenv.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c := goredis.NewClient(&goredis.Options{Addr: rs.Addr()})
+	defer c.Close()
+	for _, tc := range []struct {
+		team     string
+		requests int64
+		micros   int64
+	}{{"budget", 20, 1_000_000}, {"open", 40, 1_000_000_000}} {
+		var total ledger.Total
+		testctx.Wait(t, "the ledger to hold team "+tc.team+"'s requests", func() bool {
+			ts, err := db.Totals(t.Context(), ledger.Filter{Team: tc.team}, ledger.ByNone)
+			if err != nil || len(ts) != 1 {
+				return false
+			}
+			total = ts[0]
+			return total.Requests == tc.requests
+		})
+		p := &keyring.Principal{KeyID: "k", Team: tc.team,
+			TeamLimits: policies.Limits{Budgets: []policies.Budget{{Period: policies.PeriodLifetime, MicroUSD: tc.micros}}}}
+		bs := admredis.New(c, admredis.Options{}).Budgets(p, time.Now())
+		if len(bs) != 1 || bs[0].Spent != total.Cost || !bs[0].Reserved.IsZero() {
+			t.Errorf("team %s: Redis's budget %+v; want the ledger's %v spent, nothing reserved", tc.team, bs, total.Cost)
+		}
+	}
 }

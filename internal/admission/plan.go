@@ -44,6 +44,10 @@ type Window struct {
 	r       reservation
 }
 
+// Scope is whose limit w is: key, team or org, its id, and the model
+// for a per-model limit ("" otherwise).
+func (w Window) Scope() (kind, id, model string) { return w.r.who.kind, w.r.who.id, w.r.who.model }
+
 // Refusal is the refusal of a claim that w did not fit, as d (a
 // limits.Decision, or what a backend computed as one) says.
 func (w Window) Refusal(d limits.Decision) *apierr.Error { return denial(w.r, d) }

@@ -99,6 +99,9 @@ func sharedAdmission(ctx context.Context, snap *policies.Snapshot, led ledgerBac
 		Spent: func(ctx context.Context, kind, id, model string, since time.Time) (money.Sum, error) {
 			return ledgerSpent(ctx, led, kind, id, model, since)
 		},
+		SpentBuckets: func(ctx context.Context, kind, id, model string, since time.Time) ([]admredis.SpentBucket, error) {
+			return ledgerSpentBuckets(ctx, led, kind, id, model, since)
+		},
 		Record: record,
 		Logger: log,
 		Observe: func(phase string, d time.Duration, err error) {
@@ -174,4 +177,34 @@ type redisLog struct{ log *slog.Logger }
 
 func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "redis")
+}
+
+// ledgerSpentBuckets is what the ledger recorded for a scope per bucket
+// since a time: where a rolling budget's window Redis lacks starts from.
+func ledgerSpentBuckets(ctx context.Context, led ledgerBackend, kind, id, model string, since time.Time) ([]admredis.SpentBucket, error) {
+	var as []ledger.Aggregate
+	var err error
+	if pg, ok := led.(*ledgerpg.Ledger); ok {
+		as, err = pg.DB().SpentBuckets(ctx, kind, id, model, since)
+	} else if as, err = led.Buckets(ctx, since); err == nil {
+		// Every scope's buckets: this one's, summed over models.
+		sums := map[time.Time]money.Sum{}
+		for _, a := range as {
+			if string(a.Scope) == kind && a.ID == id && (model == "" || a.Model == model) {
+				sums[a.Bucket] = sums[a.Bucket].Add(a.Cost)
+			}
+		}
+		as = as[:0]
+		for at, c := range sums {
+			as = append(as, ledger.Aggregate{Bucket: at, Cost: c})
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]admredis.SpentBucket, len(as))
+	for i, a := range as {
+		out[i] = admredis.SpentBucket{Start: a.Bucket, Cost: a.Cost}
+	}
+	return out, nil
 }

@@ -323,11 +323,44 @@ if mode == 'admit' then
   -- (nb), 15 the principal's request windows among the first windows
   -- (np); then 4 per window, then 4 per budget: the budget in
   -- pico-dollars, its period's start and end (seconds; end '' for
-  -- lifetime), the seed ('' if the caller has none).
+  -- lifetime), the seed ('' if the caller has none); then per window its
+  -- seed from the ledger ('?' if the caller has none: rolling budgets).
   local nw, nb, np = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
   sweep(holds, s, n)
   local cost = num(ARGV[8])
   local bp = 16 + nw * 4
+  -- since: when Redis began counting for the org (set by its first
+  -- admission). A rolling budget's window that Redis lacks, and that
+  -- reaches back before since, starts from the ledger: the caller sends
+  -- its buckets ("j:amount;…", '?' not read yet) after the budgets.
+  local sinceKey = holds .. ':since'
+  local since = redis.call('GET', sinceKey)
+  if not since then redis.call('SET', sinceKey, now[1], 'NX') end
+  local wseeds, wneed = {}, {}
+  for i = 1, nw do
+    local q = 16 + (i - 1) * 4
+    if ARGV[q + 3] == '3' then
+      local key, ws = KEYS[1 + i], tonumber(ARGV[q])
+      if redis.call('EXISTS', key) == 0 and (not since or tonumber(since) > s - ws * B) then
+        local seed = ARGV[bp + nb * 4 + i - 1]
+        if seed == '?' then wneed[#wneed + 1] = tostring(i) else wseeds[i] = seed end
+      end
+    end
+  end
+  if #wneed > 0 then
+    local out = {'wseed', now[1], now[2]}
+    for _, i in ipairs(wneed) do out[#out + 1] = i end
+    return out
+  end
+  for i, seed in pairs(wseeds) do
+    local ws = tonumber(ARGV[16 + (i - 1) * 4])
+    local idx = math.floor(s / ws)
+    local c = load(KEYS[1 + i], ws, idx)
+    for j, a in string.gmatch(seed, '(-?%d+):(%d+)') do
+      j = tonumber(j)
+      if j >= idx - B and j <= idx then put(c, j, satadd(c.b[j] or ZERO, num(a))) end
+    end
+  end
   local states, need = {}, {}
   for i = 1, nb do
     local q = bp + (i - 1) * 4

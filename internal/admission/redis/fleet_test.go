@@ -281,3 +281,63 @@ func TestReconcileAfterOutage(t *testing.T) {
 		t.Fatalf("$826 of a $1000 budget with 175 spent: %v, %v; want insufficient_quota", g2, err)
 	}
 }
+
+// TestRollingBudgetFromTheLedger: a rolling budget's window that Redis
+// lacks (new, flushed) and that reaches back before Redis began counting
+// for the org starts from the ledger's buckets, each counted at its end,
+// read once; a window Redis has counted whole is never read again.
+func TestRollingBudgetFromTheLedger(t *testing.T) {
+	s := redistest.Own(t)
+	ctx := testctx.Deadline(t)
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	var reads int
+	b := redis.New(client(t, s), redis.Options{CallerClock: true,
+		SpentBuckets: func(_ context.Context, kind, id, model string, since time.Time) ([]redis.SpentBucket, error) {
+			reads++
+			if kind != "team" || id != "t" || model != "" || !since.Equal(t0.Add(-time.Hour)) {
+				t.Errorf("SpentBuckets(%s %s %q since %v); want team t, every model, since an hour ago", kind, id, model, since)
+			}
+			// $0.35 in the bucket 11:00–11:15 (leaves the window at
+			// 12:15), $0.25 in 11:45–12:00 (leaves at 13:00).
+			return []redis.SpentBucket{
+				{Start: t0.Add(-time.Hour), Cost: money.FromMicros(350_000)},
+				{Start: t0.Add(-15 * time.Minute), Cost: money.FromMicros(250_000)},
+			}, nil
+		}})
+	p := &keyring.Principal{KeyID: "k", Team: "t", Org: "o",
+		TeamLimits: policies.Limits{Budgets: []policies.Budget{{Period: policies.PeriodRolling, Window: time.Hour, MicroUSD: 1_000_000}}}}
+	admit := func(micros int64, at time.Time) error {
+		g, err := b.Admit(ctx, admission.Claim{Principal: p, CostPico: micros * micro, At: at})
+		if err == nil {
+			b.Settle(ctx, g, admission.Actual{CostPico: micros * micro, At: at})
+		}
+		return err
+	}
+	if err := admit(450_000, t0); err == nil {
+		t.Fatal("$0.45 admitted against a $1 rolling hour whose ledger holds $0.60")
+	}
+	if err := admit(400_000, t0); err != nil {
+		t.Fatalf("$0.40 against $0.60 of $1: %v", err)
+	}
+	if reads != 1 {
+		t.Fatalf("the ledger read %d times; want once", reads)
+	}
+	// Counted in the window's bucket of 11:15, the first ledger bucket
+	// leaves as that bucket does (a window counts its oldest bucket whole:
+	// at 12:16); $0.25 and $0.40 remain.
+	if err := admit(350_000, t0.Add(16*time.Minute-time.Second)); err == nil {
+		t.Fatal("$0.35 admitted at 12:15:59 with the ledger's first bucket still in the window")
+	}
+	if err := admit(350_000, t0.Add(16*time.Minute)); err != nil {
+		t.Fatalf("after the ledger's first bucket left the window: %v", err)
+	}
+	// Two hours on, Redis has counted the org for a whole window: a new
+	// window (another model's per-model budget would be one) is not
+	// read from the ledger, and the old spend has left.
+	if err := admit(1_000_000, t0.Add(3*time.Hour)); err != nil {
+		t.Fatalf("three hours on: %v", err)
+	}
+	if reads != 1 {
+		t.Errorf("the ledger read %d times; want once", reads)
+	}
+}

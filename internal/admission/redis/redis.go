@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,10 @@ type Options struct {
 	// org; id; model, "" for all) since a time: where a budget period
 	// Redis lacks starts from.
 	Spent func(ctx context.Context, kind, id, model string, since time.Time) (money.Sum, error)
+	// SpentBuckets tells what the ledger recorded for a scope per bucket
+	// since a time: where a rolling budget's window Redis lacks starts
+	// from. Nil: such a window starts empty.
+	SpentBuckets func(ctx context.Context, kind, id, model string, since time.Time) ([]SpentBucket, error)
 	// Record, when set, is told of every settled request's cost, as
 	// admission.LocalOptions.Record.
 	Record func(kind, id, model string, at time.Time, cost int64)
@@ -255,6 +260,10 @@ func (b *Backend) Admit(ctx context.Context, c admission.Claim) (admission.Grant
 		at = time.Now()
 	}
 	seeds := make([]string, len(p.Budgets))
+	wseeds := make([]string, len(p.Windows))
+	for i := range wseeds {
+		wseeds[i] = "?"
+	}
 	for range 4 {
 		args := append([]any{"admit"}, b.clockArgs(c.At)...)
 		args = append(args, boolArg(c.CountRequest), hold, time.Duration(b.ttl.Load()).Milliseconds(), p.Cost.PicoString())
@@ -275,6 +284,9 @@ func (b *Backend) Admit(ctx context.Context, c admission.Claim) (admission.Grant
 		for i, bu := range p.Budgets {
 			start, end := admission.PeriodOf(bu.Period, at, b.opts.TimeZone)
 			args = append(args, money.FromMicros(bu.MicroUSD).PicoString(), start.Unix(), endArg(end), seeds[i])
+		}
+		for _, ws := range wseeds {
+			args = append(args, ws)
 		}
 		v, now, err := b.run(ctx, "admit", keys, args)
 		if err != nil {
@@ -308,6 +320,16 @@ func (b *Backend) Admit(ctx context.Context, c admission.Claim) (admission.Grant
 				}
 				seeds[i-1] = spent.PicoString()
 			}
+		case "wseed":
+			for _, s := range v[3:] {
+				i, err := strconv.Atoi(s)
+				if err != nil || i < 1 || i > len(p.Windows) {
+					return admission.Grant{}, fmt.Errorf("admission/redis: a seed asked for window %q", s)
+				}
+				if wseeds[i-1], err = b.windowSeed(ctx, p.Windows[i-1], now); err != nil {
+					return admission.Grant{}, err
+				}
+			}
 		case "clock":
 			at = now
 			clear(seeds)
@@ -316,6 +338,58 @@ func (b *Backend) Admit(ctx context.Context, c admission.Claim) (admission.Grant
 		}
 	}
 	return admission.Grant{}, fmt.Errorf("admission/redis: no answer in four calls (budget periods changing under the clock)")
+}
+
+// windowSeed is what the ledger holds of rolling budget w's window at
+// now, as the script's seed: each 15-minute bucket's spend counted in the
+// window's bucket of that bucket's end (no earlier than its records, so
+// it leaves the window no earlier than they would), or of now if it ends
+// later.
+func (b *Backend) windowSeed(ctx context.Context, w admission.Window, now time.Time) (string, error) {
+	if b.opts.SpentBuckets == nil {
+		return "", nil
+	}
+	kind, id, model := w.Scope()
+	from := now.Add(-w.Period)
+	bs, err := b.opts.SpentBuckets(ctx, kind, id, model, from)
+	if err != nil {
+		return "", fmt.Errorf("admission/redis: what %s %s spent in its rolling budget's window, from the ledger: %w", kind, id, err)
+	}
+	ws, err := width(w.Period)
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	for _, bu := range bs {
+		end := bu.Start.Add(SpentBucketWidth)
+		if !end.After(from) || bu.Cost.IsZero() {
+			continue
+		}
+		if end.After(now) {
+			end = now
+		}
+		fmt.Fprintf(&out, "%d:%d;", floorDiv(end.Unix(), ws), bu.Cost.Pico())
+	}
+	return out.String(), nil
+}
+
+// SpentBucket is what a scope spent in one of the ledger's buckets
+// (SpentBucketWidth wide, from Start).
+type SpentBucket struct {
+	Start time.Time
+	Cost  money.Sum
+}
+
+// SpentBucketWidth is the width of the ledger's buckets
+// (ledger.BucketWidth).
+const SpentBucketWidth = 15 * time.Minute
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
 }
 
 func (b *Backend) spent(ctx context.Context, kind, id, model string, since time.Time) (money.Sum, error) {

@@ -283,7 +283,30 @@ func (l *DB) Spent(ctx context.Context, scope, id, model string, since time.Time
 	return money.FromParts(micros, pico), nil
 }
 
+// SpentBuckets is what scope id spent on model ("" for every model) in
+// each 15-minute bucket from the one that holds since on, oldest first:
+// where a rolling budget's window starts when Redis lost it.
+func (l *DB) SpentBuckets(ctx context.Context, scope, id, model string, since time.Time) ([]ledger.Aggregate, error) {
+	rows, err := l.pool.Query(ctx, spentByBucketQuery, scope, id, model, ledger.BucketOf(since).Unix())
+	if err != nil {
+		return nil, fmt.Errorf("postgres ledger: what %s %s spent by bucket: %w", scope, id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledger.Aggregate, error) {
+		var bucket, micros, pico int64
+		if err := row.Scan(&bucket, &micros, &pico); err != nil {
+			return ledger.Aggregate{}, err
+		}
+		return ledger.Aggregate{Scope: ledger.Scope(scope), ID: id, Model: model, Bucket: time.Unix(bucket, 0).UTC(), Cost: money.FromParts(micros, pico)}, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres ledger: what %s %s spent by bucket: %w", scope, id, err)
+	}
+	return out, nil
+}
+
 var (
+	spentByBucketQuery = `SELECT bucket, ` + costParts("sum(cost_pico)") + ` FROM ledger_buckets
+		WHERE scope = $1 AND id = $2 AND ($3 = '' OR model = $3) AND bucket >= $4 GROUP BY bucket ORDER BY bucket`
 	spentBucketsQuery = `SELECT ` + costParts("coalesce(sum(cost_pico), 0)") + ` FROM ledger_buckets
 		WHERE scope = $1 AND id = $2 AND ($3 = '' OR model = $3) AND bucket >= $4`
 	spentLifeQuery = `SELECT ` + costParts("coalesce(sum(cost_pico), 0)") + ` FROM ledger_life

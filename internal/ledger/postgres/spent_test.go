@@ -47,3 +47,38 @@ func TestSpent(t *testing.T) {
 		}
 	}
 }
+
+// TestSpentBuckets: one scope's spend per 15-minute bucket, oldest first,
+// from the bucket that holds since.
+func TestSpentBuckets(t *testing.T) {
+	ctx := testctx.Deadline(t)
+	l := openTest(t, newDatabase(t))
+	day := time.Date(2025, 3, 10, 0, 0, 0, 0, time.UTC)
+	insert(t, l,
+		record("a", 1, day.Add(-time.Hour), 100),               // key_001, claude-sonnet
+		record("b", 1, day.Add(5*time.Minute), 200),            // the bucket at 0:00
+		record("c", 1, day.Add(14*time.Minute), 300),           // the same bucket
+		record("d", 1, day.Add(16*time.Minute), 400),           // the bucket at 0:15
+		record("e", 4, day.Add(16*time.Minute), 800),           // another key
+		record("f", 1, day.Add(31*time.Minute), math.MaxInt64), // the bucket at 0:30
+	)
+	got, err := l.SpentBuckets(ctx, "key", "key_001", "", day.Add(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		at   time.Time
+		cost money.Sum
+	}{{day, money.FromPico(500)}, {day.Add(15 * time.Minute), money.FromPico(400)}, {day.Add(30 * time.Minute), money.FromPico(math.MaxInt64)}}
+	if len(got) != len(want) {
+		t.Fatalf("SpentBuckets = %+v; want %+v", got, want)
+	}
+	for i, w := range want {
+		if !got[i].Bucket.Equal(w.at) || got[i].Cost != w.cost {
+			t.Errorf("bucket %d: %v %v; want %v %v", i, got[i].Bucket, got[i].Cost, w.at, w.cost)
+		}
+	}
+	if got, err := l.SpentBuckets(ctx, "key", "key_001", "gpt-4o", day); err != nil || len(got) != 0 {
+		t.Errorf("another model: %+v, %v; want none", got, err)
+	}
+}
