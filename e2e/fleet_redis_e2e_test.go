@@ -427,20 +427,27 @@ func TestFleetRedisRestarts(t *testing.T) {
 	if len(bs) != 1 || bs[0].Spent != total {
 		t.Errorf("Redis's budget: %+v; want spent exactly the ledger's %v", bs, total)
 	}
+	// The team's hold set (gone when it holds nothing: Redis drops an
+	// empty sorted set).
 	holds, err := c.Keys(t.Context(), admredis.Prefix+"*}:holds").Result()
-	if err != nil || len(holds) != 1 {
-		t.Fatalf("hold sets %v, %v; want the team's one", holds, err)
+	if err != nil || len(holds) > 1 {
+		t.Fatalf("hold sets %v, %v; want the team's one at most", holds, err)
 	}
-	due, err := c.ZRangeWithScores(t.Context(), holds[0], 0, -1).Result()
-	if err != nil {
-		t.Fatal(err)
+	var due []goredis.Z
+	if len(holds) == 1 {
+		if due, err = c.ZRangeWithScores(t.Context(), holds[0], 0, -1).Result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(bs) == 1 && (len(due) == 0) != bs[0].Reserved.IsZero() {
+		t.Errorf("%d reservations held, and %v reserved", len(due), bs[0].Reserved)
 	}
 	for _, z := range due {
 		if at := time.UnixMilli(int64(z.Score)); at.After(time.Now().Add(time.Minute)) {
 			t.Errorf("a reservation held until %v, past reservation_ttl (1m) from now", at)
 		}
 	}
-	t.Logf("ledger: %d records, %v; Redis: spent %v, reserved %v by %d holds", len(recs), total, bs[0].Spent, bs[0].Reserved, len(due))
+	t.Logf("ledger: %d records, %v; Redis: %+v, %d holds", len(recs), total, bs, len(due))
 }
 
 func tail(s string) string {
