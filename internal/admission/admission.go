@@ -14,10 +14,13 @@
 // and Settle (ext_proc), Budgets (the admin API) and Run (releasing
 // reservations never settled). Local is the in-process backend (sliding
 // windows in limits.Counters, calendar and lifetime budgets in a table of
-// its own, one lock for atomicity); a fleet backend implements the same
-// calls in one round trip each. Every backend must pass the contract
-// suite in admissiontest, which Local runs in its tests. docs/limits.md
-// gives the semantics.
+// its own, one lock for atomicity); internal/admission/redis is the
+// fleet's, the same calls in one Redis round trip each, which counts
+// what PlanClaim says a claim reserves and refuses as its Window and
+// Budget refusals say, so the two cannot disagree. Failover puts each
+// request's failure mode in front of a backend that can fail (Shared),
+// with a Local as the open mode's fallback. Every backend must pass the
+// contract suite in admissiontest. docs/limits.md gives the semantics.
 //
 // It must not parse bodies or talk to Envoy; extproc calls it.
 package admission
