@@ -35,6 +35,13 @@
 #                     --migrate), not the SQLite file: results labelled
 #                     sluice-pg (baseline-pg); see bench/README.md,
 #                     "The PostgreSQL ledger", for a throwaway database
+#   ADMISSION_REDIS=URL  count limits and budgets in this Redis
+#                     (admission.redis), not in process: results labelled
+#                     sluice-redis; after each scenario the Redis round trips
+#                     a request took (EVALSHA calls, from the server's
+#                     command stats, over the requests served) go to stderr.
+#                     Flushed (FLUSHALL) before each scenario; see
+#                     bench/README.md, "Admission in Redis"
 #   LEDGER_FROM=FILE  start Sluice on a copy of this ledger file (e.g. one
 #                     `extprocload prefill --ledger FILE --records 10000000`
 #                     filled), to see what the ledger's size costs
@@ -119,6 +126,9 @@ write_config() { # dir
     sed -i "s|^  sqlite: bench-ledger.db\$|  postgres: \"$LEDGER_POSTGRES\"\\n  spool: bench-ledger-spool|" "$1/bench.yaml"
     grep -q '^  postgres:' "$1/bench.yaml" || { echo "bench-service: bench.yaml's ledger section moved; update LEDGER_POSTGRES's edit" >&2; exit 2; }
   fi
+  if [ -n "${ADMISSION_REDIS:-}" ]; then
+    printf '\nadmission: {redis: "%s"}\n' "$ADMISSION_REDIS" >>"$1/bench.yaml"
+  fi
   if [ -n "$tls_on" ]; then
     cat >>"$1/bench.yaml" <<EOF
 
@@ -145,6 +155,11 @@ if [ -n "$tls_on" ]; then
 fi
 ledger_suffix=
 if [ -n "${LEDGER_POSTGRES:-}" ]; then ledger_suffix=-pg; fi
+if [ -n "${ADMISSION_REDIS:-}" ]; then ledger_suffix=$ledger_suffix-redis; fi
+# evalsha_calls is how many EVALSHA the Redis of ADMISSION_REDIS has run.
+evalsha_calls() {
+  redis-cli -u "$ADMISSION_REDIS" info commandstats | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/p' | tr -d '\r'
+}
 
 # Every server is started first, and each scenario runs against each
 # server in turn, so a scenario's runs are minutes closer together than
@@ -187,7 +202,17 @@ for s in $scenarios; do
   for server in $servers; do
     label=$server$label_suffix
     case $server in sluice|baseline) label=$server$ledger_suffix$label_suffix ;; esac
+    redis_before=
+    if [ -n "${ADMISSION_REDIS:-}" ] && [ "$server" != floor ]; then
+      redis-cli -u "$ADMISSION_REDIS" flushall >/dev/null
+      redis_before=$(evalsha_calls); redis_before=${redis_before:-0}
+    fi
     "${driver_pin[@]}" "$driver" run --addr "${addrs[$server]}" --pid "${pids[$server]}" --key "$key" --server "$label" --scenario "$s" "${tls_driver[@]}" "${extra[@]}" | tee -a "$results"
+    if [ -n "$redis_before" ]; then
+      calls=$(( $(evalsha_calls) - redis_before ))
+      served=$(tail -n 1 "$results" | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print(r.get("served") or r.get("requests") or 0)')
+      echo "bench-service: $s on $label: $calls EVALSHA for $served requests served ($(python3 -c "print(round($calls/max($served,1),2))") a request)" >&2
+    fi
   done
 done
 "$driver" chart --in "$results" --out "$(dirname "$results")"

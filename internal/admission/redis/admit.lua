@@ -80,7 +80,7 @@ local function load(key, ws, idx)
     if raw[i] == 'h' then c.head = tonumber(raw[i + 1])
     else c.b[tonumber(raw[i])] = num(raw[i + 1]) end
   end
-  if not c.head then c.head = idx end -- new: as limits' newCounter
+  if not c.head then c.head, c.new = idx, true end -- new: as limits' newCounter
   counters[key] = c
   return c
 end
@@ -159,9 +159,13 @@ local function save()
       local del = {}
       for j, _ in pairs(c.gone) do del[#del + 1] = string.format('%d', j) end
       if #del > 0 then redis.call('HDEL', key, unpack(del)) end
-      args[#args + 1] = 'h'; args[#args + 1] = string.format('%d', c.head)
-      redis.call('HSET', key, unpack(args))
-      redis.call('PEXPIRE', key, (B + 2) * c.ws * 1000)
+      -- The head and the expiry change only when the window moves (or is
+      -- new): a key expires a bucket after its newest bucket leaves.
+      if c.moved or c.new then
+        args[#args + 1] = 'h'; args[#args + 1] = string.format('%d', c.head)
+      end
+      if #args > 0 then redis.call('HSET', key, unpack(args)) end
+      if c.moved or c.new then redis.call('PEXPIRE', key, (B + 2) * c.ws * 1000) end
     end
   end
 end
@@ -301,6 +305,20 @@ local function windowReply(ds, s, n, out)
   return out
 end
 
+-- existing is the budget states among KEYS[from .. from+n-1] that exist,
+-- by the org's registry of them (one call, not one per key).
+local function existing(from, n)
+  if n == 0 then return {} end
+  local ks = {}
+  for i = 1, n do ks[i] = KEYS[from + i - 1] end
+  local have = redis.call('HMGET', KEYS[1] .. ':states', unpack(ks))
+  local out = {}
+  for i = 1, n do
+    if have[i] then out[#out + 1] = ks[i] end
+  end
+  return out
+end
+
 local mode = ARGV[1]
 local s, n = clock(ARGV[2], ARGV[3], ARGV[4])
 local holds = KEYS[1]
@@ -387,6 +405,7 @@ if mode == 'admit' then
     local st = states[i]
     if st.new then
       redis.call('HSET', st.key, 's', st.s, 'e', st.e, 'sp', str(st.sp), 'rs', '0', 'c', now[1])
+      redis.call('HSET', holds .. ':states', st.key, '1')
     end
     local budget = num(ARGV[bp + (i - 1) * 4])
     local left = floor0(sub(floor0(sub(budget, st.sp)), st.rs))
@@ -487,8 +506,7 @@ if mode == 'settle' then
   local cost = used[4]
   if not iszero(cost) then
     local cs = atS
-    for i = 1, tonumber(ARGV[10]) do
-      local key = KEYS[1 + i]
+    for _, key in ipairs(existing(2, tonumber(ARGV[10]))) do
       local st = redis.call('HMGET', key, 's', 'e', 'sp')
       if st[1] then
         local covers = cs >= tonumber(st[1]) and (st[2] == '' or cs < tonumber(st[2]))
@@ -555,8 +573,7 @@ if mode == 'reconcile' then
     end
   end
   if not iszero(cost) then
-    for i = 1, nb do
-      local key = KEYS[1 + nw + i]
+    for _, key in ipairs(existing(2 + nw, nb)) do
       local st = redis.call('HMGET', key, 's', 'e', 'sp', 'c')
       if st[1] and atS >= tonumber(st[1]) and (st[2] == '' or atS < tonumber(st[2])) and (not st[4] or tonumber(st[4]) <= settled) then
         redis.call('HSET', key, 'sp', str(sumadd(num(st[3]), cost)))
