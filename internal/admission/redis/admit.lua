@@ -67,48 +67,132 @@ local function clock(mode, s, n)
 end
 
 -- Windows. A counter is a hash: 'h', the newest bucket index it has seen,
--- and per bucket index j (whose width is ws seconds) its amount. It is
--- loaded, advanced and evaluated in memory, and written back if changed.
+-- 't', the sum of its buckets in the window (saturating, as
+-- limits.Counters keeps it), and per bucket index j (whose width is ws
+-- seconds) its amount. A call reads the head and the total, and a bucket
+-- only when it needs it: those leaving as the window moves, the one it
+-- counts in; all of them only for a refusal's retry-after, a reset
+-- behind an empty newest bucket, or a saturated total (recounted, as
+-- limits does).
 local counters = {}
+
+-- full reads every bucket of c not read yet.
+local function full(c)
+  if c.all then return end
+  local raw = redis.call('HGETALL', c.key)
+  for i = 1, #raw, 2 do
+    local f = raw[i]
+    if f ~= 'h' and f ~= 't' then
+      local j = tonumber(f)
+      if c.b[j] == nil and not c.gone[j] then c.b[j] = num(raw[i + 1]) end
+    end
+  end
+  c.all = true
+end
+
+-- recount sets c's total from its buckets in the window.
+local function recount(c)
+  full(c)
+  local t = ZERO
+  for j, a in pairs(c.b) do
+    if j >= c.head - B and j <= c.head then t = satadd(t, a) end
+  end
+  c.t, c.tdirty = t, true
+end
 
 local function load(key, ws, idx)
   local c = counters[key]
   if c then return c end
-  local raw = redis.call('HGETALL', key)
+  -- The head, the total, and the bucket this call counts in (at idx,
+  -- the newest unless the window is ahead of this clock).
+  local v = redis.call('HMGET', key, 'h', 't', string.format('%d', idx))
   c = {key = key, ws = ws, b = {}, dirty = {}, gone = {}, pend = ZERO}
-  for i = 1, #raw, 2 do
-    if raw[i] == 'h' then c.head = tonumber(raw[i + 1])
-    else c.b[tonumber(raw[i])] = num(raw[i + 1]) end
-  end
-  if not c.head then c.head, c.new = idx, true end -- new: as limits' newCounter
   counters[key] = c
+  if v[1] then
+    c.head = tonumber(v[1])
+    if idx >= c.head - B then
+      c.b[idx] = ZERO
+      if v[3] then c.b[idx] = num(v[3]) end
+    end
+    if v[2] then c.t = num(v[2]) else recount(c) end
+  else
+    -- new: as limits' newCounter
+    c.head, c.new, c.t, c.all = idx, true, ZERO, true
+  end
   return c
 end
 
--- advance moves c so that idx is its newest bucket (never backwards) and
--- drops the buckets that left: those before idx - B.
+-- bucket is the amount in c's bucket j.
+local function bucket(c, j)
+  local a = c.b[j]
+  if a then return a end
+  if c.all or c.gone[j] then return ZERO end
+  local v = redis.call('HGET', c.key, string.format('%d', j))
+  a = ZERO
+  if v then a = num(v) end
+  c.b[j] = a
+  return a
+end
+
+-- advance moves c so that idx is its newest bucket (never backwards),
+-- taking the buckets that left — those before idx - B — out of its total.
 local function advance(c, idx)
   if idx <= c.head then return c.head end
-  for j, _ in pairs(c.b) do
-    if j < idx - B then c.b[j] = nil; c.gone[j] = true; c.dirty[j] = nil end
+  local saturated = cmp(c.t, MAX64) == 0
+  local from, to = c.head - B, math.min(c.head, idx - B - 1)
+  if to >= from then
+    if not c.all then
+      local fs = {}
+      for j = from, to do
+        if c.b[j] == nil and not c.gone[j] then fs[#fs + 1] = string.format('%d', j) end
+      end
+      if #fs > 0 then
+        local vs = redis.call('HMGET', c.key, unpack(fs))
+        for i, f in ipairs(fs) do
+          if vs[i] then c.b[tonumber(f)] = num(vs[i]) end
+        end
+      end
+    end
+    for j = from, to do
+      local a = c.b[j]
+      if a and not iszero(a) then
+        c.t = sub(c.t, a)
+        c.gone[j] = true
+      end
+      c.b[j] = nil
+      c.dirty[j] = nil
+    end
+    c.tdirty = true
   end
   c.head = idx
   c.moved = true
+  if saturated then recount(c) end
   return idx
 end
 
-local function total(c)
-  local t = ZERO
-  for j, a in pairs(c.b) do
-    if j >= c.head - B then t = satadd(t, a) end
-  end
-  return t
-end
+local function total(c) return c.t end
 
-local function put(c, j, a)
-  c.b[j] = a
+-- addAt counts amt in c's bucket j, both saturating (limits' add).
+local function addAt(c, j, amt)
+  if iszero(amt) then return end
+  c.b[j] = satadd(bucket(c, j), amt)
   c.dirty[j] = true
   c.gone[j] = nil
+  c.t, c.tdirty = satadd(c.t, amt), true
+end
+
+-- takeAt takes up to amt back from c's bucket j, never below zero
+-- (limits' Adjust), recounting a saturated total.
+local function takeAt(c, j, amt)
+  local a = bucket(c, j)
+  local take = amt
+  if cmp(take, a) > 0 then take = a end
+  if iszero(take) then return end
+  local saturated = cmp(c.t, MAX64) == 0
+  c.b[j] = sub(a, take)
+  c.dirty[j] = true
+  c.t, c.tdirty = sub(c.t, take), true
+  if saturated then recount(c) end
 end
 
 -- ns is how long from (s, n) until bucket j has left the window of c.
@@ -117,6 +201,7 @@ local function leaves(c, j, s, n)
 end
 
 local function retryAfter(c, excess, s, n)
+  full(c)
   local freed = ZERO
   for j = c.head - B, c.head do
     local a = c.b[j]
@@ -129,6 +214,8 @@ local function retryAfter(c, excess, s, n)
 end
 
 local function resetAfter(c, s, n)
+  if iszero(c.t) then return 0 end
+  if iszero(bucket(c, c.head)) then full(c) end
   for j = c.head, c.head - B, -1 do
     local a = c.b[j]
     if a and not iszero(a) then
@@ -144,7 +231,7 @@ end
 -- and an expiry a bucket after all it holds has left.
 local function save()
   for key, c in pairs(counters) do
-    local changed = c.moved
+    local changed = c.moved or c.tdirty
     local args = {}
     for j, _ in pairs(c.dirty) do
       local a = c.b[j]
@@ -164,6 +251,9 @@ local function save()
       if c.moved or c.new then
         args[#args + 1] = 'h'; args[#args + 1] = string.format('%d', c.head)
       end
+      if c.tdirty or c.new then
+        args[#args + 1] = 't'; args[#args + 1] = str(c.t)
+      end
       if #args > 0 then redis.call('HSET', key, unpack(args)) end
       if c.moved or c.new then redis.call('PEXPIRE', key, (B + 2) * c.ws * 1000) end
     end
@@ -178,12 +268,9 @@ local function adjust(key, ws, atIdx, nowIdx, delta, negative)
   local c = load(key, ws, nowIdx)
   local head = advance(c, nowIdx)
   if not negative then
-    put(c, head, satadd(c.b[head] or ZERO, delta))
+    addAt(c, head, delta)
   elseif atIdx >= head - B and atIdx <= head then
-    local a = c.b[atIdx]
-    if a then
-      if cmp(delta, a) >= 0 then put(c, atIdx, ZERO) else put(c, atIdx, sub(a, delta)) end
-    end
+    takeAt(c, atIdx, delta)
   end
 end
 
@@ -266,11 +353,10 @@ local function evaluate(ds, s, n)
     advance(d.c, d.idx)
     d.c.pend = ZERO
   end
-  for _, d in ipairs(ds) do d.c.total = total(d.c) end
   local admitted, denied, ra, impossible = true, 0, 0, false
   for i, d in ipairs(ds) do
     local c = d.c
-    local room = sub(d.limit, c.total)
+    local room = sub(d.limit, c.t)
     local fits = cmp(c.pend, room) <= 0 and cmp(d.amount, sub(room, c.pend)) <= 0
     c.pend = satadd(c.pend, d.amount)
     if not fits then
@@ -279,7 +365,7 @@ local function evaluate(ds, s, n)
       if cmp(c.pend, d.limit) > 0 then
         if not impossible then impossible, denied, ra = true, i, 0 end
       elseif not impossible then
-        local r = retryAfter(c, sub(satadd(c.total, c.pend), d.limit), s, n)
+        local r = retryAfter(c, sub(satadd(c.t, c.pend), d.limit), s, n)
         if first or r > ra then denied, ra = i, r end
       end
     end
@@ -288,8 +374,7 @@ local function evaluate(ds, s, n)
     for _, d in ipairs(ds) do
       local c = d.c
       if not iszero(c.pend) then
-        put(c, c.head, satadd(c.b[c.head] or ZERO, c.pend))
-        c.total = satadd(c.total, c.pend)
+        addAt(c, c.head, c.pend)
         c.pend = ZERO
       end
     end
@@ -376,7 +461,7 @@ if mode == 'admit' then
     local c = load(KEYS[1 + i], ws, idx)
     for j, a in string.gmatch(seed, '(-?%d+):(%d+)') do
       j = tonumber(j)
-      if j >= idx - B and j <= idx then put(c, j, satadd(c.b[j] or ZERO, num(a))) end
+      if j >= idx - B and j <= idx then addAt(c, j, num(a)) end
     end
   end
   local states, need = {}, {}
@@ -568,9 +653,7 @@ if mode == 'reconcile' then
     local c = load(d.key, d.ws, math.floor(s / d.ws))
     local head = advance(c, math.floor(s / d.ws))
     local j = math.min(math.floor(atS / d.ws), head)
-    if j >= head - B and not iszero(d.amount) then
-      put(c, j, satadd(c.b[j] or ZERO, d.amount))
-    end
+    if j >= head - B then addAt(c, j, d.amount) end
   end
   if not iszero(cost) then
     for _, key in ipairs(existing(2 + nw, nb)) do
