@@ -2,6 +2,8 @@ package admission
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,13 +26,21 @@ type Shared interface {
 	TrySettle(ctx context.Context, g Grant, a Actual) error
 	// Reconcile counts, once for id whatever is retried, what a request
 	// this replica admitted on its own (while the shared backend could not
-	// answer) used: in its windows, and in the budget periods that hold
-	// its start and that the shared backend already had when it settled
-	// (a period made later started from the ledger, which holds it).
-	Reconcile(ctx context.Context, id string, c Claim, a Actual, settled time.Time) error
+	// answer) used: in its windows, and in the budgets that the shared
+	// backend already had before, by its own clock (before: LastAnswered
+	// when the replica fell back; a budget made later started from the
+	// ledger, which holds the request).
+	Reconcile(ctx context.Context, id string, c Claim, a Actual, before time.Time) error
+	// LastAnswered is the shared backend's own time in its last answer.
+	LastAnswered() time.Time
 	// Ping reports whether the backend answers.
 	Ping(ctx context.Context) error
 }
+
+// ErrLedger marks a shared backend's failure that is the ledger's, not
+// its own (where a budget period starts could not be read): the request
+// follows its failure mode, but the backend is not taken for down.
+var ErrLedger = errors.New("the ledger could not be read")
 
 // FailoverOptions configure a Failover.
 type FailoverOptions struct {
@@ -69,15 +79,17 @@ type Failover struct {
 	mu      sync.Mutex
 	pending []pendingSettle
 	seq     uint64
+	replica string // makes reconciled requests' ids unique across replicas
 }
 
 // pendingSettle is a settle the shared backend has not taken: a shared
 // grant's (retried as a settle) or a fallback one's (reconciled).
 type pendingSettle struct {
-	g       Grant
-	a       Actual
-	settled time.Time
-	id      string
+	g      Grant
+	a      Actual
+	before time.Time // the shared backend's time before the fallback
+	id     string
+	seq    uint64
 }
 
 // NewFailover returns a Failover of shared, falling back on local.
@@ -91,7 +103,9 @@ func NewFailover(shared Shared, local *Local, opts FailoverOptions) *Failover {
 	if opts.Mode == "" {
 		opts.Mode = policies.FailClosed
 	}
-	return &Failover{shared: shared, local: local, opts: opts}
+	var id [8]byte
+	rand.Read(id[:])
+	return &Failover{shared: shared, local: local, opts: opts, replica: hex.EncodeToString(id[:])}
 }
 
 var _ Backend = (*Failover)(nil)
@@ -134,8 +148,9 @@ func (f *Failover) mode(p *keyring.Principal) string {
 }
 
 // failed reports whether err, from the shared backend, is a failure (not
-// a refusal), and marks the backend down if it is.
-func (f *Failover) failed(err error) bool {
+// a refusal, nor the caller gone), and marks the backend down if it is
+// its own, downAfter times in a row.
+func (f *Failover) failed(ctx context.Context, err error) bool {
 	if err == nil {
 		f.streak.Store(0)
 		return false
@@ -143,6 +158,12 @@ func (f *Failover) failed(err error) bool {
 	if _, ok := apierr.As(err); ok {
 		f.streak.Store(0)
 		return false
+	}
+	if ctx.Err() != nil {
+		return false // the caller is gone: nothing to say of the backend
+	}
+	if errors.Is(err, ErrLedger) {
+		return true // the ledger's failure: this request's, not the backend's
 	}
 	f.failures.Add(1)
 	// One slow answer under load is not an outage: the backend is taken
@@ -176,7 +197,7 @@ func (f *Failover) call(ctx context.Context) (context.Context, context.CancelFun
 func (f *Failover) CountRequest(ctx context.Context, p *keyring.Principal, at time.Time) error {
 	if !f.down.Load() {
 		err := f.shared.CountRequest(ctx, p, at)
-		if !f.failed(err) {
+		if !f.failed(ctx, err) {
 			return err
 		}
 	}
@@ -194,7 +215,7 @@ func (f *Failover) CountRequest(ctx context.Context, p *keyring.Principal, at ti
 func (f *Failover) Admit(ctx context.Context, c Claim) (Grant, error) {
 	if !f.down.Load() {
 		g, err := f.shared.Admit(ctx, c)
-		if !f.failed(err) {
+		if !f.failed(ctx, err) {
 			return g, err
 		}
 	}
@@ -224,24 +245,25 @@ func (f *Failover) Settle(ctx context.Context, g Grant, a Actual) {
 	}
 	if g.fallback {
 		f.local.Settle(ctx, g, a)
-		f.keep(pendingSettle{g: g, a: a, settled: time.Now()})
+		f.keep(pendingSettle{g: g, a: a, before: f.shared.LastAnswered()})
 		return
 	}
 	if !f.down.Load() {
 		err := f.shared.TrySettle(ctx, g, a)
-		if !f.failed(err) {
+		if !f.failed(ctx, err) {
 			return
 		}
 	}
-	f.keep(pendingSettle{g: g, a: a, settled: time.Now()})
+	f.keep(pendingSettle{g: g, a: a})
 }
 
 func (f *Failover) keep(p pendingSettle) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.seq++
+	p.seq = f.seq
 	if p.g.fallback {
-		f.seq++
-		p.id = fmt.Sprintf("%d-%d", time.Now().UnixNano(), f.seq)
+		p.id = fmt.Sprintf("%s-%d", f.replica, f.seq)
 	}
 	if len(f.pending) >= f.opts.MaxPending {
 		f.pending = f.pending[1:]
@@ -289,6 +311,10 @@ func (f *Failover) Run(ctx context.Context, ttl time.Duration, now func() time.T
 			continue
 		}
 		f.streak.Store(0)
+		// The fallback was used: its budgets would hold what it saw then,
+		// not what is settled through the shared backend from now on.
+		// The next outage starts them again from what is recorded.
+		f.local.ForgetBudgets()
 		if f.down.Swap(false) {
 			f.opts.Logger.Info("admission: the shared counters (Redis) answer again; what was settled meanwhile is reconciled")
 		}
@@ -315,7 +341,7 @@ func (f *Failover) reconcile(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, max(f.opts.Timeout, time.Second))
 		var err error
 		if p.g.fallback {
-			err = f.shared.Reconcile(cctx, p.id, p.g.Claim, p.a, p.settled)
+			err = f.shared.Reconcile(cctx, p.id, p.g.Claim, p.a, p.before)
 		} else {
 			err = f.shared.TrySettle(cctx, p.g, p.a)
 		}
@@ -324,7 +350,10 @@ func (f *Failover) reconcile(ctx context.Context) error {
 			return errors.Join(errors.New("admission: reconciling into the shared counters"), err)
 		}
 		f.mu.Lock()
-		f.pending = f.pending[1:]
+		// keep may have dropped it meanwhile (past MaxPending).
+		if len(f.pending) > 0 && f.pending[0].seq == p.seq {
+			f.pending = f.pending[1:]
+		}
 		f.mu.Unlock()
 	}
 }

@@ -640,6 +640,20 @@ func (l *Local) Settle(_ context.Context, g Grant, a Actual) {
 	}
 }
 
+// ForgetBudgets drops the calendar and lifetime budgets' periods this
+// Local tracks, so that each starts again from Spent at its next use: a
+// Failover's fallback does so when the shared backend answers again,
+// whose settles its own states never saw. Reservations held keep
+// nothing of them.
+func (l *Local) ForgetBudgets() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.budgets)
+	for _, h := range l.held {
+		h.budgets = nil
+	}
+}
+
 // ExpireBefore releases every reservation made before cutoff and not yet
 // settled — requests whose end Sluice has not seen — and returns how many
 // it released. A request that does end later is still charged its whole

@@ -215,8 +215,10 @@ func (c *Counters) admit(now time.Time, demands []Demand, remaining []int64, res
 			}
 		case d.Impossible:
 		default:
-			// pend <= Limit, so excess <= total: room will come.
-			ra := ct.retryAfter(sat.Sub(sat.Add(ct.total, ct.pend), dm.Limit), nowNs)
+			// pend <= Limit, so excess <= total: room will come. The
+			// excess, total + pend - Limit, is computed so that no sum
+			// saturates (a saturated one would understate it).
+			ra := ct.retryAfter(ct.total-(dm.Limit-ct.pend), nowNs)
 			if first || ra > d.RetryAfter {
 				d.Denied, d.RetryAfter = i, ra
 			}

@@ -16,14 +16,14 @@ import (
 
 // aclRules is the ACL deploy/redis.md gives Sluice's user: its keys, the
 // scripting commands, and what a connection says when it opens.
-const aclRules = "~sluice:v1:* +@read +@write +@scripting +@connection +time"
+const aclRules = "~sluice:v2:* +@read +@write +@scripting +@connection +time"
 
 // TestTheDocumentedACLSuffices: a user with only the documented ACL can
 // load the script, count, admit, settle and read budgets; and one
 // without the key pattern cannot.
 func TestTheDocumentedACLSuffices(t *testing.T) {
 	s := redistest.Own(t)
-	if _, err := s.Do("ACL", "SETUSER", "sluice", "on", ">pw", "~sluice:v1:*", "+@read", "+@write", "+@scripting", "+@connection", "+time"); err != nil {
+	if _, err := s.Do("ACL", "SETUSER", "sluice", "on", ">pw", "~sluice:v2:*", "+@read", "+@write", "+@scripting", "+@connection", "+time"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Do("ACL", "SETUSER", "nokeys", "on", ">pw", "+@read", "+@write", "+@scripting", "+@connection", "+time"); err != nil {

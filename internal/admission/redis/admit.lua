@@ -13,6 +13,9 @@ local ZERO = {0, 0}
 local MAX64 = {9223372, 36854775807} -- math.MaxInt64, where sat saturates
 local MAXSUM = {9223372036854, 775807999999} -- money.Max in pico-dollars
 local B = 60 -- buckets per window, as limits.DefaultBuckets
+-- nowStr is the call's time (Unix seconds): when a counter or a budget
+-- state it makes was made ('c').
+local nowStr
 
 local function num(s)
   if not s or s == '' then return {0, 0} end
@@ -68,7 +71,8 @@ end
 
 -- Windows. A counter is a hash: 'h', the newest bucket index it has seen,
 -- 't', the sum of its buckets in the window (saturating, as
--- limits.Counters keeps it), and per bucket index j (whose width is ws
+-- limits.Counters keeps it), 'c', when it was made (Redis's clock), and
+-- per bucket index j (whose width is ws
 -- seconds) its amount. A call reads the head and the total, and a bucket
 -- only when it needs it: those leaving as the window moves, the one it
 -- counts in; all of them only for a refusal's retry-after, a reset
@@ -82,7 +86,7 @@ local function full(c)
   local raw = redis.call('HGETALL', c.key)
   for i = 1, #raw, 2 do
     local f = raw[i]
-    if f ~= 'h' and f ~= 't' then
+    if f ~= 'h' and f ~= 't' and f ~= 'c' then
       local j = tonumber(f)
       if c.b[j] == nil and not c.gone[j] then c.b[j] = num(raw[i + 1]) end
     end
@@ -254,8 +258,13 @@ local function save()
       if c.tdirty or c.new then
         args[#args + 1] = 't'; args[#args + 1] = str(c.t)
       end
+      if c.new then
+        args[#args + 1] = 'c'; args[#args + 1] = nowStr
+      end
       if #args > 0 then redis.call('HSET', key, unpack(args)) end
       if c.moved or c.new then redis.call('PEXPIRE', key, (B + 2) * c.ws * 1000) end
+      -- Written: a later save writes only what changes after this one.
+      c.dirty, c.gone, c.moved, c.tdirty, c.new = {}, {}, false, false, false
     end
   end
 end
@@ -330,6 +339,9 @@ local function sweep(holds, nowS, nowN)
       redis.call('PEXPIRE', hkey, 2 * DAY_MS)
     end
   end
+  -- The refunds are written now: the call may end early (asking for a
+  -- seed, say), and a released hold is never released again.
+  if #due > 0 then save() end
 end
 
 -- Window demands in ARGV from position p: per demand its bucket width
@@ -365,7 +377,9 @@ local function evaluate(ds, s, n)
       if cmp(c.pend, d.limit) > 0 then
         if not impossible then impossible, denied, ra = true, i, 0 end
       elseif not impossible then
-        local r = retryAfter(c, sub(satadd(c.t, c.pend), d.limit), s, n)
+        -- total + pend - limit, exact (pend <= limit here): a
+        -- saturated sum would understate it.
+        local r = retryAfter(c, sub(c.t, sub(d.limit, c.pend)), s, n)
         if first or r > ra then denied, ra = i, r end
       end
     end
@@ -408,6 +422,7 @@ local mode = ARGV[1]
 local s, n = clock(ARGV[2], ARGV[3], ARGV[4])
 local holds = KEYS[1]
 local now = {string.format('%d', s), string.format('%d', n)}
+nowStr = now[1]
 
 if mode == 'count' then
   -- ARGV[5]: the number of windows, then the windows (amount 1 each).
@@ -432,19 +447,16 @@ if mode == 'admit' then
   sweep(holds, s, n)
   local cost = num(ARGV[8])
   local bp = 16 + nw * 4
-  -- since: when Redis began counting for the org (set by its first
-  -- admission). A rolling budget's window that Redis lacks, and that
-  -- reaches back before since, starts from the ledger: the caller sends
-  -- its buckets ("j:amount;…", '?' not read yet) after the budgets.
-  local sinceKey = holds .. ':since'
-  local since = redis.call('GET', sinceKey)
-  if not since then redis.call('SET', sinceKey, now[1], 'NX') end
+  -- A rolling budget's window Redis lacks (never used, idle past its
+  -- window, or lost) starts from the ledger: the caller sends its
+  -- buckets ("j:amount;…", '?' not read yet) after the budgets. A window
+  -- that is simply empty costs a read of the ledger once.
   local wseeds, wneed = {}, {}
   for i = 1, nw do
     local q = 16 + (i - 1) * 4
     if ARGV[q + 3] == '3' then
-      local key, ws = KEYS[1 + i], tonumber(ARGV[q])
-      if redis.call('EXISTS', key) == 0 and (not since or tonumber(since) > s - ws * B) then
+      local key = KEYS[1 + i]
+      if redis.call('EXISTS', key) == 0 then
         local seed = ARGV[bp + nb * 4 + i - 1]
         if seed == '?' then wneed[#wneed + 1] = tostring(i) else wseeds[i] = seed end
       end
@@ -490,8 +502,10 @@ if mode == 'admit' then
     local st = states[i]
     if st.new then
       redis.call('HSET', st.key, 's', st.s, 'e', st.e, 'sp', str(st.sp), 'rs', '0', 'c', now[1])
-      redis.call('HSET', holds .. ':states', st.key, '1')
     end
+    -- Registered on every use, not only when made: a settle charges the
+    -- states the registry lists.
+    redis.call('HSETNX', holds .. ':states', st.key, '1')
     local budget = num(ARGV[bp + (i - 1) * 4])
     local left = floor0(sub(floor0(sub(budget, st.sp)), st.rs))
     if not iszero(cost) and (iszero(left) or cmp(cost, left) > 0) then
@@ -635,30 +649,39 @@ end
 if mode == 'reconcile' then
   -- What a request a replica admitted on its own (Redis not answering)
   -- used, counted once by id. ARGV: 5 id, 6 the request's start
-  -- (seconds; the replica's clock), 7 when it settled (seconds), 8 cost
+  -- (seconds; the replica's clock), 7 before: Redis's time at the
+  -- replica's last answered call before it fell back, 8 cost
   -- (pico-dollars), 9 windows (nw), 10 budget states (nb); then 4 per
-  -- window (KEYS from 2; amount what it used), then the states (KEYS
-  -- after them). A window counts the use in the bucket of its start
-  -- while that is in the window; a budget period counts it if it holds
-  -- the start and Redis had it when the request settled (one made later
-  -- started from the ledger, which holds the request).
+  -- window (KEYS from 2; amount what it used, 'r' a request window, '3'
+  -- a rolling budget), then the states (KEYS after them). A request or
+  -- token window counts the use in the bucket of its start while that is
+  -- in the window; a rolling budget and a budget period count it only if
+  -- Redis had them before (one made since started from the ledger, which
+  -- holds the request), the period only if it holds the start.
   local applied = holds .. ':applied:' .. ARGV[5]
   if not redis.call('SET', applied, '1', 'NX', 'PX', 2 * DAY_MS) then
     return {'dup', now[1], now[2]}
   end
-  local atS, settled, cost = tonumber(ARGV[6]), tonumber(ARGV[7]), num(ARGV[8])
+  local atS, before, cost = tonumber(ARGV[6]), tonumber(ARGV[7]), num(ARGV[8])
   local nw, nb = tonumber(ARGV[9]), tonumber(ARGV[10])
   local ds = demands(11, nw, 2)
   for _, d in ipairs(ds) do
-    local c = load(d.key, d.ws, math.floor(s / d.ws))
-    local head = advance(c, math.floor(s / d.ws))
-    local j = math.min(math.floor(atS / d.ws), head)
-    if j >= head - B then addAt(c, j, d.amount) end
+    local made = true
+    if d.kind == '3' then
+      local v = redis.call('HMGET', d.key, 'h', 'c')
+      made = v[1] and (not v[2] or tonumber(v[2]) <= before)
+    end
+    if made then
+      local c = load(d.key, d.ws, math.floor(s / d.ws))
+      local head = advance(c, math.floor(s / d.ws))
+      local j = math.min(math.floor(atS / d.ws), head)
+      if j >= head - B then addAt(c, j, d.amount) end
+    end
   end
   if not iszero(cost) then
     for _, key in ipairs(existing(2 + nw, nb)) do
       local st = redis.call('HMGET', key, 's', 'e', 'sp', 'c')
-      if st[1] and atS >= tonumber(st[1]) and (st[2] == '' or atS < tonumber(st[2])) and (not st[4] or tonumber(st[4]) <= settled) then
+      if st[1] and atS >= tonumber(st[1]) and (st[2] == '' or atS < tonumber(st[2])) and (not st[4] or tonumber(st[4]) <= before) then
         redis.call('HSET', key, 'sp', str(sumadd(num(st[3]), cost)))
       end
     end

@@ -9,18 +9,28 @@
 // Keys (Prefix, then a hash tag, then the rest): every key a call touches
 // carries the hash tag of the principal's org (its team's or its key's
 // where it has none), so all of them are in one slot of a Redis Cluster.
+// Prefix changes with the layout, so releases of two layouts run side by
+// side.
 //
-//	sluice:v1:{tag}:w:<counter key>       a sliding window: a hash of
-//	                                      bucket index → amount, and h,
-//	                                      the newest bucket index seen
-//	sluice:v1:{tag}:b:<scope>:<period>    a calendar or lifetime budget's
+//	sluice:v2:{tag}:w:<counter key>       a sliding window: h (the newest
+//	                                      bucket index seen), t (the sum
+//	                                      of its buckets in the window,
+//	                                      saturating), c (when Redis made
+//	                                      it), and bucket index → amount
+//	sluice:v2:{tag}:b:<kind>:<len>:<id>:<len>:<model>:<period>
+//	                                      a calendar or lifetime budget's
 //	                                      period: s, e (start and end, Unix
 //	                                      seconds; e "" for lifetime), sp,
-//	                                      rs (spent, reserved: pico-dollars)
-//	sluice:v1:{tag}:holds                 the org's reservations, a sorted
+//	                                      rs (spent, reserved: pico-dollars),
+//	                                      c (when Redis made it)
+//	sluice:v2:{tag}:holds                 the org's reservations, a sorted
 //	                                      set scored by when each is due
-//	sluice:v1:{tag}:holds:<id>            one reservation: what it holds,
+//	sluice:v2:{tag}:holds:<id>            one reservation: what it holds,
 //	                                      where
+//	sluice:v2:{tag}:holds:states          the budget states in use, for a
+//	                                      settle to find in one call
+//	sluice:v2:{tag}:holds:applied:<id>    a reconciled request, kept two
+//	                                      days: counted once
 //
 // Amounts are decimal strings; the script counts them in pairs of doubles
 // (10¹² and the rest), exact past a money.Sum's range, since Lua 5.1's

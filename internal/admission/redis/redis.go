@@ -33,7 +33,7 @@ var script = goredis.NewScript(scriptSource)
 // Prefix starts every key the backend writes. Its version changes with
 // the keys' layout, so replicas of two layouts run side by side in a
 // rollout, each on its own keys.
-const Prefix = "sluice:v1:"
+const Prefix = "sluice:v2:"
 
 // DefaultReservationTTL is how long a reservation is held before it is
 // released when Options.ReservationTTL is 0.
@@ -86,6 +86,8 @@ type Backend struct {
 	replica string // makes hold ids unique across replicas
 	next    atomic.Uint64
 	ttl     atomic.Int64
+	// answered is Redis's time (Unix seconds) in its last reply.
+	answered atomic.Int64
 }
 
 var _ admission.Shared = (*Backend)(nil)
@@ -184,6 +186,7 @@ func (b *Backend) run(ctx context.Context, phase string, keys []string, args []a
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, time.Time{}, fmt.Errorf("admission/redis: the script's time: %w", err)
 	}
+	b.answered.Store(s)
 	return v, time.Unix(s, n), nil
 }
 
@@ -353,7 +356,7 @@ func (b *Backend) windowSeed(ctx context.Context, w admission.Window, now time.T
 	from := now.Add(-w.Period)
 	bs, err := b.opts.SpentBuckets(ctx, kind, id, model, from)
 	if err != nil {
-		return "", fmt.Errorf("admission/redis: what %s %s spent in its rolling budget's window, from the ledger: %w", kind, id, err)
+		return "", fmt.Errorf("admission/redis: what %s %s spent in its rolling budget's window, from the ledger: %w: %w", kind, id, admission.ErrLedger, err)
 	}
 	ws, err := width(w.Period)
 	if err != nil {
@@ -398,7 +401,7 @@ func (b *Backend) spent(ctx context.Context, kind, id, model string, since time.
 	}
 	s, err := b.opts.Spent(ctx, kind, id, model, since)
 	if err != nil {
-		return money.Sum{}, fmt.Errorf("admission/redis: what %s %s spent since %s, from the ledger: %w", kind, id, since.Format(time.RFC3339), err)
+		return money.Sum{}, fmt.Errorf("admission/redis: what %s %s spent since %s, from the ledger: %w: %w", kind, id, since.Format(time.RFC3339), admission.ErrLedger, err)
 	}
 	return s, nil
 }
@@ -544,10 +547,13 @@ func stateKeys(t string, c admission.Claim) []string {
 }
 
 // Reconcile counts, once for id, what a request admitted without Redis
-// used (admission.Shared): its request, tokens and cost in its windows
-// at its start, its cost in the budget periods that hold its start and
-// that Redis had when it settled.
-func (b *Backend) Reconcile(ctx context.Context, id string, c admission.Claim, a admission.Actual, settled time.Time) error {
+// used (admission.Shared): its tokens in its windows at its start, its
+// request in the request windows unless ext_authz counted it already
+// (c.CountRequest false: in whichever backend answered it), and its cost
+// in the rolling budgets and budget periods Redis had before, by Redis's
+// own clock — before is its time in its last reply before the replica
+// fell back (LastAnswered).
+func (b *Backend) Reconcile(ctx context.Context, id string, c admission.Claim, a admission.Actual, before time.Time) error {
 	if c.Principal == nil {
 		return nil
 	}
@@ -557,18 +563,25 @@ func (b *Backend) Reconcile(ctx context.Context, id string, c admission.Claim, a
 	p := admission.PlanClaim(c)
 	keys := []string{t + "holds"}
 	args := append([]any{"reconcile"}, b.clockArgs(a.At)...)
-	args = append(args, id, c.At.Unix(), settled.Unix(), used[admission.CostPico])
+	args = append(args, id, c.At.Unix(), before.Unix(), used[admission.CostPico])
 	states := stateKeys(t, c)
-	args = append(args, len(p.Windows), len(states))
+	var ws []admission.Window
+	for i, w := range p.Windows {
+		if i < p.Requests && !c.CountRequest {
+			continue // counted by ext_authz
+		}
+		ws = append(ws, w)
+	}
+	args = append(args, len(ws), len(states))
 	var err error
-	for _, w := range p.Windows {
-		d := w.Demand
+	for _, w := range ws {
+		d, kind := w.Demand, "r"
 		d.Amount = 1
 		if !w.Request {
-			d.Amount = used[w.Kind]
+			d.Amount, kind = used[w.Kind], strconv.Itoa(int(w.Kind))
 		}
 		keys = append(keys, t+"w:"+d.Key)
-		if args, err = windowArgs(args, d, "u"); err != nil {
+		if args, err = windowArgs(args, d, kind); err != nil {
 			return err
 		}
 	}
@@ -577,6 +590,16 @@ func (b *Backend) Reconcile(ctx context.Context, id string, c admission.Claim, a
 	// backend that admitted it.
 	_, _, err = b.run(ctx, "reconcile", keys, args)
 	return err
+}
+
+// LastAnswered is Redis's time in its last reply to this backend (the
+// zero time before any): what Reconcile compares Redis's own records
+// with, never a replica's clock.
+func (b *Backend) LastAnswered() time.Time {
+	if s := b.answered.Load(); s != 0 {
+		return time.Unix(s, 0)
+	}
+	return time.Time{}
 }
 
 // Ping runs the script once (loading it if the server lacks it).
@@ -673,12 +696,12 @@ func (b *Backend) Run(ctx context.Context, ttl time.Duration, _ func() time.Time
 
 // stateKey is the key of a calendar or lifetime budget's state: a
 // scope's (a model's, model not "") period of kind per.
+//
+// Ids and models are length-prefixed, so that no two scopes share a key
+// whatever their names hold ("t/model/m" is a team's name, not team t's
+// budget for model m).
 func stateKey(tag, kind, id, model, per string) string {
-	k := tag + "b:" + kind + "/" + id
-	if model != "" {
-		k += "/model/" + model
-	}
-	return k + ":" + per
+	return tag + "b:" + kind + ":" + strconv.Itoa(len(id)) + ":" + id + ":" + strconv.Itoa(len(model)) + ":" + model + ":" + per
 }
 
 func endArg(end time.Time) string {
