@@ -54,7 +54,8 @@ type allowCell struct {
 // denied is the one function that turns a refusal into Envoy's denied
 // CheckResponse: gRPC status Unauthenticated for a 401 and PermissionDenied
 // otherwise, with the code as its message; the HTTP status; the body in the
-// dialect of the API called; content-type, retry-after on a 429 (whole
+// dialect of the API called; content-type, retry-after on a 429 and on
+// any refusal that says when to retry (503 admission_unavailable: whole
 // seconds, at least 1) and www-authenticate on a 401.
 func denied(e *apierr.Error, dialect llmapi.Dialect) *authv3.CheckResponse {
 	code := codes.PermissionDenied
@@ -66,7 +67,7 @@ func denied(e *apierr.Error, dialect llmapi.Dialect) *authv3.CheckResponse {
 	headers := []*corev3.HeaderValueOption{
 		header("content-type", "application/json"),
 	}
-	if e.Status == http.StatusTooManyRequests {
+	if e.Status == http.StatusTooManyRequests || e.RetryAfter > 0 {
 		headers = append(headers, header("retry-after", strconv.FormatInt(retryAfter(e), 10)))
 	}
 	if e.Status == http.StatusUnauthorized {
