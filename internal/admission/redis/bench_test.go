@@ -24,7 +24,7 @@ import (
 // Redis runs on the same machine, its CPU included in the wall time, not
 // in the op's.
 //
-//	go test -run '^$' -bench BenchmarkAdmitSettle -benchtime 5s -cpu 1,2,8 ./internal/admission/redis
+//	go test -run '^$' -bench BenchmarkAdmitSettle -benchtime 5s -cpu 2,8 ./internal/admission/redis
 func BenchmarkAdmitSettle(b *testing.B) {
 	s := redistest.Own(b)
 	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), PoolSize: 64})
