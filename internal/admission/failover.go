@@ -27,12 +27,10 @@ type Shared interface {
 	// Reconcile counts, once for id whatever is retried, what a request
 	// this replica admitted on its own (while the shared backend could not
 	// answer) used: in its windows, and in the budgets that the shared
-	// backend already had before, by its own clock (before: LastAnswered
-	// when the replica fell back; a budget made later started from the
-	// ledger, which holds the request).
-	Reconcile(ctx context.Context, id string, c Claim, a Actual, before time.Time) error
-	// LastAnswered is the shared backend's own time in its last answer.
-	LastAnswered() time.Time
+	// backend made before the request settled, age ago by this replica's
+	// monotonic clock (a budget made later started from the ledger, which
+	// holds the request).
+	Reconcile(ctx context.Context, id string, c Claim, a Actual, age time.Duration) error
 	// Ping reports whether the backend answers.
 	Ping(ctx context.Context) error
 }
@@ -85,11 +83,11 @@ type Failover struct {
 // pendingSettle is a settle the shared backend has not taken: a shared
 // grant's (retried as a settle) or a fallback one's (reconciled).
 type pendingSettle struct {
-	g      Grant
-	a      Actual
-	before time.Time // the shared backend's time before the fallback
-	id     string
-	seq    uint64
+	g       Grant
+	a       Actual
+	settled time.Time // when, by this replica's monotonic clock
+	id      string
+	seq     uint64
 }
 
 // NewFailover returns a Failover of shared, falling back on local.
@@ -148,8 +146,9 @@ func (f *Failover) mode(p *keyring.Principal) string {
 }
 
 // failed reports whether err, from the shared backend, is a failure (not
-// a refusal, nor the caller gone), and marks the backend down if it is
-// its own, downAfter times in a row.
+// a refusal, nor the caller hanging up; a caller's deadline that passed
+// while the backend was asked is one), and marks the backend down if it
+// is its own, downAfter times in a row.
 func (f *Failover) failed(ctx context.Context, err error) bool {
 	if err == nil {
 		f.streak.Store(0)
@@ -159,8 +158,8 @@ func (f *Failover) failed(ctx context.Context, err error) bool {
 		f.streak.Store(0)
 		return false
 	}
-	if ctx.Err() != nil {
-		return false // the caller is gone: nothing to say of the backend
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return false // the caller hung up: nothing to say of the backend
 	}
 	if errors.Is(err, ErrLedger) {
 		return true // the ledger's failure: this request's, not the backend's
@@ -245,16 +244,21 @@ func (f *Failover) Settle(ctx context.Context, g Grant, a Actual) {
 	}
 	if g.fallback {
 		f.local.Settle(ctx, g, a)
-		f.keep(pendingSettle{g: g, a: a, before: f.shared.LastAnswered()})
+		f.keep(pendingSettle{g: g, a: a, settled: time.Now()})
 		return
 	}
 	if !f.down.Load() {
-		err := f.shared.TrySettle(ctx, g, a)
-		if !f.failed(ctx, err) {
+		// A settle outlives its caller: the request was served, and its
+		// cost counts whether or not the stream is still there.
+		sctx := context.WithoutCancel(ctx)
+		err := f.shared.TrySettle(sctx, g, a)
+		if f.failed(sctx, err); err == nil {
+			return
+		} else if _, refused := apierr.As(err); refused {
 			return
 		}
 	}
-	f.keep(pendingSettle{g: g, a: a})
+	f.keep(pendingSettle{g: g, a: a, settled: time.Now()})
 }
 
 func (f *Failover) keep(p pendingSettle) {
@@ -341,7 +345,7 @@ func (f *Failover) reconcile(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, max(f.opts.Timeout, time.Second))
 		var err error
 		if p.g.fallback {
-			err = f.shared.Reconcile(cctx, p.id, p.g.Claim, p.a, p.before)
+			err = f.shared.Reconcile(cctx, p.id, p.g.Claim, p.a, time.Since(p.settled))
 		} else {
 			err = f.shared.TrySettle(cctx, p.g, p.a)
 		}

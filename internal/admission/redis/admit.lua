@@ -13,8 +13,8 @@ local ZERO = {0, 0}
 local MAX64 = {9223372, 36854775807} -- math.MaxInt64, where sat saturates
 local MAXSUM = {9223372036854, 775807999999} -- money.Max in pico-dollars
 local B = 60 -- buckets per window, as limits.DefaultBuckets
--- nowStr is the call's time (Unix seconds): when a counter or a budget
--- state it makes was made ('c').
+-- nowStr is the call's time (Unix milliseconds): when a counter or a
+-- budget state it makes was made ('c').
 local nowStr
 
 local function num(s)
@@ -422,7 +422,7 @@ local mode = ARGV[1]
 local s, n = clock(ARGV[2], ARGV[3], ARGV[4])
 local holds = KEYS[1]
 local now = {string.format('%d', s), string.format('%d', n)}
-nowStr = now[1]
+nowStr = string.format('%d', s * 1000 + math.floor(n / 1000000))
 
 if mode == 'count' then
   -- ARGV[5]: the number of windows, then the windows (amount 1 each).
@@ -501,7 +501,7 @@ if mode == 'admit' then
   for i = 1, nb do
     local st = states[i]
     if st.new then
-      redis.call('HSET', st.key, 's', st.s, 'e', st.e, 'sp', str(st.sp), 'rs', '0', 'c', now[1])
+      redis.call('HSET', st.key, 's', st.s, 'e', st.e, 'sp', str(st.sp), 'rs', '0', 'c', nowStr)
     end
     -- Registered on every use, not only when made: a settle charges the
     -- states the registry lists.
@@ -649,20 +649,23 @@ end
 if mode == 'reconcile' then
   -- What a request a replica admitted on its own (Redis not answering)
   -- used, counted once by id. ARGV: 5 id, 6 the request's start
-  -- (seconds; the replica's clock), 7 before: Redis's time at the
-  -- replica's last answered call before it fell back, 8 cost
+  -- (seconds; the replica's clock), 7 how long ago it settled
+  -- (milliseconds, the replica's monotonic clock: before, when it
+  -- settled, is now less that, by Redis's clock), 8 cost
   -- (pico-dollars), 9 windows (nw), 10 budget states (nb); then 4 per
   -- window (KEYS from 2; amount what it used, 'r' a request window, '3'
   -- a rolling budget), then the states (KEYS after them). A request or
   -- token window counts the use in the bucket of its start while that is
   -- in the window; a rolling budget and a budget period count it only if
-  -- Redis had them before (one made since started from the ledger, which
-  -- holds the request), the period only if it holds the start.
+  -- Redis made them before it settled (one made since started from the
+  -- ledger, which holds the request), the period only if it holds the
+  -- start.
   local applied = holds .. ':applied:' .. ARGV[5]
   if not redis.call('SET', applied, '1', 'NX', 'PX', 2 * DAY_MS) then
     return {'dup', now[1], now[2]}
   end
-  local atS, before, cost = tonumber(ARGV[6]), tonumber(ARGV[7]), num(ARGV[8])
+  local atS, cost = tonumber(ARGV[6]), num(ARGV[8])
+  local before = tonumber(nowStr) - tonumber(ARGV[7])
   local nw, nb = tonumber(ARGV[9]), tonumber(ARGV[10])
   local ds = demands(11, nw, 2)
   for _, d in ipairs(ds) do

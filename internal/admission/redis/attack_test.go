@@ -190,7 +190,7 @@ func TestAttackReconcileAfterLedgerSeedCountsRollingTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Settle(ctx, g, admission.Actual{At: now})
-	if err := b.Reconcile(ctx, "fallback-1", fallback, admission.Actual{CostPico: 100_000 * micro, At: now}, now.Add(-time.Second)); err != nil {
+	if err := b.Reconcile(ctx, "fallback-1", fallback, admission.Actual{CostPico: 100_000 * micro, At: now}, time.Since(now.Add(-time.Second))); err != nil {
 		t.Fatal(err)
 	}
 	bs := b.Budgets(p, time.Now())
@@ -227,10 +227,10 @@ func TestAttackReconcileTrustsTheReplicasClock(t *testing.T) {
 		// The replica's clock is 5 minutes ahead.
 		skew := 5 * time.Minute
 		c := admission.Claim{Principal: p, CostPico: 20_000_000 * micro, At: real.Add(-time.Second + skew)}
-		// What the replica passes is Redis's own time in its last answer
-		// before it fell back (the Redis that was lost, a minute ago),
-		// whatever its own clock says.
-		if err := b.Reconcile(ctx, "r1", c, admission.Actual{CostPico: 20_000_000 * micro, At: real.Add(skew)}, real.Add(-time.Minute)); err != nil {
+		// What the replica passes is how long ago the request settled, by
+		// its monotonic clock (a minute ago, before Redis was lost),
+		// whatever its wall clock says.
+		if err := b.Reconcile(ctx, "r1", c, admission.Actual{CostPico: 20_000_000 * micro, At: real.Add(skew)}, time.Since(real.Add(-time.Minute))); err != nil {
 			t.Fatal(err)
 		}
 		if bs := b.Budgets(p, time.Now()); len(bs) != 1 || bs[0].Spent != money.FromMicros(50_000_000) {
@@ -252,7 +252,7 @@ func TestAttackReconcileTrustsTheReplicasClock(t *testing.T) {
 		// settled during it, on a replica whose clock is 5 minutes behind.
 		skew := -5 * time.Minute
 		c := admission.Claim{Principal: p, CostPico: 20_000_000 * micro, At: real.Add(skew)}
-		if err := b.Reconcile(ctx, "r2", c, admission.Actual{CostPico: 20_000_000 * micro, At: real.Add(time.Second + skew)}, b.LastAnswered()); err != nil {
+		if err := b.Reconcile(ctx, "r2", c, admission.Actual{CostPico: 20_000_000 * micro, At: real.Add(time.Second + skew)}, 0); err != nil {
 			t.Fatal(err)
 		}
 		if bs := b.Budgets(p, time.Now()); len(bs) != 1 || bs[0].Spent != money.FromMicros(20_000_000) {
@@ -931,7 +931,7 @@ func TestAttackOddIDsOnCluster(t *testing.T) {
 			}
 			_, err = b.Admit(ctx, admission.Claim{Principal: p, Model: id, CostPico: 60 * micro, At: time.Now()})
 			wantCode(t, what+", $60µ more of $100µ with $50µ spent", err, apierr.CodeInsufficientQuota)
-			if err := b.Reconcile(ctx, id, admission.Claim{Principal: p, Model: id, CostPico: 10 * micro, At: time.Now()}, admission.Actual{CostPico: 10 * micro, At: time.Now()}, time.Now()); err != nil {
+			if err := b.Reconcile(ctx, id, admission.Claim{Principal: p, Model: id, CostPico: 10 * micro, At: time.Now()}, admission.Actual{CostPico: 10 * micro, At: time.Now()}, 0); err != nil {
 				t.Fatalf("%s: reconcile: %v", what, err)
 			}
 			bs := b.Budgets(p, time.Now())
@@ -1038,7 +1038,7 @@ func TestAttackReconcileRace(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Go(func() {
-			if err := b.Reconcile(ctx, "one", c, admission.Actual{CostPico: 100_000 * micro, At: time.Now()}, time.Now().Add(time.Second)); err != nil {
+			if err := b.Reconcile(ctx, "one", c, admission.Actual{CostPico: 100_000 * micro, At: time.Now()}, 0); err != nil {
 				t.Error(err)
 			}
 		})

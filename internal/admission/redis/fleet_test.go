@@ -250,7 +250,7 @@ func TestReconcileAfterOutage(t *testing.T) {
 	// Reconciling the same request again counts nothing.
 	g := admission.Claim{Principal: p, CostPico: 5 * micro, At: time.Now()}
 	for range 2 {
-		if err := b.Reconcile(ctx, "same", g, admission.Actual{CostPico: 5 * micro, At: time.Now()}, time.Now()); err != nil {
+		if err := b.Reconcile(ctx, "same", g, admission.Actual{CostPico: 5 * micro, At: time.Now()}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -283,9 +283,9 @@ func TestReconcileAfterOutage(t *testing.T) {
 }
 
 // TestRollingBudgetFromTheLedger: a rolling budget's window that Redis
-// lacks (new, flushed) and that reaches back before Redis began counting
-// for the org starts from the ledger's buckets, each counted at its end,
-// read once; a window Redis has counted whole is never read again.
+// lacks (new, flushed) starts from the ledger's buckets, each counted at
+// its end, read once: while Redis has the window, the ledger is not read
+// again.
 func TestRollingBudgetFromTheLedger(t *testing.T) {
 	s := redistest.Own(t)
 	ctx := testctx.Deadline(t)
@@ -331,9 +331,8 @@ func TestRollingBudgetFromTheLedger(t *testing.T) {
 	if err := admit(350_000, t0.Add(16*time.Minute)); err != nil {
 		t.Fatalf("after the ledger's first bucket left the window: %v", err)
 	}
-	// Two hours on, Redis has counted the org for a whole window: a new
-	// window (another model's per-model budget would be one) is not
-	// read from the ledger, and the old spend has left.
+	// Three hours on, the window Redis keeps is not read from the ledger
+	// again, and the old spend has left it.
 	if err := admit(1_000_000, t0.Add(3*time.Hour)); err != nil {
 		t.Fatalf("three hours on: %v", err)
 	}

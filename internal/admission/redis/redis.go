@@ -86,8 +86,6 @@ type Backend struct {
 	replica string // makes hold ids unique across replicas
 	next    atomic.Uint64
 	ttl     atomic.Int64
-	// answered is Redis's time (Unix seconds) in its last reply.
-	answered atomic.Int64
 }
 
 var _ admission.Shared = (*Backend)(nil)
@@ -186,7 +184,6 @@ func (b *Backend) run(ctx context.Context, phase string, keys []string, args []a
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, time.Time{}, fmt.Errorf("admission/redis: the script's time: %w", err)
 	}
-	b.answered.Store(s)
 	return v, time.Unix(s, n), nil
 }
 
@@ -550,10 +547,10 @@ func stateKeys(t string, c admission.Claim) []string {
 // used (admission.Shared): its tokens in its windows at its start, its
 // request in the request windows unless ext_authz counted it already
 // (c.CountRequest false: in whichever backend answered it), and its cost
-// in the rolling budgets and budget periods Redis had before, by Redis's
-// own clock — before is its time in its last reply before the replica
-// fell back (LastAnswered).
-func (b *Backend) Reconcile(ctx context.Context, id string, c admission.Claim, a admission.Actual, before time.Time) error {
+// in the rolling budgets and budget periods Redis made before it
+// settled — age ago, by the replica's monotonic clock, so that the
+// comparison is with Redis's own clock, never with the replica's.
+func (b *Backend) Reconcile(ctx context.Context, id string, c admission.Claim, a admission.Actual, age time.Duration) error {
 	if c.Principal == nil {
 		return nil
 	}
@@ -563,7 +560,7 @@ func (b *Backend) Reconcile(ctx context.Context, id string, c admission.Claim, a
 	p := admission.PlanClaim(c)
 	keys := []string{t + "holds"}
 	args := append([]any{"reconcile"}, b.clockArgs(a.At)...)
-	args = append(args, id, c.At.Unix(), before.Unix(), used[admission.CostPico])
+	args = append(args, id, c.At.Unix(), max(age, 0).Milliseconds(), used[admission.CostPico])
 	states := stateKeys(t, c)
 	var ws []admission.Window
 	for i, w := range p.Windows {
@@ -590,16 +587,6 @@ func (b *Backend) Reconcile(ctx context.Context, id string, c admission.Claim, a
 	// backend that admitted it.
 	_, _, err = b.run(ctx, "reconcile", keys, args)
 	return err
-}
-
-// LastAnswered is Redis's time in its last reply to this backend (the
-// zero time before any): what Reconcile compares Redis's own records
-// with, never a replica's clock.
-func (b *Backend) LastAnswered() time.Time {
-	if s := b.answered.Load(); s != 0 {
-		return time.Unix(s, 0)
-	}
-	return time.Time{}
 }
 
 // Ping runs the script once (loading it if the server lacks it).
