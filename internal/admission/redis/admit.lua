@@ -418,6 +418,24 @@ local function existing(from, n)
   return out
 end
 
+-- covers reports whether a budget state's period (st: s, e) holds the
+-- time at (seconds).
+local function covers(st, at)
+  return at >= tonumber(st[1]) and (st[2] == '' or at < tonumber(st[2]))
+end
+
+-- charge adds cost to what each budget state among KEYS[from ..
+-- from+n-1] spent, where the state exists and takes(key, st) — st its
+-- s, e, sp and c — says it counts the cost.
+local function charge(from, n, cost, takes)
+  for _, key in ipairs(existing(from, n)) do
+    local st = redis.call('HMGET', key, 's', 'e', 'sp', 'c')
+    if st[1] and takes(key, st) then
+      redis.call('HSET', key, 'sp', str(sumadd(num(st[3]), cost)))
+    end
+  end
+end
+
 local mode = ARGV[1]
 local s, n = clock(ARGV[2], ARGV[3], ARGV[4])
 local holds = KEYS[1]
@@ -604,16 +622,9 @@ if mode == 'settle' then
   end
   local cost = used[4]
   if not iszero(cost) then
-    local cs = atS
-    for _, key in ipairs(existing(2, tonumber(ARGV[10]))) do
-      local st = redis.call('HMGET', key, 's', 'e', 'sp')
-      if st[1] then
-        local covers = cs >= tonumber(st[1]) and (st[2] == '' or cs < tonumber(st[2]))
-        if covers or mine[key] == st[1] then
-          redis.call('HSET', key, 'sp', str(sumadd(num(st[3]), cost)))
-        end
-      end
-    end
+    charge(2, tonumber(ARGV[10]), cost, function(key, st)
+      return covers(st, atS) or mine[key] == st[1]
+    end)
   end
   save()
   return {'ok', now[1], now[2]}
@@ -682,12 +693,9 @@ if mode == 'reconcile' then
     end
   end
   if not iszero(cost) then
-    for _, key in ipairs(existing(2 + nw, nb)) do
-      local st = redis.call('HMGET', key, 's', 'e', 'sp', 'c')
-      if st[1] and atS >= tonumber(st[1]) and (st[2] == '' or atS < tonumber(st[2])) and (not st[4] or tonumber(st[4]) <= before) then
-        redis.call('HSET', key, 'sp', str(sumadd(num(st[3]), cost)))
-      end
-    end
+    charge(2 + nw, nb, cost, function(_, st)
+      return covers(st, atS) and (not st[4] or tonumber(st[4]) <= before)
+    end)
   end
   save()
   return {'ok', now[1], now[2]}

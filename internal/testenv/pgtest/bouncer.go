@@ -3,6 +3,7 @@ package pgtest
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicegw/sluice/internal/testenv"
 	"net"
 	"os"
 	"os/exec"
@@ -59,7 +60,7 @@ func StartBouncer(t testing.TB, s *Server) *Bouncer {
 	}
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := testenv.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -30,6 +29,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/testenv"
 )
 
 // RequireEnv, when set to anything but "" or "0", turns a missing
@@ -240,7 +241,7 @@ func StartWith(opts Options) (*Server, error) {
 	// process may take it first, so a start that fails is tried again.
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := testenv.FreePort()
 		if err != nil {
 			s.remove()
 			return nil, err
@@ -353,13 +354,4 @@ func findBin() (string, error) {
 		return filepath.Dir(matches[len(matches)-1]), nil
 	}
 	return "", errMissing
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

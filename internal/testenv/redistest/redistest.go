@@ -28,6 +28,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/testenv"
 )
 
 // RequireEnv, when set to anything but "" or "0", turns a missing Redis
@@ -90,14 +92,14 @@ func start(cluster bool) (*Server, error) {
 	// again on another.
 	var lastErr error
 	for range 5 {
-		if s.Port, err = freePort(); err != nil {
+		if s.Port, err = testenv.FreePort(); err != nil {
 			break
 		}
 		s.args = []string{bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port),
 			"--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "yes",
 			"--logfile", "", "--loglevel", "notice", "--daemonize", "no"}
 		if cluster {
-			if s.ClusterPort, err = freePort(); err != nil {
+			if s.ClusterPort, err = testenv.FreePort(); err != nil {
 				break
 			}
 			s.args = append(s.args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(s.ClusterPort),
@@ -275,15 +277,6 @@ func readReply(r *bufio.Reader, out *strings.Builder) error {
 		return fmt.Errorf("redistest: unexpected reply %q", line)
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Monitor is a MONITOR of a server: every command its clients send, as
