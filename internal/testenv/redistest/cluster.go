@@ -54,7 +54,7 @@ func StartCluster() (*Cluster, error) {
 	}
 	c := &Cluster{}
 	for range 3 {
-		s, err := start(true)
+		s, err := start(true, nil)
 		if err != nil {
 			c.Stop()
 			return nil, err

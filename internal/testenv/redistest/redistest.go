@@ -75,9 +75,28 @@ func missing(t testing.TB, err error) {
 }
 
 // Start starts a new server. The caller stops it (Stop).
-func Start() (*Server, error) { return start(false) }
+func Start() (*Server, error) { return start(false, nil) }
 
-func start(cluster bool) (*Server, error) {
+// TLS is a server's certificate and key and the CA its clients'
+// certificates must chain to, PEM.
+type TLS struct {
+	Cert, Key, ClientCA []byte
+}
+
+// OwnTLS starts a server of t's own that takes TLS connections only, on
+// Port, with these files, and requires a client certificate. Do cannot
+// reach it (it speaks plain RESP).
+func OwnTLS(t testing.TB, tl TLS) *Server {
+	t.Helper()
+	s, err := start(false, &tl)
+	if err != nil {
+		missing(t, err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func start(cluster bool, tl *TLS) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errMissing
@@ -87,6 +106,22 @@ func start(cluster bool) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{dir: dir}
+	var tlsArgs []string
+	if tl != nil {
+		files := []struct {
+			flag, name string
+			pem        []byte
+		}{{"--tls-cert-file", "server.crt", tl.Cert}, {"--tls-key-file", "server.key", tl.Key}, {"--tls-ca-cert-file", "client-ca.crt", tl.ClientCA}}
+		for _, f := range files {
+			name := filepath.Join(dir, f.name)
+			if err := os.WriteFile(name, f.pem, 0o600); err != nil {
+				os.RemoveAll(dir)
+				return nil, err
+			}
+			tlsArgs = append(tlsArgs, f.flag, name)
+		}
+		tlsArgs = append(tlsArgs, "--tls-auth-clients", "yes")
+	}
 	// A free port, taken by the server in the next moment: another
 	// process may take it first, so a start that fails to bind is tried
 	// again on another.
@@ -98,6 +133,9 @@ func start(cluster bool) (*Server, error) {
 		s.args = []string{bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port),
 			"--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "yes",
 			"--logfile", "", "--loglevel", "notice", "--daemonize", "no"}
+		if tl != nil {
+			s.args = append(append(s.args, "--port", "0", "--tls-port", strconv.Itoa(s.Port)), tlsArgs...)
+		}
 		if cluster {
 			if s.ClusterPort, err = testenv.FreePort(); err != nil {
 				break
